@@ -1,0 +1,136 @@
+#include "buffers.h"
+
+#include <cstdio>
+#include <limits>
+#include <string>
+
+namespace numbax {
+
+const DTypeInfo* LookupDType(ffi::DataType dtype) {
+  static const DTypeInfo kBool{"bool", 1}, kI8{"int8", 1}, kI16{"int16", 2},
+      kI32{"int32", 4}, kI64{"int64", 8}, kU8{"uint8", 1}, kU16{"uint16", 2},
+      kU32{"uint32", 4}, kU64{"uint64", 8}, kF16{"float16", 2},
+      kF32{"float32", 4}, kF64{"float64", 8}, kBF16{"bfloat16", 2},
+      kC64{"complex64", 8}, kC128{"complex128", 16};
+  switch (dtype) {
+    case ffi::DataType::PRED: return &kBool;
+    case ffi::DataType::S8: return &kI8;
+    case ffi::DataType::S16: return &kI16;
+    case ffi::DataType::S32: return &kI32;
+    case ffi::DataType::S64: return &kI64;
+    case ffi::DataType::U8: return &kU8;
+    case ffi::DataType::U16: return &kU16;
+    case ffi::DataType::U32: return &kU32;
+    case ffi::DataType::U64: return &kU64;
+    case ffi::DataType::F16: return &kF16;
+    case ffi::DataType::F32: return &kF32;
+    case ffi::DataType::F64: return &kF64;
+    case ffi::DataType::BF16: return &kBF16;
+    case ffi::DataType::C64: return &kC64;
+    case ffi::DataType::C128: return &kC128;
+    default: return nullptr;
+  }
+}
+
+ffi::Error DecodeBuffer(ffi::DataType dtype, void* data, const int64_t* dims,
+                        int64_t rank, const char* what, BufferView* out) {
+  const DTypeInfo* info = LookupDType(dtype);
+  if (info == nullptr) {
+    return ffi::Error::InvalidArgument(
+        std::string(what) + ": unsupported XLA element type code " +
+        std::to_string(static_cast<int>(dtype)));
+  }
+  if (rank < 0 || rank > kMaxRank) {
+    return ffi::Error::InvalidArgument(std::string(what) + ": rank " +
+                                       std::to_string(rank) +
+                                       " is outside [0, 32]");
+  }
+  if (rank > 0 && dims == nullptr) {
+    return ffi::Error::InvalidArgument(std::string(what) +
+                                       ": null dimensions for a ranked buffer");
+  }
+  const int64_t max_elements =
+      std::numeric_limits<int64_t>::max() / static_cast<int64_t>(info->itemsize);
+  int64_t count = 1;
+  for (int64_t i = 0; i < rank; ++i) {
+    const int64_t d = dims[i];
+    if (d < 0) {
+      return ffi::Error::InvalidArgument(std::string(what) + ": dimension " +
+                                         std::to_string(i) + " is negative");
+    }
+    if (d != 0 && count > max_elements / d) {
+      return ffi::Error::InvalidArgument(std::string(what) +
+                                         ": byte size overflows");
+    }
+    count *= d;
+  }
+  const size_t nbytes = static_cast<size_t>(count) * info->itemsize;
+  if (nbytes > 0 && data == nullptr) {
+    return ffi::Error::InvalidArgument(std::string(what) +
+                                       ": null data pointer for a non-empty buffer");
+  }
+  out->data = nbytes > 0 ? data : nullptr;
+  out->dtype = dtype;
+  out->dims = dims;
+  out->rank = rank;
+  out->element_count = count;
+  out->nbytes = nbytes;
+  return ffi::Error::Success();
+}
+
+namespace {
+
+// Arguments decode to AnyBuffer, results to Result<AnyBuffer>.
+ffi::AnyBuffer Unwrap(const ffi::AnyBuffer& b) { return b; }
+ffi::AnyBuffer Unwrap(ffi::Result<ffi::AnyBuffer> b) { return *b.operator->(); }
+
+template <typename Remaining>
+ffi::Error DecodeAll(const Remaining& list, const char* kind,
+                     std::vector<BufferView>* out) {
+  char what[48];
+  for (size_t i = 0; i < list.size(); ++i) {
+    std::snprintf(what, sizeof(what), "%s %zu", kind, i);
+    auto buffer = list.template get<ffi::AnyBuffer>(i);
+    if (buffer.has_error()) {
+      return ffi::Error::InvalidArgument(std::string(what) +
+                                         " is not a buffer: " +
+                                         buffer.error().message());
+    }
+    const ffi::AnyBuffer any = Unwrap(*buffer);
+    const auto dims = any.dimensions();
+    BufferView view;
+    if (ffi::Error err =
+            DecodeBuffer(any.element_type(), any.untyped_data(), dims.begin(),
+                         static_cast<int64_t>(dims.size()), what, &view);
+        err.failure()) {
+      return err;
+    }
+    out->push_back(view);
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+ffi::Error DecodeCallBuffers(const ffi::RemainingArgs& args,
+                             const ffi::RemainingRets& rets,
+                             int64_t expected_inputs, int64_t expected_outputs,
+                             std::vector<BufferView>* out) {
+  out->clear();
+  if (expected_inputs >= 0 &&
+      static_cast<int64_t>(args.size()) != expected_inputs) {
+    return ffi::Error::InvalidArgument(
+        "expected " + std::to_string(expected_inputs) + " inputs, got " +
+        std::to_string(args.size()));
+  }
+  if (expected_outputs >= 0 &&
+      static_cast<int64_t>(rets.size()) != expected_outputs) {
+    return ffi::Error::InvalidArgument(
+        "expected " + std::to_string(expected_outputs) + " outputs, got " +
+        std::to_string(rets.size()));
+  }
+  if (ffi::Error err = DecodeAll(args, "input", out); err.failure()) return err;
+  return DecodeAll(rets, "output", out);
+}
+
+}  // namespace numbax

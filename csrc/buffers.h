@@ -1,0 +1,58 @@
+// Decoding of XLA's buffers from an FFI call frame into plain views.
+//
+// This is the only place that reads XLA's raw buffer descriptors. Everything
+// it hands on has been checked: a known dtype, a rank numbax supports,
+// non-negative extents whose byte size does not overflow, and a data pointer
+// that is non-null whenever the buffer holds any bytes (XLA may pass null for
+// an empty buffer).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace numbax {
+
+namespace ffi = ::xla::ffi;
+
+// Numba and numpy spell each supported XLA element type this way.
+struct DTypeInfo {
+  const char* name;  // numpy dtype name ("float32", "bfloat16", ...)
+  size_t itemsize;   // bytes per element
+};
+
+// The dtype's description, or nullptr when numbax cannot hand such a buffer
+// to Numba (fp8, sub-byte integers, tokens, unknown codes).
+const DTypeInfo* LookupDType(ffi::DataType dtype);
+
+// Numba's arrays take at most this many dimensions in numbax.
+constexpr int64_t kMaxRank = 32;
+
+struct BufferView {
+  void* data = nullptr;
+  ffi::DataType dtype = ffi::DataType::INVALID;
+  const int64_t* dims = nullptr;  // owned by XLA's call frame
+  int64_t rank = 0;
+  int64_t element_count = 0;
+  size_t nbytes = 0;
+};
+
+// Checks one buffer's fields as XLA passed them and fills `out`. `what`
+// names the buffer in errors ("input 2", "output 0").
+ffi::Error DecodeBuffer(ffi::DataType dtype, void* data, const int64_t* dims,
+                        int64_t rank, const char* what, BufferView* out);
+
+// Decodes every argument then every result into `out` (cleared first, its
+// capacity kept: a reused vector allocates nothing after the first call).
+// Fails, without touching memory behind the pointers, on any argument that
+// is not a valid buffer, or when the counts differ from the expected ones
+// (pass -1 to accept any count).
+ffi::Error DecodeCallBuffers(const ffi::RemainingArgs& args,
+                             const ffi::RemainingRets& rets,
+                             int64_t expected_inputs, int64_t expected_outputs,
+                             std::vector<BufferView>* out);
+
+}  // namespace numbax

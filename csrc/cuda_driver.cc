@@ -1,0 +1,148 @@
+#include "cuda_driver.h"
+
+#include <dlfcn.h>
+
+#include <array>
+#include <mutex>
+
+namespace numbax::cuda {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+template <typename Fn>
+void Resolve(void* lib, const char* name, Fn*& slot) {
+  slot = reinterpret_cast<Fn*>(dlsym(lib, name));
+}
+
+Driver LoadTable(void* lib) {
+  Driver d{};
+  Resolve(lib, "cuInit", d.cuInit);
+  Resolve(lib, "cuGetErrorName", d.cuGetErrorName);
+  Resolve(lib, "cuGetErrorString", d.cuGetErrorString);
+  Resolve(lib, "cuDeviceGet", d.cuDeviceGet);
+  Resolve(lib, "cuDeviceGetCount", d.cuDeviceGetCount);
+  Resolve(lib, "cuDeviceGetAttribute", d.cuDeviceGetAttribute);
+  Resolve(lib, "cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain);
+  Resolve(lib, "cuCtxGetCurrent", d.cuCtxGetCurrent);
+  Resolve(lib, "cuCtxSetCurrent", d.cuCtxSetCurrent);
+  Resolve(lib, "cuStreamGetCtx", d.cuStreamGetCtx);
+  Resolve(lib, "cuStreamIsCapturing", d.cuStreamIsCapturing);
+  Resolve(lib, "cuStreamBeginCapture_v2", d.cuStreamBeginCapture);
+  Resolve(lib, "cuStreamEndCapture", d.cuStreamEndCapture);
+  Resolve(lib, "cuStreamSynchronize", d.cuStreamSynchronize);
+  Resolve(lib, "cuLaunchKernel", d.cuLaunchKernel);
+  Resolve(lib, "cuLaunchCooperativeKernel", d.cuLaunchCooperativeKernel);
+  Resolve(lib, "cuKernelGetFunction", d.cuKernelGetFunction);
+  Resolve(lib, "cuFuncSetAttribute", d.cuFuncSetAttribute);
+  Resolve(lib, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+          d.cuOccupancyMaxActiveBlocksPerMultiprocessor);
+  Resolve(lib, "cuMemsetD8Async", d.cuMemsetD8Async);
+  Resolve(lib, "cuGraphInstantiateWithFlags", d.cuGraphInstantiateWithFlags);
+  Resolve(lib, "cuGraphLaunch", d.cuGraphLaunch);
+  Resolve(lib, "cuGraphDestroy", d.cuGraphDestroy);
+  Resolve(lib, "cuGraphExecDestroy", d.cuGraphExecDestroy);
+  return d;
+}
+
+struct Loaded {
+  Driver table{};
+  bool ok = false;
+  std::string why;
+};
+
+const Loaded& LoadOnce() {
+  // Leaked on purpose: handlers may run during interpreter shutdown.
+  static const Loaded* loaded = [] {
+    auto* l = new Loaded;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) lib = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      const char* err = dlerror();
+      l->why = std::string("could not load the CUDA driver (libcuda.so.1): ") +
+               (err ? err : "unknown dlopen error");
+      return l;
+    }
+    l->table = LoadTable(lib);
+    const Driver& d = l->table;
+    if (!d.cuInit || !d.cuDeviceGet || !d.cuDevicePrimaryCtxRetain ||
+        !d.cuCtxGetCurrent || !d.cuCtxSetCurrent || !d.cuLaunchKernel ||
+        !d.cuMemsetD8Async) {
+      l->why = "the CUDA driver lacks required entry points (too old?)";
+      return l;
+    }
+    CUresult r = d.cuInit(0);
+    if (r != CUDA_SUCCESS) {
+      l->why = "cuInit failed: " + ErrorText(d, r);
+      return l;
+    }
+    l->ok = true;
+    return l;
+  }();
+  return *loaded;
+}
+
+}  // namespace
+
+const Driver* Load(std::string* why) {
+  const Loaded& l = LoadOnce();
+  if (!l.ok) {
+    if (why) *why = l.why;
+    return nullptr;
+  }
+  return &l.table;
+}
+
+std::string ErrorText(const Driver& driver, CUresult result) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (driver.cuGetErrorName) driver.cuGetErrorName(result, &name);
+  if (driver.cuGetErrorString) driver.cuGetErrorString(result, &text);
+  std::string out = name ? name : "CUDA_ERROR_" + std::to_string(result);
+  if (text) out += std::string(" (") + text + ")";
+  return out;
+}
+
+CUresult PrimaryContext(const Driver& driver, int ordinal, CUcontext* out) {
+  static std::array<CUcontext, kMaxDevices> contexts{};
+  static std::mutex mutex;
+  if (ordinal < 0 || ordinal >= kMaxDevices) return 101;  // INVALID_DEVICE
+  // Fast path without the lock: a context, once stored, never changes.
+  if (CUcontext c = __atomic_load_n(&contexts[ordinal], __ATOMIC_ACQUIRE)) {
+    *out = c;
+    return CUDA_SUCCESS;
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!contexts[ordinal]) {
+    CUdevice device;
+    CUresult r = driver.cuDeviceGet(&device, ordinal);
+    if (r != CUDA_SUCCESS) return r;
+    CUcontext c = nullptr;
+    // Retained for the life of the process, as XLA and Numba do: both use
+    // the same primary context, so the three agree on device memory.
+    r = driver.cuDevicePrimaryCtxRetain(&c, device);
+    if (r != CUDA_SUCCESS) return r;
+    __atomic_store_n(&contexts[ordinal], c, __ATOMIC_RELEASE);
+  }
+  *out = contexts[ordinal];
+  return CUDA_SUCCESS;
+}
+
+ScopedDevice::ScopedDevice(const Driver& driver, int ordinal)
+    : driver_(driver) {
+  CUcontext target = nullptr;
+  status_ = PrimaryContext(driver, ordinal, &target);
+  if (status_ != CUDA_SUCCESS) return;
+  status_ = driver.cuCtxGetCurrent(&previous_);
+  if (status_ != CUDA_SUCCESS) return;
+  if (previous_ != target) {
+    status_ = driver.cuCtxSetCurrent(target);
+    switched_ = status_ == CUDA_SUCCESS;
+  }
+}
+
+ScopedDevice::~ScopedDevice() {
+  if (switched_) driver_.cuCtxSetCurrent(previous_);
+}
+
+}  // namespace numbax::cuda

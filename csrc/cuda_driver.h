@@ -1,0 +1,94 @@
+// The CUDA driver API, loaded with dlopen at run time.
+//
+// numbax never links libcuda: the extension must import, and the CPU path must
+// work, on a machine with no GPU and no driver. The few driver types we need
+// are declared here with the driver's own ABI (opaque pointers and ints), so
+// building needs no CUDA toolkit either.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace numbax::cuda {
+
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = struct CUctx_st*;
+using CUstream = struct CUstream_st*;
+using CUfunction = struct CUfunc_st*;
+using CUkernel = struct CUkern_st*;
+using CUdeviceptr = unsigned long long;
+using CUgraph = struct CUgraph_st*;
+using CUgraphExec = struct CUgraphExec_st*;
+
+constexpr CUresult CUDA_SUCCESS = 0;
+constexpr int CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
+constexpr int CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH = 95;
+constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+constexpr int CU_STREAM_CAPTURE_STATUS_NONE = 0;
+constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
+
+// Function table filled by dlsym. A null entry means the symbol is missing
+// from the installed driver; callers check the ones that are optional.
+struct Driver {
+  CUresult (*cuInit)(unsigned int);
+  CUresult (*cuGetErrorName)(CUresult, const char**);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuCtxGetCurrent)(CUcontext*);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuStreamGetCtx)(CUstream, CUcontext*);
+  CUresult (*cuStreamIsCapturing)(CUstream, int*);
+  CUresult (*cuStreamBeginCapture)(CUstream, int);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, unsigned, unsigned, CUstream,
+                             void**, void**);
+  CUresult (*cuLaunchCooperativeKernel)(CUfunction, unsigned, unsigned,
+                                        unsigned, unsigned, unsigned, unsigned,
+                                        unsigned, CUstream, void**);
+  CUresult (*cuKernelGetFunction)(CUfunction*, CUkernel);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction,
+                                                          int, size_t);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec*, CUgraph,
+                                          unsigned long long);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphDestroy)(CUgraph);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+};
+
+// Loads libcuda once (thread-safe) and returns its table, or nullptr when no
+// driver can be loaded; `why` then says what failed.
+const Driver* Load(std::string* why = nullptr);
+
+// "CUDA_ERROR_X (text)" for a driver result code.
+std::string ErrorText(const Driver& driver, CUresult result);
+
+// The primary context of `ordinal`, retained once per process and cached.
+// Returns CUDA_SUCCESS or the driver's error.
+CUresult PrimaryContext(const Driver& driver, int ordinal, CUcontext* out);
+
+// Makes the primary context of a device current on this thread for the
+// lifetime of the object, then restores whatever was current before.
+class ScopedDevice {
+ public:
+  ScopedDevice(const Driver& driver, int ordinal);
+  ~ScopedDevice();
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  CUresult status() const { return status_; }
+
+ private:
+  const Driver& driver_;
+  CUcontext previous_ = nullptr;
+  bool switched_ = false;
+  CUresult status_ = CUDA_SUCCESS;
+};
+
+}  // namespace numbax::cuda

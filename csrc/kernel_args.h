@@ -1,0 +1,39 @@
+// Kernel parameters in Numba's ABI, packed for cuLaunchKernel.
+//
+// Numba passes each array argument as 5 + 2*ndim separate 8-byte parameters:
+// meminfo (0), parent (0), nitems, itemsize, data pointer, shape[ndim] and
+// strides[ndim] in bytes. numbax's buffers are C-contiguous.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "buffers.h"
+
+namespace numbax {
+
+class KernelArgs {
+ public:
+  // Starts a new parameter list; keeps capacity, so steady-state packing
+  // allocates nothing.
+  void Reset();
+
+  // Appends one array. `data` may differ from view.data (a slice of a
+  // batched buffer); `dims`/`rank` describe the array the kernel sees.
+  void AddArray(void* data, const int64_t* dims, int64_t rank,
+                size_t itemsize);
+
+  // The kernelParams array for cuLaunchKernel: one pointer per 8-byte word.
+  // Valid until the next Reset/AddArray.
+  void** params();
+
+  size_t size() const { return words_.size(); }
+  const std::vector<int64_t>& words() const { return words_; }
+
+ private:
+  std::vector<int64_t> words_;
+  std::vector<void*> params_;
+};
+
+}  // namespace numbax

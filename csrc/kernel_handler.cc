@@ -1,0 +1,221 @@
+// Call frame -> device binding -> cuLaunchKernel, for numba_cuda_kernel.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "buffers.h"
+#include "cuda_driver.h"
+#include "kernel_args.h"
+#include "kernel_handlers.h"
+#include "python_bridge.h"
+
+namespace numbax {
+namespace {
+
+PyObject* g_kernel_resolver = nullptr;
+
+template <typename T, size_t N>
+bool ParseTriple(PyObject* seq, std::array<T, N>* out) {
+  if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) != static_cast<Py_ssize_t>(N))
+    return false;
+  for (size_t i = 0; i < N; ++i) {
+    long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(seq, i));
+    if (v < 0 || PyErr_Occurred()) return false;
+    (*out)[i] = static_cast<T>(v);
+  }
+  return true;
+}
+
+// Fills `plan` from the resolver's tuple. Returns an empty string or the
+// reason it is malformed.
+std::string ParsePlan(PyObject* t, LaunchPlan* plan, PyObject** owner) {
+  PyObject *functions, *grid, *block, *broadcast;
+  long long shared_mem;
+  int cooperative, empty_launch;
+  if (!PyArg_ParseTuple(t, "OOLLOOLppLO", owner, &functions,
+                        &plan->num_inputs, &plan->num_outputs, &grid, &block,
+                        &shared_mem, &cooperative, &empty_launch, &plan->batch,
+                        &broadcast)) {
+    return TakePythonError();
+  }
+  if (!PyTuple_Check(functions) || !PyTuple_Check(broadcast)) {
+    return "functions and broadcast must be tuples";
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(functions); ++i) {
+    unsigned long long f =
+        PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(functions, i));
+    if (PyErr_Occurred()) return TakePythonError();
+    plan->functions.push_back(reinterpret_cast<cuda::CUfunction>(f));
+  }
+  if (!ParseTriple(grid, &plan->grid) || !ParseTriple(block, &plan->block)) {
+    PyErr_Clear();
+    return "grid and block must be 3-tuples of non-negative ints";
+  }
+  if (PyTuple_GET_SIZE(broadcast) != plan->num_inputs) {
+    return "broadcast needs one flag per input";
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(broadcast); ++i) {
+    plan->broadcast.push_back(PyObject_IsTrue(PyTuple_GET_ITEM(broadcast, i)));
+  }
+  if (shared_mem < 0 || plan->batch < 0) return "negative launch parameter";
+  plan->shared_mem = static_cast<unsigned>(shared_mem);
+  plan->cooperative = cooperative != 0;
+  plan->empty_launch = empty_launch != 0;
+  return "";
+}
+
+ffi::ErrorOr<std::unique_ptr<KernelSite>> Instantiate(std::string_view key) {
+  return KernelSite::Create(key);
+}
+
+ffi::Error Fail(const KernelSite& site, const std::string& what) {
+  return ffi::Error::Internal("numbax kernel '" + site.key() + "': " + what);
+}
+
+ffi::Error LaunchError(const KernelSite& site, const cuda::Driver& driver,
+                       cuda::CUresult r) {
+  return Fail(site, "launch failed: " + cuda::ErrorText(driver, r));
+}
+
+ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
+                   std::string_view /*key*/, ffi::RemainingArgs args,
+                   ffi::RemainingRets rets) {
+  const LaunchPlan& plan = site->plan();
+  thread_local std::vector<BufferView> buffers;
+  if (ffi::Error err = DecodeCallBuffers(args, rets, plan.num_inputs,
+                                         plan.num_outputs, &buffers);
+      err.failure()) {
+    return Fail(*site, err.message());
+  }
+  std::string why;
+  const cuda::Driver* driver = cuda::Load(&why);
+  if (!driver) return Fail(*site, why);
+  auto stream = static_cast<cuda::CUstream>(stream_ptr);
+  cuda::ScopedDevice bind(*driver, device);
+  if (bind.status() != cuda::CUDA_SUCCESS) {
+    return Fail(*site, "cannot bind device " + std::to_string(device) + ": " +
+                           cuda::ErrorText(*driver, bind.status()));
+  }
+
+  if (plan.empty_launch) {
+    // Nothing to launch, but outputs must never be returned uninitialised.
+    for (size_t i = plan.num_inputs; i < buffers.size(); ++i) {
+      if (buffers[i].nbytes == 0) continue;
+      cuda::CUresult r = driver->cuMemsetD8Async(
+          reinterpret_cast<cuda::CUdeviceptr>(buffers[i].data), 0,
+          buffers[i].nbytes, stream);
+      if (r != cuda::CUDA_SUCCESS) return LaunchError(*site, *driver, r);
+    }
+    return ffi::Error::Success();
+  }
+
+  if (device < 0 || static_cast<size_t>(device) >= plan.functions.size() ||
+      plan.functions[device] == nullptr) {
+    return Fail(*site, "the kernel was not loaded on device " +
+                           std::to_string(device));
+  }
+  cuda::CUfunction function = plan.functions[device];
+
+  thread_local KernelArgs packed;
+  const int64_t slices = plan.batch > 0 ? plan.batch : 1;
+  for (int64_t s = 0; s < slices; ++s) {
+    packed.Reset();
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      const BufferView& b = buffers[i];
+      const size_t itemsize = LookupDType(b.dtype)->itemsize;
+      if (plan.batch == 0) {
+        packed.AddArray(b.data, b.dims, b.rank, itemsize);
+        continue;
+      }
+      // Batched: axis 0 is the vmap axis; the kernel sees one slice.
+      const bool reuse = i < plan.broadcast.size() && plan.broadcast[i];
+      const size_t slice_bytes =
+          b.dims[0] > 0 ? b.nbytes / static_cast<size_t>(b.dims[0]) : 0;
+      char* base = static_cast<char*>(b.data);
+      void* data = base ? base + (reuse ? 0 : s * slice_bytes) : nullptr;
+      packed.AddArray(data, b.dims + 1, b.rank - 1, itemsize);
+    }
+    cuda::CUresult r;
+    if (plan.cooperative) {
+      r = driver->cuLaunchCooperativeKernel(
+          function, plan.grid[0], plan.grid[1], plan.grid[2], plan.block[0],
+          plan.block[1], plan.block[2], plan.shared_mem, stream,
+          packed.params());
+    } else {
+      r = driver->cuLaunchKernel(function, plan.grid[0], plan.grid[1],
+                                 plan.grid[2], plan.block[0], plan.block[1],
+                                 plan.block[2], plan.shared_mem, stream,
+                                 packed.params(), nullptr);
+    }
+    if (r != cuda::CUDA_SUCCESS) return LaunchError(*site, *driver, r);
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+ffi::TypeId KernelSite::id = {};
+
+void SetKernelResolver(PyObject* resolver) {
+  Py_XINCREF(resolver);
+  g_kernel_resolver = resolver;  // the previous one is leaked on purpose
+}
+
+ffi::ErrorOr<std::unique_ptr<KernelSite>> KernelSite::Create(
+    std::string_view key) {
+  if (!PythonIsAlive()) {
+    return ffi::Unexpected(
+        ffi::Error::Internal("numbax: the Python interpreter is not running"));
+  }
+  std::unique_ptr<KernelSite> site(new KernelSite);
+  site->key_ = std::string(key);
+  PyGILState_STATE gil = PyGILState_Ensure();
+  std::string error;
+  if (!g_kernel_resolver) {
+    error = "numbax is not imported in this process; import it and create "
+            "the kernel op before running the program";
+  } else {
+    PyObject* t = PyObject_CallFunction(g_kernel_resolver, "s#", key.data(),
+                                        static_cast<Py_ssize_t>(key.size()));
+    if (!t) {
+      error = TakePythonError();
+    } else {
+      PyObject* owner = nullptr;
+      error = ParsePlan(t, &site->plan_, &owner);
+      if (error.empty()) {
+        Py_INCREF(owner);
+        site->owner_ = owner;
+      }
+      Py_DECREF(t);
+    }
+  }
+  PyGILState_Release(gil);
+  if (!error.empty()) return ffi::Unexpected(ffi::Error::InvalidArgument(error));
+  return site;
+}
+
+KernelSite::~KernelSite() {
+  if (!owner_ || !PythonIsAlive()) return;  // see CallSite::~CallSite
+  PyGILState_STATE gil = PyGILState_Ensure();
+  Py_CLEAR(owner_);
+  PyGILState_Release(gil);
+}
+
+}  // namespace numbax
+
+using numbax::ffi::Ffi;
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NumbaxKernelInstantiateCuda, numbax::Instantiate,
+                              Ffi::BindInstantiate().Attr<std::string_view>("key"));
+
+// No Python and no host work per call: safe to record into CUDA graphs.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    NumbaxKernelExecuteCuda, numbax::Execute,
+    Ffi::Bind()
+        .Ctx<numbax::ffi::PlatformStream<void*>>()
+        .Ctx<numbax::ffi::DeviceOrdinal>()
+        .Ctx<numbax::ffi::State<numbax::KernelSite>>()
+        .Attr<std::string_view>("key")
+        .RemainingArgs()
+        .RemainingRets(),
+    {numbax::ffi::Traits::kCmdBufferCompatible});

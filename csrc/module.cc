@@ -1,0 +1,166 @@
+// numbax._core: the nanobind module that hands XLA its FFI handlers.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "callable_handlers.h"
+#include "cuda_driver.h"
+#include "kernel_handlers.h"
+#include "python_bridge.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+template <typename Fn>
+nb::capsule HandlerCapsule(Fn* fn) {
+  static_assert(std::is_invocable_r_v<XLA_FFI_Error*, Fn, XLA_FFI_CallFrame*>,
+                "not an XLA FFI handler");
+  return nb::capsule(reinterpret_cast<void*>(fn));
+}
+
+template <typename T>
+nb::dict TypeRegistration() {
+  static const XLA_FFI_TypeInfo info = xla::ffi::MakeTypeInfo<T>();
+  nb::dict d;
+  d["type_id"] = nb::capsule(reinterpret_cast<void*>(&T::id));
+  d["type_info"] = nb::capsule(reinterpret_cast<void*>(
+      const_cast<XLA_FFI_TypeInfo*>(&info)));
+  return d;
+}
+
+nb::dict Counters() {
+  const numbax::BridgeCounters& c = numbax::Counters();
+  nb::dict d;
+  d["calls"] = c.calls;
+  d["array_hits"] = c.array_hits;
+  d["array_misses"] = c.array_misses;
+  d["stream_hits"] = c.stream_hits;
+  d["stream_misses"] = c.stream_misses;
+  d["errors"] = c.errors;
+  return d;
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "numbax's C++ core: XLA FFI handlers and the CUDA driver bridge";
+
+  m.def("callable_handlers", [] {
+    nb::dict cuda, cpu, all;
+    cuda["instantiate"] = HandlerCapsule(NumbaxCallableInstantiateCuda);
+    cuda["execute"] = HandlerCapsule(NumbaxCallableExecuteCuda);
+    cpu["instantiate"] = HandlerCapsule(NumbaxCallableInstantiateCpu);
+    cpu["execute"] = HandlerCapsule(NumbaxCallableExecuteCpu);
+    all["cuda"] = cuda;
+    all["cpu"] = cpu;
+    return all;
+  });
+  m.def("kernel_handlers", [] {
+    nb::dict cuda, all;
+    cuda["instantiate"] = HandlerCapsule(NumbaxKernelInstantiateCuda);
+    cuda["execute"] = HandlerCapsule(NumbaxKernelExecuteCuda);
+    all["cuda"] = cuda;
+    return all;
+  });
+  m.def("call_site_type", &TypeRegistration<numbax::CallSite>);
+  m.def("kernel_site_type", &TypeRegistration<numbax::KernelSite>);
+
+  m.def(
+      "set_python_hooks",
+      [](nb::object resolve, nb::object device_array, nb::object host_array,
+         nb::object device_stream, nb::object host_stream,
+         nb::object format_exception) {
+        numbax::PythonHooks h;
+        h.resolve = resolve.ptr();
+        h.device_array = device_array.ptr();
+        h.host_array = host_array.ptr();
+        h.device_stream = device_stream.ptr();
+        h.host_stream = host_stream.ptr();
+        h.format_exception = format_exception.ptr();
+        numbax::SetPythonHooks(h);
+      },
+      nb::arg("resolve"), nb::arg("device_array"), nb::arg("host_array"),
+      nb::arg("device_stream"), nb::arg("host_stream"),
+      nb::arg("format_exception"));
+
+  m.def(
+      "set_kernel_resolver",
+      [](nb::object resolver) { numbax::SetKernelResolver(resolver.ptr()); },
+      nb::arg("resolver"));
+
+  m.def(
+      "kernel_function",
+      [](uint64_t kernel, int ordinal, int64_t shared_mem) -> uint64_t {
+        // A Numba kernel handle (CUkernel) -> the CUfunction of one device's
+        // primary context, loading it there now rather than lazily inside
+        // XLA's execution (where a graph capture may be under way).
+        std::string why;
+        const numbax::cuda::Driver* d = numbax::cuda::Load(&why);
+        if (!d) throw std::runtime_error(why);
+        numbax::cuda::ScopedDevice bind(*d, ordinal);
+        if (bind.status() != numbax::cuda::CUDA_SUCCESS) {
+          throw std::runtime_error("cannot bind CUDA device " +
+                                   std::to_string(ordinal) + ": " +
+                                   numbax::cuda::ErrorText(*d, bind.status()));
+        }
+        numbax::cuda::CUfunction f = nullptr;
+        if (d->cuKernelGetFunction) {
+          numbax::cuda::CUresult r = d->cuKernelGetFunction(
+              &f, reinterpret_cast<numbax::cuda::CUkernel>(kernel));
+          if (r != numbax::cuda::CUDA_SUCCESS) {
+            throw std::runtime_error("cuKernelGetFunction: " +
+                                     numbax::cuda::ErrorText(*d, r));
+          }
+        } else {
+          f = reinterpret_cast<numbax::cuda::CUfunction>(kernel);
+        }
+        if (shared_mem > 48 * 1024 && d->cuFuncSetAttribute) {
+          numbax::cuda::CUresult r = d->cuFuncSetAttribute(
+              f, numbax::cuda::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+              static_cast<int>(shared_mem));
+          if (r != numbax::cuda::CUDA_SUCCESS) {
+            throw std::runtime_error(
+                "shared_mem=" + std::to_string(shared_mem) +
+                " bytes is more than the device allows: " +
+                numbax::cuda::ErrorText(*d, r));
+          }
+        }
+        return reinterpret_cast<uint64_t>(f);
+      },
+      nb::arg("kernel"), nb::arg("ordinal"), nb::arg("shared_mem") = 0);
+
+  m.def(
+      "call_on_device",
+      [](int ordinal, nb::callable fn) -> nb::object {
+        // Runs fn with the device's primary context current, so Numba
+        // (which follows the current context) loads modules there.
+        std::string why;
+        const numbax::cuda::Driver* d = numbax::cuda::Load(&why);
+        if (!d) throw std::runtime_error(why);
+        numbax::cuda::ScopedDevice bind(*d, ordinal);
+        if (bind.status() != numbax::cuda::CUDA_SUCCESS) {
+          throw std::runtime_error("cannot bind CUDA device " +
+                                   std::to_string(ordinal) + ": " +
+                                   numbax::cuda::ErrorText(*d, bind.status()));
+        }
+        return fn();
+      },
+      nb::arg("ordinal"), nb::arg("fn"));
+
+  m.def("counters", &Counters, "Bridge cache and call counters.");
+  m.def("reset_counters", [] { numbax::Counters() = {}; });
+  m.def("clear_stream_cache", &numbax::ClearStreamCache);
+
+  m.def(
+      "driver_status",
+      [] {
+        std::string why;
+        const numbax::cuda::Driver* d = numbax::cuda::Load(&why);
+        return d ? std::string("ok") : why;
+      },
+      "'ok' when the CUDA driver loaded, else why it did not.");
+}

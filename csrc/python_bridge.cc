@@ -1,0 +1,268 @@
+#include "python_bridge.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+namespace numbax {
+namespace {
+
+namespace ffi = ::xla::ffi;
+
+PythonHooks g_hooks;
+
+struct CachedStream {
+  int device;
+  void* stream;
+  PyObject* object;  // strong reference
+};
+std::vector<CachedStream>& StreamCache() {
+  static auto* cache = new std::vector<CachedStream>();  // leaked on purpose
+  return *cache;
+}
+constexpr size_t kMaxStreams = 64;
+
+PyObject* ShapeTuple(const BufferView& view) {
+  PyObject* shape = PyTuple_New(view.rank);
+  if (!shape) return nullptr;
+  for (int64_t i = 0; i < view.rank; ++i) {
+    PyObject* d = PyLong_FromLongLong(view.dims[i]);
+    if (!d) {
+      Py_DECREF(shape);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(shape, i, d);
+  }
+  return shape;
+}
+
+}  // namespace
+
+ffi::TypeId CallSite::id = {};
+
+void SetPythonHooks(const PythonHooks& hooks) {
+  PyObject* all[] = {hooks.resolve,     hooks.device_array,
+                     hooks.host_array,  hooks.device_stream,
+                     hooks.host_stream, hooks.format_exception};
+  for (PyObject* o : all) Py_XINCREF(o);
+  g_hooks = hooks;
+}
+
+const PythonHooks& Hooks() { return g_hooks; }
+
+bool PythonIsAlive() {
+  if (!Py_IsInitialized()) return false;
+#if PY_VERSION_HEX >= 0x030D0000
+  return !Py_IsFinalizing();
+#else
+  return !_Py_IsFinalizing();
+#endif
+}
+
+BridgeCounters& Counters() {
+  static BridgeCounters counters;
+  return counters;
+}
+
+std::string TakePythonError() {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyErr_NormalizeException(&type, &value, &traceback);
+  if (traceback && value) PyException_SetTraceback(value, traceback);
+  std::string text;
+  if (value && g_hooks.format_exception) {
+    PyObject* s = PyObject_CallOneArg(g_hooks.format_exception, value);
+    if (s && PyUnicode_Check(s)) {
+      const char* utf8 = PyUnicode_AsUTF8(s);
+      if (utf8) text = utf8;
+    }
+    Py_XDECREF(s);
+    PyErr_Clear();  // the formatter itself must not leave an error behind
+  }
+  if (text.empty() && value) {
+    PyObject* s = PyObject_Str(value);
+    const char* utf8 = s ? PyUnicode_AsUTF8(s) : nullptr;
+    text = std::string(type ? reinterpret_cast<PyTypeObject*>(type)->tp_name
+                            : "Exception") +
+           ": " + (utf8 ? utf8 : "<unprintable>");
+    Py_XDECREF(s);
+    PyErr_Clear();
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  return text;
+}
+
+ffi::ErrorOr<std::unique_ptr<CallSite>> CallSite::Create(std::string_view key,
+                                                         Platform platform) {
+  if (!PythonIsAlive()) {
+    return ffi::Unexpected(
+        ffi::Error::Internal("numbax: the Python interpreter is not running"));
+  }
+  PyGILState_STATE gil = PyGILState_Ensure();
+  std::unique_ptr<CallSite> site(new CallSite);
+  site->key_ = std::string(key);
+  ffi::Error error = ffi::Error::Success();
+  PyObject* resolved = nullptr;
+  if (!g_hooks.resolve) {
+    error = ffi::Error::Internal(
+        "numbax: the Python package was not imported in this process; "
+        "`import numbax` and create the op before running the program");
+  } else {
+    resolved = PyObject_CallFunction(g_hooks.resolve, "s#s", key.data(),
+                                     static_cast<Py_ssize_t>(key.size()),
+                                     platform == Platform::kCuda ? "cuda" : "cpu");
+    if (!resolved) {
+      error = ffi::Error::InvalidArgument(TakePythonError());
+    } else if (!PyArg_ParseTuple(resolved, "OLLL", &site->func_,
+                                 &site->num_inputs_, &site->num_outputs_,
+                                 &site->num_scratch_)) {
+      error = ffi::Error::Internal("numbax: bad resolve result: " +
+                                   TakePythonError());
+      site->func_ = nullptr;
+    } else {
+      Py_INCREF(site->func_);
+      site->slots_.resize(static_cast<size_t>(
+          site->num_inputs_ + site->num_outputs_ + site->num_scratch_));
+      for (auto& slot : site->slots_) slot.reserve(kArraysPerSlot);
+    }
+  }
+  Py_XDECREF(resolved);
+  PyGILState_Release(gil);
+  if (error.failure()) return ffi::Unexpected(std::move(error));
+  return site;
+}
+
+CallSite::~CallSite() {
+  // XLA may destroy compiled programs after Python has shut down, or from a
+  // thread that cannot take the GIL then: the references are leaked rather
+  // than touched without an interpreter.
+  if (!PythonIsAlive()) return;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  ClearCache();
+  Py_CLEAR(func_);
+  PyGILState_Release(gil);
+}
+
+void CallSite::ClearCache() {
+  for (auto& slot : slots_) {
+    for (auto& c : slot) Py_DECREF(c.array);
+    slot.clear();
+  }
+}
+
+PyObject* CallSite::ArrayFor(size_t slot_index, const BufferView& view,
+                             Platform platform, int device) {
+  auto& slot = slots_[slot_index];
+  for (size_t i = 0; i < slot.size(); ++i) {
+    if (slot[i].data == view.data && slot[i].device == device) {
+      ++Counters().array_hits;
+      if (i != 0) std::swap(slot[i], slot[0]);  // keep the hottest first
+      return slot[0].array;
+    }
+  }
+  ++Counters().array_misses;
+  PyObject* shape = ShapeTuple(view);
+  if (!shape) return nullptr;
+  const char* dtype = LookupDType(view.dtype)->name;
+  const auto ptr = static_cast<unsigned long long>(
+      reinterpret_cast<uintptr_t>(view.data));
+  PyObject* array =
+      platform == Platform::kCuda
+          ? PyObject_CallFunction(g_hooks.device_array, "KOsi", ptr, shape,
+                                  dtype, device)
+          : PyObject_CallFunction(g_hooks.host_array, "KOs", ptr, shape, dtype);
+  Py_DECREF(shape);
+  if (!array) return nullptr;
+  if (slot.size() == kArraysPerSlot) {
+    Py_DECREF(slot.back().array);
+    slot.pop_back();
+  }
+  slot.insert(slot.begin(), CachedArray{view.data, device, array});
+  return array;
+}
+
+PyObject* StreamFor(Platform platform, int device, void* stream) {
+  auto& cache = StreamCache();
+  for (auto& c : cache) {
+    if (c.device == device && c.stream == stream) {
+      ++Counters().stream_hits;
+      return c.object;
+    }
+  }
+  ++Counters().stream_misses;
+  PyObject* object =
+      platform == Platform::kCuda
+          ? PyObject_CallFunction(g_hooks.device_stream, "Ki",
+                                  static_cast<unsigned long long>(
+                                      reinterpret_cast<uintptr_t>(stream)),
+                                  device)
+          : PyObject_CallNoArgs(g_hooks.host_stream);
+  if (!object) return nullptr;
+  if (cache.size() == kMaxStreams) {
+    Py_DECREF(cache.front().object);
+    cache.erase(cache.begin());
+  }
+  cache.push_back(CachedStream{device, stream, object});
+  return object;
+}
+
+void ClearStreamCache() {
+  for (auto& c : StreamCache()) Py_DECREF(c.object);
+  StreamCache().clear();
+}
+
+ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
+                            Platform platform, int device, void* stream) {
+  ++Counters().calls;
+  if (buffers.size() != slots_.size()) {
+    ++Counters().errors;
+    return ffi::Error::InvalidArgument(
+        "numbax op '" + key_ + "': expected " + std::to_string(slots_.size()) +
+        " buffers, got " + std::to_string(buffers.size()));
+  }
+  // argv[0] is scratch space that vectorcall may use (ARGUMENTS_OFFSET).
+  thread_local std::vector<PyObject*> argv;
+  argv.resize(buffers.size() + 2);
+  argv[0] = nullptr;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    PyObject* array = ArrayFor(i, buffers[i], platform, device);
+    if (!array) {
+      ++Counters().errors;
+      return ffi::Error::Internal("numbax op '" + key_ +
+                                  "': could not wrap buffer " +
+                                  std::to_string(i) + " for Numba: " +
+                                  TakePythonError());
+    }
+    argv[i + 1] = array;  // borrowed: the cache holds it for this call
+  }
+  PyObject* stream_object = StreamFor(platform, device, stream);
+  if (!stream_object) {
+    ++Counters().errors;
+    return ffi::Error::Internal("numbax op '" + key_ +
+                                "': could not wrap XLA's stream for Numba: " +
+                                TakePythonError());
+  }
+  argv[buffers.size() + 1] = stream_object;
+  PyObject* result = PyObject_Vectorcall(
+      func_, argv.data() + 1,
+      (buffers.size() + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+  if (!result) {
+    ++Counters().errors;
+    return ffi::Error::Internal("numbax op '" + key_ + "': func raised " +
+                                TakePythonError());
+  }
+  const bool returned_value = result != Py_None;
+  Py_DECREF(result);
+  if (returned_value) {
+    ++Counters().errors;
+    return ffi::Error::InvalidArgument(
+        "numbax op '" + key_ +
+        "': func returned a value; it must write its results into the output "
+        "arrays it is given and return None");
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace numbax

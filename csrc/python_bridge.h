@@ -1,0 +1,113 @@
+// Calling a user's Python function from an XLA FFI handler.
+//
+// A CallSite is the instantiate-stage state of one custom call in one
+// compiled program: the Python function its stable key resolved to, and
+// small caches of the Numba arrays and streams built around XLA's buffers.
+// Everything here runs with the GIL held; the caches need no other lock.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "buffers.h"
+
+namespace numbax {
+
+// Python callables installed once by numbax's Python package at import.
+// They build Numba objects on cache misses; the per-call path never calls
+// them when the caches hit.
+struct PythonHooks {
+  PyObject* resolve = nullptr;       // (key, platform) -> (func, n_in, n_out, n_scratch)
+  PyObject* device_array = nullptr;  // (ptr, shape, dtype, device) -> DeviceNDArray
+  PyObject* host_array = nullptr;    // (ptr, shape, dtype) -> simulator array
+  PyObject* device_stream = nullptr; // (stream_ptr, device) -> numba Stream
+  PyObject* host_stream = nullptr;   // () -> simulator stream
+  PyObject* format_exception = nullptr;  // (exc) -> str with traceback
+};
+
+// Replaces the hooks (holding new references; the old ones are leaked on
+// purpose, since a handler may be mid-call on another thread).
+void SetPythonHooks(const PythonHooks& hooks);
+const PythonHooks& Hooks();
+
+// True when it is safe to take the GIL from this thread.
+bool PythonIsAlive();
+
+enum class Platform { kCpu, kCuda };
+
+// Counters for tests and diagnostics. Updated under the GIL.
+struct BridgeCounters {
+  uint64_t calls = 0;
+  uint64_t array_hits = 0;
+  uint64_t array_misses = 0;
+  uint64_t stream_hits = 0;
+  uint64_t stream_misses = 0;
+  uint64_t errors = 0;
+};
+BridgeCounters& Counters();
+
+class CallSite {
+ public:
+  static ::xla::ffi::TypeId id;
+
+  // Resolves `key` through the resolve hook. Takes the GIL itself.
+  static ::xla::ffi::ErrorOr<std::unique_ptr<CallSite>> Create(
+      std::string_view key, Platform platform);
+
+  ~CallSite();
+  CallSite(const CallSite&) = delete;
+  CallSite& operator=(const CallSite&) = delete;
+
+  const std::string& key() const { return key_; }
+  int64_t num_inputs() const { return num_inputs_; }
+  int64_t num_outputs() const { return num_outputs_; }
+  int64_t num_scratch() const { return num_scratch_; }
+
+  // Calls func(*arrays, stream) with the GIL held by the caller. `buffers`
+  // are the inputs, outputs and scratch buffers in that order. For CUDA,
+  // the device's primary context must already be current.
+  ::xla::ffi::Error Invoke(const std::vector<BufferView>& buffers,
+                           Platform platform, int device, void* stream);
+
+  // Drops every cached array (tests, and numbax.clear_caches()).
+  void ClearCache();
+
+ private:
+  CallSite() = default;
+
+  struct CachedArray {
+    void* data;
+    int device;
+    PyObject* array;  // strong reference
+  };
+  // A few arrays per buffer slot: XLA rotates among a handful of addresses
+  // for the same call site, so a tiny most-recently-used list hits.
+  static constexpr size_t kArraysPerSlot = 8;
+
+  PyObject* ArrayFor(size_t slot, const BufferView& view, Platform platform,
+                     int device);
+
+  std::string key_;
+  PyObject* func_ = nullptr;  // strong reference
+  int64_t num_inputs_ = 0;
+  int64_t num_outputs_ = 0;
+  int64_t num_scratch_ = 0;
+  std::vector<std::vector<CachedArray>> slots_;
+};
+
+// The Numba stream object for an XLA stream on a device (cached, bounded).
+// Returns a borrowed reference, or nullptr with a Python error set.
+PyObject* StreamFor(Platform platform, int device, void* stream);
+
+// Drops all cached streams.
+void ClearStreamCache();
+
+// Formats the pending Python exception (type, message, traceback) and clears
+// it. Must be called with the GIL held and an exception set.
+std::string TakePythonError();
+
+}  // namespace numbax

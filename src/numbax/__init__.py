@@ -1,0 +1,15 @@
+"""numbax: Numba CUDA kernels, and Python functions that launch them, as XLA ops."""
+
+from ._version import __version__
+from .callable import numba_cuda_callable
+from .kernel import numba_cuda_kernel
+from .diagnostics import bridge_counters, clear_caches, registry_size
+
+__all__ = [
+    "__version__",
+    "numba_cuda_callable",
+    "numba_cuda_kernel",
+    "bridge_counters",
+    "clear_caches",
+    "registry_size",
+]

@@ -1,0 +1,131 @@
+"""Numba's side of the bridge: imports, and the objects built around XLA's memory.
+
+The C++ handlers call the ``*_hook`` functions below only on cache misses: a
+hit hands the same Numba array or stream back without running any Python.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import traceback
+
+import numpy as np
+
+_INSTALL_HINT = (
+    "install it with `pip install numba numba-cuda cuda-bindings 'numpy<2.5'`; "
+    "set NUMBA_ENABLE_CUDASIM=1 (before numba is imported) to run the same "
+    "kernels on the CPU through Numba's CUDA simulator"
+)
+
+
+def simulator_enabled() -> bool:
+    """True when Numba's CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1)."""
+    try:
+        from numba import config
+    except ImportError:
+        return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+    return bool(config.ENABLE_CUDASIM)
+
+
+def require_cuda():
+    """Returns ``numba.cuda``, or raises ImportError saying what to install."""
+    try:
+        from numba import cuda
+    except Exception as exc:  # numba missing, numba-cuda missing or broken
+        raise ImportError(
+            f"numbax needs Numba with CUDA support ({type(exc).__name__}: "
+            f"{exc}); {_INSTALL_HINT}") from exc
+    _check_numpy()
+    return cuda
+
+
+def _check_numpy() -> None:
+    major_minor = tuple(int(p) for p in np.__version__.split(".")[:2])
+    if major_minor >= (2, 5):
+        try:
+            from importlib.metadata import version
+            nc = tuple(int(p) for p in version("numba-cuda").split(".")[:2])
+        except Exception:
+            nc = (0, 0)
+        if nc <= (0, 30):
+            raise ImportError(
+                f"numpy {np.__version__} is too new for numba-cuda "
+                f"{'.'.join(map(str, nc))}: it cannot compile kernels "
+                "(np.row_stack was removed in numpy 2.5). Fix: "
+                "pip install 'numpy<2.5'")
+
+
+def numba_type_for(dtype: np.dtype):
+    """The Numba scalar type for a numpy dtype, or None if Numba lacks one."""
+    from numba.np import numpy_support
+    try:
+        return numpy_support.from_dtype(np.dtype(dtype))
+    except Exception:
+        return None
+
+
+# ---------------------------------------------------------------------------
+# Hooks called from C++ (cache misses only).
+
+def device_array_hook(ptr: int, shape: tuple, dtype: str, device: int):
+    """A Numba device array over XLA's buffer: zero copy, never freed by Numba."""
+    from numba import cuda
+    from numba.cuda.cudadrv import driver
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    dt = np.dtype(dtype) if dtype != "bfloat16" else _bfloat16()
+    # The C++ handler made the primary context of `device` current.
+    ctx = cuda.current_context()
+    nbytes = math.prod(shape) * dt.itemsize
+    memory = driver.MemoryPointer(ctx, driver.binding.CUdeviceptr(ptr), nbytes)
+    strides = _c_strides(shape, dt.itemsize)
+    return DeviceNDArray(shape, strides, dt, gpu_data=memory)
+
+
+def host_array_hook(ptr: int, shape: tuple, dtype: str):
+    """A simulator array over XLA's host buffer: zero copy, written in place."""
+    if not simulator_enabled():
+        raise RuntimeError(
+            "this numbax op runs on JAX's CPU backend, which needs Numba's "
+            "CUDA simulator: set NUMBA_ENABLE_CUDASIM=1 before numba is "
+            "imported, or run the program on a GPU")
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    dt = np.dtype(dtype) if dtype != "bfloat16" else _bfloat16()
+    nbytes = math.prod(shape) * dt.itemsize
+    if nbytes == 0:
+        array = np.empty(shape, dt)
+    else:
+        raw = (ctypes.c_char * nbytes).from_address(ptr)
+        array = np.frombuffer(raw, dtype=dt).reshape(shape)
+    return FakeCUDAArray(array)
+
+
+def device_stream_hook(ptr: int, device: int):
+    from numba import cuda
+    return cuda.external_stream(ptr)
+
+
+def host_stream_hook():
+    from numba import cuda
+    return cuda.stream()
+
+
+def format_exception_hook(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def _c_strides(shape, itemsize):
+    strides = []
+    stride = itemsize
+    for d in reversed(shape):
+        strides.append(stride)
+        stride *= d
+    return tuple(reversed(strides))
+
+
+def _bfloat16():
+    import ml_dtypes
+    return np.dtype(ml_dtypes.bfloat16)

@@ -1,0 +1,109 @@
+"""numba_cuda_callable: a Python function that launches Numba kernels, as an XLA op."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from . import _checks, _numba, _registry
+
+
+class NumbaCudaCallable:
+    """The function of JAX arrays returned by :func:`numba_cuda_callable`."""
+
+    def __init__(self, func, outs, *, vmap_method, input_output_aliases,
+                 scratch, name):
+        self.func = func  # strong: the registry refers to it weakly
+        self.out_specs, self.out_tree = _checks.normalize_outs(outs)
+        self.scratch_specs = []
+        if scratch is not None:
+            self.scratch_specs, _ = _checks.normalize_outs(scratch, "scratch")
+        self.vmap_method = vmap_method
+        self.input_output_aliases = input_output_aliases
+        self.name = name
+        self.__name__ = getattr(func, "__name__", "numba_cuda_callable")
+        self.__doc__ = getattr(func, "__doc__", None)
+
+    def __repr__(self):
+        return f"numbax.numba_cuda_callable({_registry.base_name(self.func)})"
+
+    def _signature(self, inputs):
+        spec = lambda s: (tuple(s.shape), np.dtype(s.dtype).str)  # noqa: E731
+        return ("callable", tuple(spec(x) for x in inputs),
+                tuple(spec(s) for s in self.out_specs),
+                tuple(spec(s) for s in self.scratch_specs))
+
+    def __call__(self, *args):
+        op = f"numba_cuda_callable({_registry.base_name(self.func)})"
+        inputs = _checks.as_input_arrays(args, op)
+        aliases = _checks.check_aliases(self.input_output_aliases, inputs,
+                                        self.out_specs, op)
+        key = _registry.callable_key(
+            self.func, self._signature(inputs), name=self.name,
+            num_inputs=len(inputs), num_outputs=len(self.out_specs),
+            num_scratch=len(self.scratch_specs))
+        results = jax.ffi.ffi_call(
+            _registry.CALLABLE_TARGET,
+            self.out_specs + self.scratch_specs,
+            # None pins XLA's default row-major layout on every buffer:
+            # Numba's arrays are C-contiguous views.
+            input_layouts=[None] * len(inputs),
+            output_layouts=[None] * (len(self.out_specs) +
+                                     len(self.scratch_specs)),
+            vmap_method=self.vmap_method,
+            input_output_aliases=aliases,
+            has_side_effect=False,
+        )(*inputs, key=key)
+        results = list(results)[:len(self.out_specs)]
+        return jax.tree_util.tree_unflatten(self.out_tree, results)
+
+
+def numba_cuda_callable(
+    func: Callable[..., None],
+    outs: Any,
+    *,
+    vmap_method: str | None = None,
+    input_output_aliases: dict[int, int] | None = None,
+    scratch: Any = None,
+    name: str | None = None,
+) -> Callable[..., Any]:
+    """Create a JAX-callable from a Python function that launches Numba CUDA kernels.
+
+    ``func(input_1, ..., output_1, ..., [scratch_1, ...,] stream)`` receives
+    Numba CUDA device arrays over XLA's own buffers (zero copy, C-contiguous)
+    and a Numba stream over XLA's CUDA stream; it may launch any number of
+    kernels on that stream and must return None. On JAX's CPU backend with
+    ``NUMBA_ENABLE_CUDASIM=1`` the same ``func`` runs through Numba's CUDA
+    simulator over XLA's host buffers.
+
+    Args:
+      func: the Python function described above.
+      outs: a ``jax.ShapeDtypeStruct`` or a sequence/pytree of them; the
+        result has the same structure.
+      vmap_method: passed to ``jax.ffi.ffi_call`` unchanged.
+      input_output_aliases: ``{input index: output index}``, passed to
+        ``jax.ffi.ffi_call`` unchanged (after checking shapes and dtypes).
+      scratch: optional ShapeDtypeStruct(s): temporary buffers XLA allocates
+        for the call, passed to ``func`` after the outputs.
+      name: optional stable name for the op's key (default: the function's
+        module and qualified name).
+
+    Returns:
+      A function of JAX arrays that works eagerly and inside ``jax.jit``.
+
+    Raises:
+      ImportError: Numba with CUDA support is not installed.
+      TypeError: ``func`` is not callable, or ``outs`` is not
+        ShapeDtypeStruct-like.
+      ValueError: (when called) an input is 0-d, or a dtype Numba cannot use.
+    """
+    _numba.require_cuda()
+    if not callable(func):
+        raise TypeError(
+            f"numba_cuda_callable: func must be callable, got "
+            f"{type(func).__name__}: {func!r}")
+    return NumbaCudaCallable(func, outs, vmap_method=vmap_method,
+                             input_output_aliases=input_output_aliases,
+                             scratch=scratch, name=name)

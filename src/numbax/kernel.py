@@ -1,0 +1,354 @@
+"""numba_cuda_kernel: one compiled Numba kernel, launched from C++ with no Python per call."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.interpreters import batching, mlir
+
+try:  # jax >= 0.4.36
+    from jax.extend.core import Primitive
+except ImportError:  # pragma: no cover
+    from jax.core import Primitive
+
+from . import _checks, _core, _numba, _registry
+
+_DEFAULT_BLOCKS = {1: None, 2: (16, 16), 3: (8, 8, 4)}
+
+
+def _as_dims(value, what: str) -> tuple[int, ...]:
+    dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+    if not 1 <= len(dims) <= 3:
+        raise ValueError(f"{what} must have 1 to 3 axes, got {len(dims)}: "
+                         f"{value!r}")
+    out = []
+    for d in dims:
+        if not isinstance(d, (int, np.integer)) or isinstance(d, bool):
+            raise ValueError(f"{what} must hold ints, got {value!r}")
+        if d < 0:
+            raise ValueError(f"{what} has a negative extent: {value!r}")
+        out.append(int(d))
+    return tuple(out)
+
+
+def _pad3(dims):
+    return tuple(dims) + (1,) * (3 - len(dims))
+
+
+def launch_config(launch_dims, threads_per_block):
+    """(grid, block) for `launch_dims` extents, as numbax documents it."""
+    if len(launch_dims) == 1:
+        n = launch_dims[0]
+        block = (max(1, min(threads_per_block, n)),)
+    else:
+        block = tuple(max(1, min(b, n)) for b, n in
+                      zip(_DEFAULT_BLOCKS[len(launch_dims)], launch_dims))
+    grid = tuple(-(-n // b) for n, b in zip(launch_dims, block))
+    return _pad3(grid), _pad3(block)
+
+
+def _is_dispatcher(kernel) -> bool:
+    try:
+        from numba.cuda.dispatcher import CUDADispatcher
+        if isinstance(kernel, CUDADispatcher):
+            return True
+    except ImportError:
+        pass
+    try:
+        from numba.cuda.simulator.kernel import FakeCUDAKernel
+        return isinstance(kernel, FakeCUDAKernel)
+    except ImportError:
+        return False
+
+
+numbax_kernel_p = Primitive("numbax_kernel")
+numbax_kernel_p.multiple_results = True
+
+
+@numbax_kernel_p.def_abstract_eval
+def _abstract_eval(*args, op, out_shapes, batch, broadcast):
+    return [jax.core.ShapedArray(s, d) for s, d in out_shapes]
+
+
+def _lower(ctx, *args, op, out_shapes, batch, broadcast, platform):
+    avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_in]
+    if platform == "cuda":
+        key = op._gpu_key(avals, batch, broadcast)
+        target = _registry.KERNEL_TARGET
+    else:
+        key = op._simulator_key(avals, out_shapes, batch, broadcast)
+        target = _registry.CALLABLE_TARGET
+    aliases = op.input_output_aliases or {}
+    return jax.ffi.ffi_lowering(
+        target,
+        operand_output_aliases=dict(aliases),
+    )(ctx, *args, key=key)
+
+
+mlir.register_lowering(numbax_kernel_p, partial(_lower, platform="cuda"),
+                       platform="cuda")
+mlir.register_lowering(numbax_kernel_p, partial(_lower, platform="cpu"),
+                       platform="cpu")
+
+
+def _batch_rule(args, dims, *, op, out_shapes, batch, broadcast):
+    if batch:
+        raise ValueError(
+            f"{op!r}: nested jax.vmap is not supported by the per-slice launch; "
+            "create the op with vmap_method='sequential' to nest vmaps")
+    size = next(a.shape[d] for a, d in zip(args, dims)
+                if d is not batching.not_mapped)
+    if op.vmap_method == "sequential":
+        moved = [a if d is batching.not_mapped else jnp.moveaxis(a, d, 0)
+                 for a, d in zip(args, dims)]
+        mapped = [d is not batching.not_mapped for d in dims]
+
+        def one(sliced):
+            it = iter(sliced)
+            full = [next(it) if m else a for a, m in zip(moved, mapped)]
+            return numbax_kernel_p.bind(*full, op=op, out_shapes=out_shapes,
+                                        batch=0, broadcast=broadcast)
+        outs = jax.lax.map(one, [a for a, m in zip(moved, mapped) if m])
+        return outs, [0] * len(outs)
+    aliased_inputs = set((op.input_output_aliases or {}).keys())
+    new_args, flags = [], []
+    for i, (a, d) in enumerate(zip(args, dims)):
+        if d is batching.not_mapped:
+            a, reuse = a[None], True
+        else:
+            a = jnp.moveaxis(a, d, 0)
+            reuse = a.shape[0] == 1 and size != 1
+        if reuse and i in aliased_inputs:
+            # Written in place: every slice needs its own copy.
+            a, reuse = jnp.broadcast_to(a, (size,) + a.shape[1:]) + 0, False
+        new_args.append(a)
+        flags.append(reuse)
+    out_batched = tuple(((size,) + tuple(s), d) for s, d in out_shapes)
+    outs = numbax_kernel_p.bind(*new_args, op=op, out_shapes=out_batched,
+                                batch=size, broadcast=tuple(flags))
+    return outs, [0] * len(outs)
+
+
+batching.primitive_batchers[numbax_kernel_p] = _batch_rule
+
+
+class NumbaCudaKernel:
+    """The function of JAX arrays returned by :func:`numba_cuda_kernel`."""
+
+    def __init__(self, kernel, outs, *, grid, block, launch_dims,
+                 threads_per_block, shared_mem, vmap_method,
+                 input_output_aliases, name):
+        self.kernel = kernel
+        self.out_specs, self.out_tree = _checks.normalize_outs(outs)
+        self.launch_dims = launch_dims
+        self.grid = grid
+        self.block = block
+        self.threads_per_block = threads_per_block
+        self.shared_mem = shared_mem
+        self.vmap_method = vmap_method
+        self.input_output_aliases = input_output_aliases
+        self.name = name
+        self._launchers: dict = {}  # simulator launchers, kept alive here
+        self.__name__ = getattr(kernel, "__name__", "numba_cuda_kernel")
+
+    def __repr__(self):
+        return f"numbax.numba_cuda_kernel({_registry.base_name(self._py_func)})"
+
+    def __hash__(self):
+        return id(self)
+
+    def __eq__(self, other):
+        return self is other
+
+    @property
+    def _py_func(self):
+        return getattr(self.kernel, "py_func", self.kernel)
+
+    def _launch(self):
+        """(grid, block, empty) of one unbatched launch."""
+        if self.launch_dims is not None:
+            grid, block = launch_config(self.launch_dims, self.threads_per_block)
+            empty = 0 in self.launch_dims
+        else:
+            grid, block = _pad3(self.grid), _pad3(self.block)
+            empty = 0 in grid or 0 in block
+        return grid, block, empty
+
+    # -- GPU: the plan C++ launches from ----------------------------------
+    def _argtypes(self, avals, batch):
+        from numba import types
+        tys = []
+        for shape, dtype in avals:
+            ndim = len(shape) - (1 if batch else 0)
+            tys.append(types.Array(_numba.numba_type_for(dtype), ndim, "C"))
+        return tuple(tys)
+
+    def _compile(self, argtypes):
+        try:
+            compiled = self.kernel.compile(argtypes)
+        except Exception as exc:
+            raise type(exc)(
+                f"{self!r}: Numba could not compile the kernel for argument "
+                f"types {argtypes}: {exc}") from exc
+        if getattr(compiled, "debug", False):
+            raise ValueError(
+                f"{self!r}: kernels compiled with debug=True report errors "
+                "through Numba's own launcher; launch them from a "
+                "numba_cuda_callable instead, or compile without debug")
+        return compiled
+
+    def _gpu_key(self, avals, batch, broadcast):
+        argtypes = self._argtypes(avals, batch)
+        compiled = self._compile(argtypes)
+        grid, block, empty = self._launch()
+        n_in = len(avals) - len(self.out_specs)
+
+        def plan():
+            from numba import cuda
+            functions = []
+            for ordinal in range(len(cuda.gpus)):
+                functions.append(_core.call_on_device(
+                    ordinal, lambda o=ordinal: self._load(compiled, grid, block, o)))
+            return (self, tuple(functions), n_in, len(self.out_specs), grid,
+                    block, self.shared_mem, bool(compiled.cooperative),
+                    empty or batch < 0, int(batch), tuple(broadcast))
+
+        signature = ("kernel", tuple((s, d.str) for s, d in avals), batch,
+                     broadcast, grid, block, self.shared_mem)
+        return _registry.kernel_key(self, signature, plan, name=self.name)
+
+    def _load(self, compiled, grid, block, ordinal):
+        cufunc = compiled._codelibrary.get_cufunc()
+        if compiled.cooperative:
+            limit = compiled.max_cooperative_grid_blocks(block, self.shared_mem)
+            if math.prod(grid) > limit:
+                raise ValueError(
+                    f"{self!r}: the kernel synchronises its grid, so it is "
+                    f"launched cooperatively, but grid {grid} has "
+                    f"{math.prod(grid)} blocks and device {ordinal} can run "
+                    f"at most {limit} at once; shrink the grid (or launch_dims)")
+        return _core.kernel_function(int(cufunc.handle), ordinal,
+                                     self.shared_mem)
+
+    # -- CPU: the same launch through Numba's simulator -------------------
+    def _simulator_key(self, avals, out_shapes, batch, broadcast):
+        grid, block, empty = self._launch()
+        n_in = len(avals) - len(self.out_specs)
+        signature = ("kernel-sim", tuple((s, d.str) for s, d in avals),
+                     batch, broadcast, grid, block, self.shared_mem)
+        launcher = self._launchers.get(signature)
+        if launcher is None:
+            kernel, shared_mem = self.kernel, self.shared_mem
+
+            def launcher(*arrays):
+                *arrays, stream = arrays
+                if empty:
+                    for out in arrays[n_in:]:
+                        out._ary.fill(0)
+                    return None
+                slices = range(batch) if batch else [None]
+                for s in slices:
+                    if s is None:
+                        view = arrays
+                    else:
+                        view = [a[0] if (i < n_in and broadcast[i]) else a[s]
+                                for i, a in enumerate(arrays)]
+                    kernel[grid[:3], block[:3], stream, shared_mem](*view)
+                return None
+            launcher.__qualname__ = f"{_registry.base_name(self._py_func)}.simulator"
+            self._launchers[signature] = launcher
+        return _registry.callable_key(
+            launcher, signature, name=self.name and f"{self.name}.simulator",
+            num_inputs=n_in, num_outputs=len(self.out_specs), num_scratch=0)
+
+    def __call__(self, *args):
+        op = repr(self)
+        inputs = _checks.as_input_arrays(args, op)
+        aliases = _checks.check_aliases(self.input_output_aliases, inputs,
+                                        self.out_specs, op)
+        del aliases
+        outs = numbax_kernel_p.bind(
+            *inputs, op=self,
+            out_shapes=tuple((tuple(s.shape), np.dtype(s.dtype))
+                             for s in self.out_specs),
+            batch=0, broadcast=tuple(False for _ in inputs))
+        return jax.tree_util.tree_unflatten(self.out_tree, list(outs))
+
+
+def numba_cuda_kernel(
+    kernel: Any,
+    outs: Any,
+    *,
+    grid: int | Sequence[int] | None = None,
+    block: int | Sequence[int] | None = None,
+    launch_dims: int | Sequence[int] | None = None,
+    threads_per_block: int = 256,
+    shared_mem: int = 0,
+    vmap_method: str | None = None,
+    input_output_aliases: dict[int, int] | None = None,
+    name: str | None = None,
+):
+    """Wrap one ``@cuda.jit`` kernel as a JAX function, launched from C++.
+
+    The kernel's arguments are the inputs, then the outputs (all arrays).
+    It is compiled for the argument types when traced; each call then packs
+    the arguments in Numba's kernel ABI and launches on XLA's stream from
+    C++, with no Python and no GIL, and XLA may capture it in CUDA graphs.
+
+    Launch configuration: ``grid`` and ``block`` (int or up to 3 ints), or
+    ``launch_dims`` (1-3 extents; 1-D blocks of ``min(threads_per_block, n)``,
+    2-D 16x16, 3-D 8x8x4, grid rounded up). A zero extent launches nothing and
+    the outputs are zero-filled. ``shared_mem`` is dynamic shared memory in
+    bytes. Under ``jax.vmap`` each slice of the added axis is one launch of
+    the unbatched kernel (``vmap_method='sequential'`` loops in XLA instead).
+
+    Raises:
+      TypeError: ``kernel`` is not a Numba CUDA dispatcher.
+      ValueError: an invalid launch configuration (see the docs).
+    """
+    _numba.require_cuda()
+    if not _is_dispatcher(kernel):
+        raise TypeError(
+            "numba_cuda_kernel: kernel must be a Numba CUDA kernel (a function "
+            f"decorated with @cuda.jit), got {type(kernel).__name__}; wrap "
+            "plain Python launch code with numba_cuda_callable instead")
+    if isinstance(threads_per_block, bool) or not isinstance(
+            threads_per_block, (int, np.integer)) or threads_per_block < 1:
+        raise ValueError(
+            f"threads_per_block must be an int >= 1, got {threads_per_block!r}")
+    if not isinstance(shared_mem, (int, np.integer)) or shared_mem < 0:
+        raise ValueError(f"shared_mem must be an int >= 0 bytes, got {shared_mem!r}")
+    explicit = grid is not None or block is not None
+    if explicit and launch_dims is not None:
+        raise ValueError(
+            "give either grid and block, or launch_dims, not both")
+    if explicit and (grid is None or block is None):
+        raise ValueError(
+            "grid and block go together: give both (or use launch_dims)")
+    if not explicit and launch_dims is None:
+        raise ValueError(
+            "numba_cuda_kernel needs a launch configuration: grid=..., "
+            "block=... or launch_dims=...")
+    if explicit:
+        grid, block = _as_dims(grid, "grid"), _as_dims(block, "block")
+        if vmap_method is not None:
+            raise ValueError(
+                "an explicit grid cannot be combined with vmap_method: use "
+                "launch_dims, or leave vmap_method=None for one launch per "
+                "vmapped slice")
+    else:
+        launch_dims = _as_dims(launch_dims, "launch_dims")
+    if vmap_method not in (None, "sequential"):
+        raise ValueError(
+            f"numba_cuda_kernel supports vmap_method None (one launch per "
+            f"slice) or 'sequential'; got {vmap_method!r}")
+    return NumbaCudaKernel(
+        kernel, outs, grid=grid, block=block, launch_dims=launch_dims,
+        threads_per_block=int(threads_per_block), shared_mem=int(shared_mem),
+        vmap_method=vmap_method, input_output_aliases=input_output_aliases,
+        name=name)
