@@ -31,6 +31,10 @@ def ensure_targets() -> None:
     with _lock:
         if _targets_registered:
             return
+        # Initialise JAX's backends first: a backend that starts later
+        # registers pending FFI targets before pending types, and refuses
+        # handlers whose state types it has not seen yet.
+        jax.devices()
         _core.set_python_hooks(
             resolve=_resolve_callable,
             device_array=_numba.device_array_hook,

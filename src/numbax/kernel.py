@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src import dispatch as _dispatch
 from jax.interpreters import batching, mlir
 
 try:  # jax >= 0.4.36
@@ -68,6 +69,8 @@ def _is_dispatcher(kernel) -> bool:
 
 numbax_kernel_p = Primitive("numbax_kernel")
 numbax_kernel_p.multiple_results = True
+# Eager calls compile the primitive alone, as jax does for its own.
+numbax_kernel_p.def_impl(partial(_dispatch.apply_primitive, numbax_kernel_p))
 
 
 @numbax_kernel_p.def_abstract_eval
@@ -102,11 +105,11 @@ def _batch_rule(args, dims, *, op, out_shapes, batch, broadcast):
             f"{op!r}: nested jax.vmap is not supported by the per-slice launch; "
             "create the op with vmap_method='sequential' to nest vmaps")
     size = next(a.shape[d] for a, d in zip(args, dims)
-                if d is not batching.not_mapped)
+                if d is not None)
     if op.vmap_method == "sequential":
-        moved = [a if d is batching.not_mapped else jnp.moveaxis(a, d, 0)
+        moved = [a if d is None else jnp.moveaxis(a, d, 0)
                  for a, d in zip(args, dims)]
-        mapped = [d is not batching.not_mapped for d in dims]
+        mapped = [d is not None for d in dims]
 
         def one(sliced):
             it = iter(sliced)
@@ -118,7 +121,7 @@ def _batch_rule(args, dims, *, op, out_shapes, batch, broadcast):
     aliased_inputs = set((op.input_output_aliases or {}).keys())
     new_args, flags = [], []
     for i, (a, d) in enumerate(zip(args, dims)):
-        if d is batching.not_mapped:
+        if d is None:
             a, reuse = a[None], True
         else:
             a = jnp.moveaxis(a, d, 0)
@@ -206,7 +209,7 @@ class NumbaCudaKernel:
         argtypes = self._argtypes(avals, batch)
         compiled = self._compile(argtypes)
         grid, block, empty = self._launch()
-        n_in = len(avals) - len(self.out_specs)
+        n_in = len(avals)
 
         def plan():
             from numba import cuda
@@ -238,7 +241,7 @@ class NumbaCudaKernel:
     # -- CPU: the same launch through Numba's simulator -------------------
     def _simulator_key(self, avals, out_shapes, batch, broadcast):
         grid, block, empty = self._launch()
-        n_in = len(avals) - len(self.out_specs)
+        n_in = len(avals)
         signature = ("kernel-sim", tuple((s, d.str) for s, d in avals),
                      batch, broadcast, grid, block, self.shared_mem)
         launcher = self._launchers.get(signature)
@@ -260,7 +263,9 @@ class NumbaCudaKernel:
                                 for i, a in enumerate(arrays)]
                     kernel[grid[:3], block[:3], stream, shared_mem](*view)
                 return None
-            launcher.__qualname__ = f"{_registry.base_name(self._py_func)}.simulator"
+            launcher.__module__ = getattr(self._py_func, "__module__", None)
+            launcher.__qualname__ = (
+                getattr(self._py_func, "__qualname__", "kernel") + ".simulator")
             self._launchers[signature] = launcher
         return _registry.callable_key(
             launcher, signature, name=self.name and f"{self.name}.simulator",

@@ -1,0 +1,1 @@
+"""numbax benchmark suite: python -m benchmarks.run --help."""

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Builds numbax on a GPU machine with no network, runs the `gpu` tests on real
+# CUDA, then the benchmark suite, and prints a short table last.
+#
+#   bash scripts/gpu_check.sh [--no-bench] [--quick] [-- extra pytest args]
+#
+# Wheels in .whl/ (e.g. numpy<2.5 for numba-cuda 0.30) are installed first.
+# Logs and JSON go to $OUT (default /tmp/numbax-gpu).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+unset NUMBA_ENABLE_CUDASIM
+OUT=${OUT:-/tmp/numbax-gpu}
+mkdir -p "$OUT"
+bench=1 quick=""
+pytest_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-bench) bench=0 ;;
+    --quick) quick="--quick" ;;
+    --) shift; pytest_args=("$@"); break ;;
+  esac
+  shift
+done
+
+PY=${PYTHON:-python3}
+site=/tmp/numbax-site
+rm -rf "$site" && mkdir -p "$site"
+if compgen -G ".whl/*.whl" >/dev/null; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/*.whl || exit 1
+fi
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+
+echo "== build"
+t0=$(date +%s)
+$PY -m pip install -q --no-index --no-deps --no-build-isolation --target "$site" . \
+  > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+echo "built in $(( $(date +%s) - t0 ))s"
+$PY - <<'PY'
+import jax, numba, numpy, numbax, importlib.metadata as md
+print("jax", jax.__version__, "numba", numba.__version__, "numba-cuda",
+      md.version("numba-cuda"), "numpy", numpy.__version__, "numbax", numbax.__version__)
+print("devices", jax.devices())
+PY
+
+echo "== gpu tests"
+$PY -m pytest -m gpu -q -p no:cacheprovider tests "${pytest_args[@]}" 2>&1 | tee "$OUT/pytest.log"
+test_status=${PIPESTATUS[0]}
+
+bench_status=0
+if [ "$bench" = 1 ] && [ -f benchmarks/run.py ]; then
+  echo "== benchmarks"
+  $PY -m benchmarks.run $quick --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+  bench_status=${PIPESTATUS[0]}
+fi
+
+echo "== summary"
+echo "gpu tests: $(tail -1 "$OUT/pytest.log")"
+[ -f "$OUT/bench.log" ] && sed -n '/^== table/,$p' "$OUT/bench.log"
+exit $(( test_status != 0 || bench_status != 0 ))

@@ -1,0 +1,189 @@
+// Tests for the packing of kernel parameters in Numba's array ABI
+// (csrc/kernel_args.*). A mistake here makes a kernel read the wrong words
+// as shapes or pointers, which on a GPU shows up as silent garbage or an
+// illegal address far from the cause, so the layout is checked word by word.
+#include "kernel_args.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+using numbax::KernelArgs;
+using Words = std::vector<int64_t>;
+
+// Device addresses are never dereferenced on the host; only their bits
+// matter.
+void* Addr(uintptr_t a) { return reinterpret_cast<void*>(a); }
+int64_t Word(uintptr_t a) { return static_cast<int64_t>(a); }
+
+void Add(KernelArgs& args, void* data, const std::vector<int64_t>& shape,
+         size_t itemsize) {
+  args.AddArray(data, shape.data(), static_cast<int64_t>(shape.size()),
+                itemsize);
+}
+
+// The parameter list must be exactly what cuLaunchKernel reads: one pointer
+// per word, each pointing at that word.
+void ExpectParamsMatchWords(KernelArgs& args) {
+  void** params = args.params();
+  const Words& words = args.words();
+  ASSERT_EQ(args.size(), words.size());
+  for (size_t i = 0; i < words.size(); ++i) {
+    ASSERT_EQ(params[i], static_cast<const void*>(&words[i])) << "word " << i;
+    int64_t through_param;
+    std::memcpy(&through_param, params[i], sizeof(through_param));
+    EXPECT_EQ(through_param, words[i]) << "word " << i;
+  }
+}
+
+TEST(KernelArgs, StartsEmpty) {
+  KernelArgs args;
+  EXPECT_EQ(args.size(), 0u);
+  EXPECT_TRUE(args.words().empty());
+}
+
+// Layouts below are written out literally: meminfo, parent, nitems,
+// itemsize, data, shape..., strides in bytes...
+
+TEST(KernelArgs, Rank1) {
+  KernelArgs args;
+  Add(args, Addr(0x7f0000001000), {7}, 2);
+  EXPECT_EQ(args.words(), (Words{0, 0, 7, 2, Word(0x7f0000001000), 7, 2}));
+  ExpectParamsMatchWords(args);
+}
+
+TEST(KernelArgs, Rank2) {
+  KernelArgs args;
+  Add(args, Addr(0x7f0000002000), {3, 4}, 4);
+  EXPECT_EQ(args.words(),
+            (Words{0, 0, 12, 4, Word(0x7f0000002000), 3, 4, 16, 4}));
+  ExpectParamsMatchWords(args);
+}
+
+TEST(KernelArgs, Rank3) {
+  KernelArgs args;
+  Add(args, Addr(0x7f0000003000), {2, 3, 4}, 8);
+  EXPECT_EQ(args.words(), (Words{0, 0, 24, 8, Word(0x7f0000003000), 2, 3, 4,
+                                 96, 32, 8}));
+  ExpectParamsMatchWords(args);
+}
+
+TEST(KernelArgs, Rank0IsOneElementWithNoShape) {
+  KernelArgs args;
+  Add(args, Addr(0x7f0000004000), {}, 4);
+  EXPECT_EQ(args.words(), (Words{0, 0, 1, 4, Word(0x7f0000004000)}));
+  ExpectParamsMatchWords(args);
+}
+
+TEST(KernelArgs, EveryItemsize) {
+  for (size_t itemsize : {1, 2, 4, 8, 16}) {
+    SCOPED_TRACE(itemsize);
+    const int64_t is = static_cast<int64_t>(itemsize);
+    KernelArgs args;
+    Add(args, Addr(0x1000), {2, 3, 5}, itemsize);
+    EXPECT_EQ(args.words(), (Words{0, 0, 30, is, 0x1000, 2, 3, 5, 15 * is,
+                                   5 * is, is}));
+  }
+}
+
+TEST(KernelArgs, SeveralArraysInSequence) {
+  KernelArgs args;
+  Add(args, Addr(0xa000), {5}, 4);
+  Add(args, Addr(0xb000), {2, 3, 4}, 2);
+  Add(args, Addr(0xc000), {}, 16);
+  Add(args, Addr(0xd000), {6, 1}, 1);
+  // 7 + 11 + 5 + 9 words, back to back with no padding between arrays.
+  EXPECT_EQ(args.words(),
+            (Words{0, 0, 5, 4, 0xa000, 5, 4,                         //
+                   0, 0, 24, 2, 0xb000, 2, 3, 4, 24, 8, 2,            //
+                   0, 0, 1, 16, 0xc000,                               //
+                   0, 0, 6, 1, 0xd000, 6, 1, 1, 1}));
+  ExpectParamsMatchWords(args);
+}
+
+TEST(KernelArgs, ZeroSizeArrays) {
+  KernelArgs args;
+  // Empty outputs decode with a null data pointer; it is passed as is.
+  Add(args, nullptr, {0}, 4);
+  EXPECT_EQ(args.words(), (Words{0, 0, 0, 4, 0, 0, 4}));
+
+  args.Reset();
+  Add(args, nullptr, {0, 5}, 4);
+  EXPECT_EQ(args.words(), (Words{0, 0, 0, 4, 0, 0, 5, 20, 4}));
+
+  // With the zero extent inside, only nitems, the shape and the innermost
+  // stride are pinned down: no element is ever addressed, and numpy's and
+  // the plain product's outer strides differ here.
+  args.Reset();
+  Add(args, Addr(0x2000), {3, 0, 2}, 8);
+  const Words& w = args.words();
+  ASSERT_EQ(w.size(), 11u);
+  EXPECT_EQ((Words(w.begin(), w.begin() + 8)),
+            (Words{0, 0, 0, 8, 0x2000, 3, 0, 2}));
+  EXPECT_EQ(w[10], 8);
+  ExpectParamsMatchWords(args);
+}
+
+TEST(KernelArgs, DataPointerBitsArePreserved) {
+  // Addresses with the top bit set must survive the trip through int64.
+  const uintptr_t high = ~uintptr_t{0} - 0xfff;
+  KernelArgs args;
+  Add(args, Addr(high), {1}, 1);
+  void* back;
+  std::memcpy(&back, &args.words()[4], sizeof(back));
+  EXPECT_EQ(back, Addr(high));
+}
+
+TEST(KernelArgs, ParamsFollowWordsAfterGrowth) {
+  // params() taken early would dangle once the word vector reallocates;
+  // taking it again after more arrays must give a fresh, consistent list.
+  KernelArgs args;
+  Add(args, Addr(0x1000), {2}, 4);
+  ExpectParamsMatchWords(args);
+  for (int i = 0; i < 50; ++i) Add(args, Addr(0x2000 + i), {1, 2, 3}, 8);
+  ASSERT_EQ(args.size(), 7u + 50u * 11u);
+  ExpectParamsMatchWords(args);
+}
+
+TEST(KernelArgs, ResetKeepsCapacity) {
+  KernelArgs args;
+  auto pack = [&args] {
+    Add(args, Addr(0x1000), {4, 4}, 4);
+    Add(args, Addr(0x2000), {2, 3, 4}, 8);
+    Add(args, Addr(0x3000), {9}, 1);
+  };
+  pack();
+  const Words first = args.words();
+  void** params = args.params();
+  const int64_t* storage = args.words().data();
+  const size_t capacity = args.words().capacity();
+
+  args.Reset();
+  EXPECT_EQ(args.size(), 0u);
+  EXPECT_EQ(args.words().capacity(), capacity);
+
+  // Steady state: the same launch packed again reuses both buffers, so the
+  // hot path allocates nothing.
+  pack();
+  EXPECT_EQ(args.words(), first);
+  EXPECT_EQ(args.words().data(), storage);
+  EXPECT_EQ(args.params(), params);
+  ExpectParamsMatchWords(args);
+}
+
+TEST(KernelArgs, ResetDropsPreviousArrays) {
+  KernelArgs args;
+  Add(args, Addr(0x1000), {2, 3, 4}, 8);
+  Add(args, Addr(0x2000), {5}, 4);
+  args.params();
+  args.Reset();
+  Add(args, Addr(0x3000), {6}, 2);
+  EXPECT_EQ(args.words(), (Words{0, 0, 6, 2, 0x3000, 6, 2}));
+  ExpectParamsMatchWords(args);
+}
+
+}  // namespace

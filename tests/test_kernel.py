@@ -1,0 +1,284 @@
+"""numba_cuda_kernel: launches from C++ on a GPU, through the simulator on CPU."""
+
+import jax
+import jax.numpy as jnp
+import numba
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbax
+from conftest import random_array
+
+pytestmark = pytest.mark.gpu
+
+F32 = jnp.float32
+
+
+@cuda.jit
+def affine(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = 2 * x[i] + 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32,
+                                   np.int64, np.float16, np.uint8])
+def test_elementwise_dtypes(rng, dtype):
+    n = 1000
+    op = numbax.numba_cuda_kernel(
+        affine, jax.ShapeDtypeStruct((n,), dtype), launch_dims=n)
+    x = random_array(rng, (n,), dtype)
+    if np.dtype(dtype) == np.uint8:
+        x = (x % 100).astype(np.uint8)
+    jax.config.update("jax_enable_x64", True)
+    try:
+        out = np.asarray(jax.jit(op)(jnp.asarray(x)))
+    finally:
+        jax.config.update("jax_enable_x64", False)
+    expected = (2 * x.astype(np.float64) + 1).astype(dtype)
+    np.testing.assert_allclose(out.astype(np.float64),
+                               expected.astype(np.float64), rtol=1e-3)
+
+
+@cuda.jit
+def matrix_add(a, b, out):
+    i, j = cuda.grid(2)
+    if i < out.shape[0] and j < out.shape[1]:
+        out[i, j] = a[i, j] + b[i, j]
+
+
+def test_explicit_2d_grid(rng):
+    shape = (37, 53)
+    op = numbax.numba_cuda_kernel(
+        matrix_add, jax.ShapeDtypeStruct(shape, F32),
+        grid=(3, 4), block=(16, 16))
+    a, b = (random_array(rng, shape, np.float32) for _ in range(2))
+    np.testing.assert_allclose(jax.jit(op)(a, b), a + b, rtol=1e-6)
+
+
+@cuda.jit
+def volume_scale(x, out):
+    i, j, k = cuda.grid(3)
+    if i < x.shape[0] and j < x.shape[1] and k < x.shape[2]:
+        out[i, j, k] = x[i, j, k] * (i + 1)
+
+
+def test_explicit_3d_grid_and_launch_dims(rng):
+    shape = (9, 10, 5)
+    x = random_array(rng, shape, np.float32)
+    expected = x * (np.arange(9)[:, None, None] + 1)
+    op = numbax.numba_cuda_kernel(
+        volume_scale, jax.ShapeDtypeStruct(shape, F32),
+        grid=(2, 2, 2), block=(8, 8, 4))
+    np.testing.assert_allclose(op(x), expected, rtol=1e-6)
+    op3 = numbax.numba_cuda_kernel(
+        volume_scale, jax.ShapeDtypeStruct(shape, F32), launch_dims=shape)
+    np.testing.assert_allclose(jax.jit(op3)(x), expected, rtol=1e-6)
+
+
+@cuda.jit
+def block_sums(x, out):
+    # Dynamic shared memory: one float32 per thread.
+    buf = cuda.shared.array(0, dtype=numba.float32)
+    tid = cuda.threadIdx.x
+    i = cuda.grid(1)
+    buf[tid] = x[i] if i < x.shape[0] else 0
+    cuda.syncthreads()
+    stride = cuda.blockDim.x // 2
+    while stride > 0:
+        if tid < stride:
+            buf[tid] += buf[tid + stride]
+        cuda.syncthreads()
+        stride //= 2
+    if tid == 0:
+        out[cuda.blockIdx.x] = buf[0]
+
+
+def test_dynamic_shared_memory_reduction(rng):
+    n, threads = 1000, 128
+    blocks = -(-n // threads)
+    op = numbax.numba_cuda_kernel(
+        block_sums, jax.ShapeDtypeStruct((blocks,), F32),
+        grid=blocks, block=threads, shared_mem=threads * 4)
+    x = random_array(rng, (n,), np.float32)
+    padded = np.concatenate([x, np.zeros(blocks * threads - n, np.float32)])
+    np.testing.assert_allclose(jax.jit(op)(x),
+                               padded.reshape(blocks, threads).sum(1),
+                               rtol=1e-4, atol=1e-4)
+
+
+@cuda.jit
+def many_in_two_out(a, b, c, d, e, total, prod):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        total[i] = a[i] + b[i] + c[i] + d[i] + e[i]
+        prod[i] = a[i] * b[i] * c[i] * d[i] * e[i]
+
+
+def test_many_inputs_multiple_outputs(rng):
+    n = 257
+    spec = jax.ShapeDtypeStruct((n,), F32)
+    op = numbax.numba_cuda_kernel(many_in_two_out, (spec, spec), launch_dims=n)
+    xs = [random_array(rng, (n,), np.float32) for _ in range(5)]
+    total, prod = jax.jit(op)(*xs)
+    np.testing.assert_allclose(total, sum(xs), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(prod, np.prod(xs, axis=0), rtol=1e-4, atol=1e-6)
+
+
+def test_jit_repeated_calls_fresh_data(rng):
+    n = 512
+    op = jax.jit(numbax.numba_cuda_kernel(
+        affine, jax.ShapeDtypeStruct((n,), F32), launch_dims=n))
+    for _ in range(5):
+        x = random_array(rng, (n,), np.float32)
+        np.testing.assert_allclose(op(x), 2 * x + 1, rtol=1e-6)
+
+
+def test_chain_in_one_program(rng):
+    n = 4096
+    op = numbax.numba_cuda_kernel(
+        affine, jax.ShapeDtypeStruct((n,), F32), launch_dims=n)
+
+    @jax.jit
+    def chain(v):
+        for _ in range(20):
+            v = op(v)
+        return v
+
+    x = random_array(rng, (n,), np.float32) * 1e-3
+    expected = x.astype(np.float64)
+    for _ in range(20):
+        expected = 2 * expected + 1
+    np.testing.assert_allclose(chain(x), expected, rtol=1e-5)
+
+
+@cuda.jit
+def reverse(x, out):
+    i = cuda.grid(1)
+    n = x.shape[0]
+    if i < n:
+        out[i] = x[n - 1 - i]
+
+
+@cuda.jit
+def stencil(x, w, out):
+    i = cuda.grid(1)
+    n = x.shape[0]
+    if i < n:
+        left = x[i - 1] if i > 0 else 0
+        right = x[i + 1] if i < n - 1 else 0
+        out[i] = w[0] * left + w[1] * x[i] + w[2] * right
+
+
+def _stencil_ref(x, w):
+    p = np.pad(x, 1)
+    return w[0] * p[:-2] + w[1] * p[1:-1] + w[2] * p[2:]
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_vmap_launches_once_per_slice(rng, batch):
+    n = 33
+    op = numbax.numba_cuda_kernel(
+        reverse, jax.ShapeDtypeStruct((n,), F32), launch_dims=n)
+    x = random_array(rng, (batch, n), np.float32)
+    np.testing.assert_array_equal(jax.vmap(op)(x), x[:, ::-1])
+    np.testing.assert_array_equal(jax.jit(jax.vmap(op, in_axes=1))(x.T),
+                                  x[:, ::-1])
+
+
+def test_vmap_in_axes_none_and_size_one_broadcast(rng):
+    n = 40
+    op = numbax.numba_cuda_kernel(
+        stencil, jax.ShapeDtypeStruct((n,), F32), launch_dims=n)
+    xs = random_array(rng, (5, n), np.float32)
+    w = random_array(rng, (3,), np.float32)
+    expected = np.stack([_stencil_ref(x, w) for x in xs])
+    out = jax.jit(jax.vmap(op, in_axes=(0, None)))(xs, w)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+    # A batched weight of size 1 is reused for every slice.
+    w1 = w[None]
+    out = jax.jit(jax.vmap(op))(xs, np.broadcast_to(w1, (5, 3)))
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_nested_vmap_is_a_clear_error(rng):
+    n = 8
+    op = numbax.numba_cuda_kernel(
+        reverse, jax.ShapeDtypeStruct((n,), F32), launch_dims=n)
+    with pytest.raises(ValueError, match="vmap_method='sequential'"):
+        jax.vmap(jax.vmap(op))(random_array(rng, (2, 3, n), np.float32))
+
+
+def test_nested_vmap_sequential(rng):
+    n = 8
+    op = numbax.numba_cuda_kernel(
+        reverse, jax.ShapeDtypeStruct((n,), F32), launch_dims=n,
+        vmap_method="sequential")
+    x = random_array(rng, (2, 3, n), np.float32)
+    np.testing.assert_array_equal(jax.jit(jax.vmap(jax.vmap(op)))(x),
+                                  x[..., ::-1])
+
+
+def test_zero_extent_launches_nothing_and_zero_fills(rng):
+    n = 16
+
+    @cuda.jit
+    def poison(x, out):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = 123.0
+
+    op = numbax.numba_cuda_kernel(
+        poison, jax.ShapeDtypeStruct((n,), F32), launch_dims=(n, 0))
+    out = jax.jit(op)(random_array(rng, (n,), np.float32))
+    np.testing.assert_array_equal(out, np.zeros(n, np.float32))
+
+
+def test_kernel_aliasing_in_place(rng):
+    @cuda.jit
+    def bump(x, out):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] += 1
+
+    op = numbax.numba_cuda_kernel(
+        bump, jax.ShapeDtypeStruct((64,), F32), launch_dims=64,
+        input_output_aliases={0: 0})
+    x = random_array(rng, (64,), np.float32)
+    np.testing.assert_allclose(jax.jit(op)(x), x + 1, rtol=1e-6)
+
+
+# -- wrap-time errors -----------------------------------------------------
+
+SPEC = jax.ShapeDtypeStruct((4,), F32)
+
+
+def test_not_a_dispatcher_is_type_error():
+    with pytest.raises(TypeError, match="@cuda.jit"):
+        numbax.numba_cuda_kernel(lambda x, o: None, SPEC, launch_dims=4)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({}, "needs a launch configuration"),
+    ({"grid": 1, "block": 4, "launch_dims": 4}, "not both"),
+    ({"grid": 1}, "go together"),
+    ({"block": 4}, "go together"),
+    ({"launch_dims": -1}, "negative"),
+    ({"grid": (1, -2), "block": 4}, "negative"),
+    ({"launch_dims": (1, 2, 3, 4)}, "1 to 3 axes"),
+    ({"grid": (1, 1, 1, 1), "block": 1}, "1 to 3 axes"),
+    ({"launch_dims": 4, "threads_per_block": 0}, "threads_per_block"),
+    ({"grid": 1, "block": 4, "vmap_method": "sequential"}, "vmap_method"),
+    ({"launch_dims": 4, "shared_mem": -1}, "shared_mem"),
+    ({"launch_dims": 4, "vmap_method": "expand_dims"}, "vmap_method"),
+])
+def test_wrap_time_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        numbax.numba_cuda_kernel(affine, SPEC, **kwargs)
+
+
+def test_zero_d_input_is_value_error():
+    op = numbax.numba_cuda_kernel(affine, SPEC, launch_dims=4)
+    with pytest.raises(ValueError, match="wrap it in a 1-d array"):
+        op(jnp.float32(1.0))
