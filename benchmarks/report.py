@@ -61,12 +61,11 @@ def format_table(rows: list[dict]) -> str:
             _fmt((r.get("chain") or {}).get("us_per_call"), ".2f"),
             _fmt((r.get("single") or {}).get("us_per_call"), ".1f"),
             _fmt(q["chain_vs_native"], ".2f",
-                 "*" if primary == VS_PLAIN and q["chain_vs_native"] else ""),
+                 "*" if primary == VS_PLAIN else " "),
             _fmt(q["chain_vs_native_cmdbuf"], ".2f",
-                 "*" if primary == VS_CMD_BUFFER and q["chain_vs_native_cmdbuf"]
-                 else ""),
+                 "*" if primary == VS_CMD_BUFFER else " "),
             _fmt(q["single_vs_native"], ".2f"),
-            _fmt((r.get("bandwidth") or {}).get("gb_per_s"), ".0f"),
+            _fmt((r.get("bandwidth") or {}).get("gb_per_s"), ".1f"),
             _fmt(q["bandwidth_vs_native"], ".3f"),
         ])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]

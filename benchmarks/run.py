@@ -149,11 +149,12 @@ def main(argv=None) -> int:
             env.native_error = f"{type(exc).__name__}: {exc}"
             _log("native: build FAILED:")
             traceback.print_exc()
-    try:
-        impls.warm_numba_kernel(env)
-    except Exception:  # noqa: BLE001 - the rows using it will report it
-        _log("numba kernel warm-up FAILED:")
-        traceback.print_exc()
+    if on_gpu:
+        try:
+            impls.warm_numba_kernel(env)
+        except Exception:  # noqa: BLE001 - the rows using it will report it
+            _log("numba kernel warm-up FAILED:")
+            traceback.print_exc()
 
     x = jax.device_put(rng.uniform(-1, 1, cfg.n).astype(np.float32))
     bw_x = None
@@ -191,7 +192,7 @@ def main(argv=None) -> int:
     print()
     print(f"{env_info['device']} | jax {v['jax']} jaxlib {v['jaxlib']} | numba "
           f"{v['numba']} numba-cuda {v['numba-cuda']} | n={cfg.n}, chain of "
-          f"{cfg.chain_length}, bandwidth over {cfg.bw_n * 4 / 2**20:.0f} MiB")
+          f"{cfg.chain_length}, bandwidth over {cfg.bw_n * 4 / 2**20:g} MiB")
     print(report.format_table(rows), flush=True)
     return 0 if all(not r["status"].startswith("FAILED") for r in rows) else 1
 

@@ -7,5 +7,6 @@ extern "C" {
 XLA_FFI_Error* NumbaxCallableInstantiateCuda(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* NumbaxCallableInstantiateCpu(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* NumbaxCallableExecuteCuda(XLA_FFI_CallFrame* frame);
+XLA_FFI_Error* NumbaxCallableExecuteCudaCapture(XLA_FFI_CallFrame* frame);
 XLA_FFI_Error* NumbaxCallableExecuteCpu(XLA_FFI_CallFrame* frame);
 }

@@ -169,8 +169,9 @@ ffi::ErrorOr<std::unique_ptr<KernelSite>> KernelSite::Create(
   }
   std::unique_ptr<KernelSite> site(new KernelSite);
   site->key_ = std::string(key);
-  PyGILState_STATE gil = PyGILState_Ensure();
   std::string error;
+  {
+  GilScope gil;
   if (!g_kernel_resolver) {
     error = "numbax is not imported in this process; import it and create "
             "the kernel op before running the program";
@@ -189,16 +190,15 @@ ffi::ErrorOr<std::unique_ptr<KernelSite>> KernelSite::Create(
       Py_DECREF(t);
     }
   }
-  PyGILState_Release(gil);
+  }
   if (!error.empty()) return ffi::Unexpected(ffi::Error::InvalidArgument(error));
   return site;
 }
 
 KernelSite::~KernelSite() {
   if (!owner_ || !PythonIsAlive()) return;  // see CallSite::~CallSite
-  PyGILState_STATE gil = PyGILState_Ensure();
+  GilScope gil;
   Py_CLEAR(owner_);
-  PyGILState_Release(gil);
 }
 
 }  // namespace numbax

@@ -9,6 +9,7 @@
 #include "callable_handlers.h"
 #include "cuda_driver.h"
 #include "kernel_handlers.h"
+#include "graph_cache.h"
 #include "python_bridge.h"
 
 namespace nb = nanobind;
@@ -41,6 +42,11 @@ nb::dict Counters() {
   d["stream_hits"] = c.stream_hits;
   d["stream_misses"] = c.stream_misses;
   d["errors"] = c.errors;
+  const numbax::GraphCounters& g = numbax::GraphStats();
+  d["graph_hits"] = g.hits.load();
+  d["graph_misses"] = g.misses.load();
+  d["graph_evictions"] = g.evictions.load();
+  d["xla_captures"] = g.xla_captures.load();
   return d;
 }
 
@@ -55,7 +61,11 @@ NB_MODULE(_core, m) {
     cuda["execute"] = HandlerCapsule(NumbaxCallableExecuteCuda);
     cpu["instantiate"] = HandlerCapsule(NumbaxCallableInstantiateCpu);
     cpu["execute"] = HandlerCapsule(NumbaxCallableExecuteCpu);
+    nb::dict cuda_capture;
+    cuda_capture["instantiate"] = HandlerCapsule(NumbaxCallableInstantiateCuda);
+    cuda_capture["execute"] = HandlerCapsule(NumbaxCallableExecuteCudaCapture);
     all["cuda"] = cuda;
+    all["cuda_capture"] = cuda_capture;
     all["cpu"] = cpu;
     return all;
   });
@@ -66,7 +76,12 @@ NB_MODULE(_core, m) {
     all["cuda"] = cuda;
     return all;
   });
-  m.def("call_site_type", &TypeRegistration<numbax::CallSite>);
+  m.def("call_site_types", [] {
+    nb::dict d;
+    d["cpu"] = TypeRegistration<numbax::CpuCallSite>();
+    d["cuda"] = TypeRegistration<numbax::CudaCallSite>();
+    return d;
+  });
   m.def("kernel_site_type", &TypeRegistration<numbax::KernelSite>);
 
   m.def(
@@ -152,7 +167,20 @@ NB_MODULE(_core, m) {
       nb::arg("ordinal"), nb::arg("fn"));
 
   m.def("counters", &Counters, "Bridge cache and call counters.");
-  m.def("reset_counters", [] { numbax::Counters() = {}; });
+  m.def("reset_counters", [] {
+    numbax::Counters() = {};
+    auto& g = numbax::GraphStats();
+    g.hits = 0;
+    g.misses = 0;
+    g.evictions = 0;
+    g.xla_captures = 0;
+  });
+  m.def("set_graph_cache_size", [](size_t n) {
+    if (n < 1) throw nb::value_error("the graph cache size must be >= 1");
+    numbax::GraphCache::SetCapacity(n);
+  });
+  m.def("graph_cache_size", &numbax::GraphCache::Capacity);
+  m.def("clear_graph_caches", &numbax::GraphCache::ClearAll);
   m.def("clear_stream_cache", &numbax::ClearStreamCache);
 
   m.def(

@@ -38,7 +38,8 @@ PyObject* ShapeTuple(const BufferView& view) {
 
 }  // namespace
 
-ffi::TypeId CallSite::id = {};
+ffi::TypeId CpuCallSite::id = {};
+ffi::TypeId CudaCallSite::id = {};
 
 void SetPythonHooks(const PythonHooks& hooks) {
   PyObject* all[] = {hooks.resolve,     hooks.device_array,
@@ -58,6 +59,23 @@ bool PythonIsAlive() {
   return !_Py_IsFinalizing();
 #endif
 }
+
+GilScope::GilScope() {
+  thread_local bool thread_state_kept = false;
+  if (!thread_state_kept) {
+    thread_state_kept = true;
+    PyGILState_STATE first = PyGILState_Ensure();
+    if (first == PyGILState_UNLOCKED) {
+      // A new thread state, held from now on: drop only the GIL.
+      PyEval_SaveThread();
+    } else {
+      PyGILState_Release(first);  // a Python thread: it has its own state
+    }
+  }
+  state_ = PyGILState_Ensure();
+}
+
+GilScope::~GilScope() { PyGILState_Release(state_); }
 
 BridgeCounters& Counters() {
   static BridgeCounters counters;
@@ -94,15 +112,12 @@ std::string TakePythonError() {
   return text;
 }
 
-ffi::ErrorOr<std::unique_ptr<CallSite>> CallSite::Create(std::string_view key,
-                                                         Platform platform) {
+ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
   if (!PythonIsAlive()) {
-    return ffi::Unexpected(
-        ffi::Error::Internal("numbax: the Python interpreter is not running"));
+    return ffi::Error::Internal("numbax: the Python interpreter is not running");
   }
-  PyGILState_STATE gil = PyGILState_Ensure();
-  std::unique_ptr<CallSite> site(new CallSite);
-  site->key_ = std::string(key);
+  key_ = std::string(key);
+  GilScope gil;
   ffi::Error error = ffi::Error::Success();
   PyObject* resolved = nullptr;
   if (!g_hooks.resolve) {
@@ -115,23 +130,20 @@ ffi::ErrorOr<std::unique_ptr<CallSite>> CallSite::Create(std::string_view key,
                                      platform == Platform::kCuda ? "cuda" : "cpu");
     if (!resolved) {
       error = ffi::Error::InvalidArgument(TakePythonError());
-    } else if (!PyArg_ParseTuple(resolved, "OLLL", &site->func_,
-                                 &site->num_inputs_, &site->num_outputs_,
-                                 &site->num_scratch_)) {
+    } else if (!PyArg_ParseTuple(resolved, "OLLL", &func_, &num_inputs_,
+                                 &num_outputs_, &num_scratch_)) {
       error = ffi::Error::Internal("numbax: bad resolve result: " +
                                    TakePythonError());
-      site->func_ = nullptr;
+      func_ = nullptr;
     } else {
-      Py_INCREF(site->func_);
-      site->slots_.resize(static_cast<size_t>(
-          site->num_inputs_ + site->num_outputs_ + site->num_scratch_));
-      for (auto& slot : site->slots_) slot.reserve(kArraysPerSlot);
+      Py_INCREF(func_);
+      slots_.resize(
+          static_cast<size_t>(num_inputs_ + num_outputs_ + num_scratch_));
+      for (auto& slot : slots_) slot.reserve(kArraysPerSlot);
     }
   }
   Py_XDECREF(resolved);
-  PyGILState_Release(gil);
-  if (error.failure()) return ffi::Unexpected(std::move(error));
-  return site;
+  return error;
 }
 
 CallSite::~CallSite() {
@@ -139,10 +151,9 @@ CallSite::~CallSite() {
   // thread that cannot take the GIL then: the references are leaked rather
   // than touched without an interpreter.
   if (!PythonIsAlive()) return;
-  PyGILState_STATE gil = PyGILState_Ensure();
+  GilScope gil;
   ClearCache();
   Py_CLEAR(func_);
-  PyGILState_Release(gil);
 }
 
 void CallSite::ClearCache() {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "buffers.h"
+#include "graph_cache.h"
 
 namespace numbax {
 
@@ -37,6 +38,22 @@ const PythonHooks& Hooks();
 // True when it is safe to take the GIL from this thread.
 bool PythonIsAlive();
 
+// Holds the GIL for a scope, on any thread. XLA calls handlers from its own
+// threads; each keeps one Python thread state for its whole life instead of
+// one per call, which would cost microseconds per call and would empty
+// every threading.local (Numba caches its current context in one).
+// Callers check PythonIsAlive() first.
+class GilScope {
+ public:
+  GilScope();
+  ~GilScope();
+  GilScope(const GilScope&) = delete;
+  GilScope& operator=(const GilScope&) = delete;
+
+ private:
+  PyGILState_STATE state_;
+};
+
 enum class Platform { kCpu, kCuda };
 
 // Counters for tests and diagnostics. Updated under the GIL.
@@ -52,13 +69,19 @@ BridgeCounters& Counters();
 
 class CallSite {
  public:
-  static ::xla::ffi::TypeId id;
+  // Resolves `key` through the resolve hook. Takes the GIL itself. `Site`
+  // is CpuCallSite or CudaCallSite.
+  template <typename Site>
+  static ::xla::ffi::ErrorOr<std::unique_ptr<Site>> Create(
+      std::string_view key, Platform platform) {
+    std::unique_ptr<Site> site(new Site);
+    if (::xla::ffi::Error err = site->Resolve(key, platform); err.failure()) {
+      return ::xla::ffi::Unexpected(std::move(err));
+    }
+    return site;
+  }
 
-  // Resolves `key` through the resolve hook. Takes the GIL itself.
-  static ::xla::ffi::ErrorOr<std::unique_ptr<CallSite>> Create(
-      std::string_view key, Platform platform);
-
-  ~CallSite();
+  virtual ~CallSite();
   CallSite(const CallSite&) = delete;
   CallSite& operator=(const CallSite&) = delete;
 
@@ -76,8 +99,11 @@ class CallSite {
   // Drops every cached array (tests, and numbax.clear_caches()).
   void ClearCache();
 
- private:
+ protected:
   CallSite() = default;
+
+ private:
+  ::xla::ffi::Error Resolve(std::string_view key, Platform platform);
 
   struct CachedArray {
     void* data;
@@ -97,6 +123,18 @@ class CallSite {
   int64_t num_outputs_ = 0;
   int64_t num_scratch_ = 0;
   std::vector<std::vector<CachedArray>> slots_;
+};
+
+// One state type per platform. XLA's CPU runtime and the CUDA plugin keep
+// separate type registries and each writes the id it assigns into the
+// TypeId it is given: a TypeId shared by both would carry the CPU id into
+// the plugin, where it names another type (and another deleter).
+struct CpuCallSite final : CallSite {
+  static ::xla::ffi::TypeId id;
+};
+struct CudaCallSite final : CallSite {
+  static ::xla::ffi::TypeId id;
+  GraphCache graphs;  // used by capture mode only
 };
 
 // The Numba stream object for an XLA stream on a device (cached, bounded).

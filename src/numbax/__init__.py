@@ -3,7 +3,9 @@
 from ._version import __version__
 from .callable import numba_cuda_callable
 from .kernel import numba_cuda_kernel
-from .diagnostics import bridge_counters, clear_caches, registry_size
+from .diagnostics import (bridge_counters, clear_caches, graph_cache_size,
+                          registry_size, reset_bridge_counters,
+                          set_graph_cache_size)
 
 __all__ = [
     "__version__",
@@ -11,5 +13,8 @@ __all__ = [
     "numba_cuda_kernel",
     "bridge_counters",
     "clear_caches",
+    "graph_cache_size",
     "registry_size",
+    "reset_bridge_counters",
+    "set_graph_cache_size",
 ]

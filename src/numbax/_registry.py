@@ -19,6 +19,7 @@ import jax
 from . import _core, _numba
 
 CALLABLE_TARGET = "numbax_callable"
+CAPTURE_TARGET = "numbax_callable_capture"
 KERNEL_TARGET = "numbax_kernel"
 
 _lock = threading.RLock()
@@ -46,15 +47,22 @@ def ensure_targets() -> None:
         _core.set_kernel_resolver(_resolve_kernel)
         callable_handlers = _core.callable_handlers()
         kernel_handlers = _core.kernel_handlers()
-        for platform in ("cpu", "CUDA"):
-            jax.ffi.register_ffi_type(
-                "numbax.CallSite", _core.call_site_type(), platform=platform)
+        site_types = _core.call_site_types()
+        jax.ffi.register_ffi_type(
+            "numbax.CpuCallSite", site_types["cpu"], platform="cpu")
+        jax.ffi.register_ffi_type(
+            "numbax.CudaCallSite", site_types["cuda"], platform="CUDA")
         jax.ffi.register_ffi_type(
             "numbax.KernelSite", _core.kernel_site_type(), platform="CUDA")
         jax.ffi.register_ffi_target(
             CALLABLE_TARGET, callable_handlers["cpu"], platform="cpu")
         jax.ffi.register_ffi_target(
             CALLABLE_TARGET, callable_handlers["cuda"], platform="CUDA")
+        # The simulator has no graphs: capture mode runs plainly on the CPU.
+        jax.ffi.register_ffi_target(
+            CAPTURE_TARGET, callable_handlers["cpu"], platform="cpu")
+        jax.ffi.register_ffi_target(
+            CAPTURE_TARGET, callable_handlers["cuda_capture"], platform="CUDA")
         jax.ffi.register_ffi_target(
             KERNEL_TARGET, kernel_handlers["cuda"], platform="CUDA")
         _targets_registered = True

@@ -14,7 +14,7 @@ class NumbaCudaCallable:
     """The function of JAX arrays returned by :func:`numba_cuda_callable`."""
 
     def __init__(self, func, outs, *, vmap_method, input_output_aliases,
-                 scratch, name):
+                 scratch, capture, name):
         self.func = func  # strong: the registry refers to it weakly
         self.out_specs, self.out_tree = _checks.normalize_outs(outs)
         self.scratch_specs = []
@@ -23,6 +23,7 @@ class NumbaCudaCallable:
         self.vmap_method = vmap_method
         self.input_output_aliases = input_output_aliases
         self.name = name
+        self.capture = bool(capture)
         self.__name__ = getattr(func, "__name__", "numba_cuda_callable")
         self.__doc__ = getattr(func, "__doc__", None)
 
@@ -31,7 +32,7 @@ class NumbaCudaCallable:
 
     def _signature(self, inputs):
         spec = lambda s: (tuple(s.shape), np.dtype(s.dtype).str)  # noqa: E731
-        return ("callable", tuple(spec(x) for x in inputs),
+        return ("callable", self.capture, tuple(spec(x) for x in inputs),
                 tuple(spec(s) for s in self.out_specs),
                 tuple(spec(s) for s in self.scratch_specs))
 
@@ -45,7 +46,8 @@ class NumbaCudaCallable:
             num_inputs=len(inputs), num_outputs=len(self.out_specs),
             num_scratch=len(self.scratch_specs))
         results = jax.ffi.ffi_call(
-            _registry.CALLABLE_TARGET,
+            _registry.CAPTURE_TARGET if self.capture
+            else _registry.CALLABLE_TARGET,
             self.out_specs + self.scratch_specs,
             # None pins XLA's default row-major layout on every buffer:
             # Numba's arrays are C-contiguous views.
@@ -67,6 +69,7 @@ def numba_cuda_callable(
     vmap_method: str | None = None,
     input_output_aliases: dict[int, int] | None = None,
     scratch: Any = None,
+    capture: bool = False,
     name: str | None = None,
 ) -> Callable[..., Any]:
     """Create a JAX-callable from a Python function that launches Numba CUDA kernels.
@@ -87,6 +90,13 @@ def numba_cuda_callable(
         ``jax.ffi.ffi_call`` unchanged (after checking shapes and dtypes).
       scratch: optional ShapeDtypeStruct(s): temporary buffers XLA allocates
         for the call, passed to ``func`` after the outputs.
+      capture: record ``func``'s launches into a CUDA graph and replay it
+        without Python. XLA records it into its command buffers where it
+        can; elsewhere numbax captures and caches a graph per device and set
+        of buffer addresses. ``func`` must then follow the capture rules
+        (docs/capture.md): launch only on ``stream``, no host
+        synchronisation, no allocation (use ``scratch``), no host reads, and
+        the same work for the same shapes.
       name: optional stable name for the op's key (default: the function's
         module and qualified name).
 
@@ -106,4 +116,4 @@ def numba_cuda_callable(
             f"{type(func).__name__}: {func!r}")
     return NumbaCudaCallable(func, outs, vmap_method=vmap_method,
                              input_output_aliases=input_output_aliases,
-                             scratch=scratch, name=name)
+                             scratch=scratch, capture=capture, name=name)

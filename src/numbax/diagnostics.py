@@ -15,8 +15,23 @@ def reset_bridge_counters() -> None:
 
 
 def clear_caches() -> None:
-    """Drops cached Numba streams (arrays are cached per compiled program)."""
+    """Drops cached Numba streams and every capture-mode CUDA graph.
+
+    Numba arrays are cached per compiled program and freed with it.
+    """
     _core.clear_stream_cache()
+    _core.clear_graph_caches()
+
+
+def set_graph_cache_size(size: int) -> None:
+    """How many CUDA graphs each capture-mode call site keeps (LRU, default 16)."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"the graph cache size must be an int >= 1, got {size!r}")
+    _core.set_graph_cache_size(size)
+
+
+def graph_cache_size() -> int:
+    return int(_core.graph_cache_size())
 
 
 def registry_size() -> tuple[int, int]:

@@ -81,7 +81,8 @@ def _abstract_eval(*args, op, out_shapes, batch, broadcast):
 def _lower(ctx, *args, op, out_shapes, batch, broadcast, platform):
     avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_in]
     if platform == "cuda":
-        key = op._gpu_key(avals, batch, broadcast)
+        outs = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_out]
+        key = op._gpu_key(avals, outs, batch, broadcast)
         target = _registry.KERNEL_TARGET
     else:
         key = op._simulator_key(avals, out_shapes, batch, broadcast)
@@ -205,8 +206,9 @@ class NumbaCudaKernel:
                 "numba_cuda_callable instead, or compile without debug")
         return compiled
 
-    def _gpu_key(self, avals, batch, broadcast):
-        argtypes = self._argtypes(avals, batch)
+    def _gpu_key(self, avals, out_avals, batch, broadcast):
+        # The kernel's arguments are the inputs then the outputs.
+        argtypes = self._argtypes(list(avals) + list(out_avals), batch)
         compiled = self._compile(argtypes)
         grid, block, empty = self._launch()
         n_in = len(avals)
@@ -221,7 +223,8 @@ class NumbaCudaKernel:
                     block, self.shared_mem, bool(compiled.cooperative),
                     empty or batch < 0, int(batch), tuple(broadcast))
 
-        signature = ("kernel", tuple((s, d.str) for s, d in avals), batch,
+        signature = ("kernel", tuple((s, d.str) for s, d in avals),
+                     tuple((s, d.str) for s, d in out_avals), batch,
                      broadcast, grid, block, self.shared_mem)
         return _registry.kernel_key(self, signature, plan, name=self.name)
 
@@ -243,6 +246,7 @@ class NumbaCudaKernel:
         grid, block, empty = self._launch()
         n_in = len(avals)
         signature = ("kernel-sim", tuple((s, d.str) for s, d in avals),
+                     tuple((tuple(s), np.dtype(d).str) for s, d in out_shapes),
                      batch, broadcast, grid, block, self.shared_mem)
         launcher = self._launchers.get(signature)
         if launcher is None:

@@ -181,8 +181,10 @@ TEST(LookupDType, UnsupportedCodesAreRejectedByDecodeNamingTheCode) {
       ffi::DataType::F8E4M3FN,      ffi::DataType::F8E4M3B11FNUZ,
       ffi::DataType::F8E5M2FNUZ,    ffi::DataType::F8E4M3FNUZ,
       ffi::DataType::F8E3M4,        ffi::DataType::F4E2M1FN,
-      ffi::DataType::F8E8M0FNU,     Code(13),  // XLA's TUPLE
-      Code(14),  /* OPAQUE */       Code(255),
+      ffi::DataType::F8E8M0FNU,
+      // Codes XLA uses for tuples and opaque values, never FFI buffers.
+      Code(13), Code(14),
+      Code(255),
   };
   const int64_t dims[] = {4};
   for (ffi::DataType dtype : kUnsupported) {
@@ -508,9 +510,11 @@ TEST(DecodeCallBuffers, MalformedBufferFieldsAreRejected) {
        "input 0: null data"},
       {"garbage dtype",
        [](XLA_FFI_Buffer* b, const int64_t*) {
-         b->dtype = static_cast<XLA_FFI_DataType>(200);
+         // Unassigned but inside the C enum's range (0..63), so storing it
+         // is well defined.
+         b->dtype = static_cast<XLA_FFI_DataType>(50);
        },
-       "input 0: unsupported XLA element type code 200"},
+       "input 0: unsupported XLA element type code 50"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -524,29 +528,25 @@ TEST(DecodeCallBuffers, MalformedBufferFieldsAreRejected) {
 }
 
 TEST(DecodeCallBuffers, NonBufferArgumentIsRejected) {
-  // XLA_FFI_ArgType has only BUFFER today; anything else (a future token or
-  // attribute kind, or a corrupt frame) must be refused, and its pointer,
-  // here null, never read as a buffer.
-  for (int type : {0, 2, 7, -1}) {
-    SCOPED_TRACE(type);
-    FakeFrame frame;
-    frame.AddInput(ffi::DataType::F32, FakeDevicePtr(1), {1});
-    frame.AddRawInput(static_cast<XLA_FFI_ArgType>(type), nullptr);
-    frame.AddOutput(ffi::DataType::F32, FakeDevicePtr(2), {1});
-    std::vector<BufferView> out;
-    EXPECT_TRUE(Fails(frame.Decode(2, 1, &out), "input 1 is not a buffer"));
-  }
+  // XLA_FFI_ArgType has only BUFFER (1) today; anything else (a kind added
+  // by a newer XLA, or a corrupt frame) must be refused, and its pointer,
+  // here null, never read as a buffer. 0 is the only other value the C enum
+  // can hold without the test itself being undefined behaviour in C++ (its
+  // range is that of a 1-bit field), which UBSan's enum check would flag.
+  FakeFrame frame;
+  frame.AddInput(ffi::DataType::F32, FakeDevicePtr(1), {1});
+  frame.AddRawInput(static_cast<XLA_FFI_ArgType>(0), nullptr);
+  frame.AddOutput(ffi::DataType::F32, FakeDevicePtr(2), {1});
+  std::vector<BufferView> out;
+  EXPECT_TRUE(Fails(frame.Decode(2, 1, &out), "input 1 is not a buffer"));
 }
 
 TEST(DecodeCallBuffers, NonBufferResultIsRejected) {
-  for (int type : {0, 2, 7, -1}) {
-    SCOPED_TRACE(type);
-    FakeFrame frame;
-    frame.AddInput(ffi::DataType::F32, FakeDevicePtr(1), {1});
-    frame.AddRawOutput(static_cast<XLA_FFI_RetType>(type), nullptr);
-    std::vector<BufferView> out;
-    EXPECT_TRUE(Fails(frame.Decode(1, 1, &out), "output 0 is not a buffer"));
-  }
+  FakeFrame frame;
+  frame.AddInput(ffi::DataType::F32, FakeDevicePtr(1), {1});
+  frame.AddRawOutput(static_cast<XLA_FFI_RetType>(0), nullptr);
+  std::vector<BufferView> out;
+  EXPECT_TRUE(Fails(frame.Decode(1, 1, &out), "output 0 is not a buffer"));
 }
 
 TEST(DecodeCallBuffers, RespectsRemainingOffsets) {
