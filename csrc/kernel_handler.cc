@@ -172,6 +172,7 @@ ffi::ErrorOr<std::unique_ptr<KernelSite>> KernelSite::Create(
   std::string error;
   {
   GilScope gil;
+  ++Counters().resolves;
   if (!g_kernel_resolver) {
     error = "numbax is not imported in this process; import it and create "
             "the kernel op before running the program";

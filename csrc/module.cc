@@ -42,6 +42,7 @@ nb::dict Counters() {
   d["stream_hits"] = c.stream_hits;
   d["stream_misses"] = c.stream_misses;
   d["errors"] = c.errors;
+  d["resolves"] = c.resolves;
   const numbax::GraphCounters& g = numbax::GraphStats();
   d["graph_hits"] = g.hits.load();
   d["graph_misses"] = g.misses.load();

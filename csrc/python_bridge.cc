@@ -118,6 +118,7 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
   }
   key_ = std::string(key);
   GilScope gil;
+  ++Counters().resolves;
   ffi::Error error = ffi::Error::Success();
   PyObject* resolved = nullptr;
   if (!g_hooks.resolve) {

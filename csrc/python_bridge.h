@@ -64,6 +64,7 @@ struct BridgeCounters {
   uint64_t stream_hits = 0;
   uint64_t stream_misses = 0;
   uint64_t errors = 0;
+  uint64_t resolves = 0;  // keys resolved at XLA's instantiate stage
 };
 BridgeCounters& Counters();
 
