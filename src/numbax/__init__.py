@@ -1,6 +1,7 @@
 """numbax: Numba CUDA kernels, and Python functions that launch them, as XLA ops."""
 
 from ._version import __version__
+from ._numba import simulator_enabled
 from .callable import numba_cuda_callable
 from .kernel import numba_cuda_kernel
 from .diagnostics import (bridge_counters, clear_caches, graph_cache_size,
@@ -17,4 +18,5 @@ __all__ = [
     "registry_size",
     "reset_bridge_counters",
     "set_graph_cache_size",
+    "simulator_enabled",
 ]
