@@ -1,0 +1,753 @@
+"""XLACustomKernel: Numba CUDA kernels as first-class JAX primitives.
+
+``numba_cuda_kernel`` and ``numba_cuda_callable`` turn Numba code into XLA
+ops, but an op alone is not differentiable and batches only by launching per
+slice. :class:`XLACustomKernel` wraps such ops in a JAX primitive of its own,
+so that ``jit``, ``vmap``, ``jvp``, ``grad`` and ``linear_transpose`` all work,
+each with a rule the user may supply:
+
+* The primitive's output shapes come from the ``outs`` of each call.
+* Its lowering calls a *kernel generator* with the call's static keyword
+  arguments and ``outs``; what the generator returns (a numbax op, or any
+  function of JAX arrays) is traced and lowered inline, so one op can pick a
+  kernel per shape, dtype or option. Kernels are registered per platform
+  (``cpu``, ``gpu``) and per backend name (``numba_cuda``, ...).
+* Differentiation uses the user's JVP rules; reverse mode transposes the
+  linear calls of the JVP with the user's transpose rule. Both may call other
+  numbax ops, e.g. a backward kernel written in Numba.
+* Batching loops over the batch by default (always correct); a user rule
+  replaces the loop.
+
+See docs/custom_kernel.md for a worked example (a CSR sparse matrix-vector
+product with Numba forward and backward kernels).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+import warnings
+from functools import partial
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax._src import dispatch as _dispatch
+from jax.interpreters import ad, batching, mlir
+
+try:  # jax >= 0.4.36
+    from jax.extend.core import Primitive
+except ImportError:  # pragma: no cover
+    from jax.core import Primitive
+
+from . import _checks, _numba
+
+__all__ = ["XLACustomKernel", "is_undefined_primal", "NUMBA_CUDA"]
+
+#: The backend name of kernels registered with ``def_numba_cuda_kernel``.
+NUMBA_CUDA = "numba_cuda"
+
+#: Whether an argument of a transpose rule is the linear input being
+#: transposed (JAX's ``UndefinedPrimal``; its ``.aval`` has shape and dtype).
+is_undefined_primal = ad.is_undefined_primal
+
+# The platforms users name, and the lowering platforms JAX uses for them.
+_USER_PLATFORMS = ("cpu", "gpu")
+_PLATFORM_ALIASES = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu"}
+_LOWERING_PLATFORMS = {"cpu": "cpu", "cuda": "gpu"}
+
+_names_lock = threading.Lock()
+_ops_by_name: dict[str, "XLACustomKernel"] = {}
+
+# {id(op): backends} while a user rule of `op` runs: calls of the same op
+# inside the rule (a JVP or transpose that applies the op to a tangent) use
+# the backends of the call being differentiated or batched, not the defaults.
+_inherited_backends: contextvars.ContextVar[dict] = contextvars.ContextVar(
+    "numbax_inherited_backends", default={})
+
+
+def _canonical_platform(platform: Any) -> str:
+    if isinstance(platform, str):
+        name = platform.lower()
+        if name in _PLATFORM_ALIASES:
+            return _PLATFORM_ALIASES[name]
+        if name == "rocm":
+            raise ValueError(
+                "platform 'rocm' is not supported: numbax runs Numba CUDA "
+                "kernels on NVIDIA GPUs ('gpu') and, through Numba's CUDA "
+                "simulator, on the CPU ('cpu')")
+    raise ValueError(f"platform must be 'cpu' or 'gpu', got {platform!r}")
+
+
+def _is_float0(x) -> bool:
+    dtype = getattr(getattr(x, "aval", x), "dtype", None)
+    return dtype is not None and dtype == jax.dtypes.float0
+
+
+def _wrap_error(exc: Exception, message: str) -> Exception:
+    """`exc`'s type with `message` where it can be built that way."""
+    try:
+        new = type(exc)(message)
+    except Exception:
+        new = RuntimeError(message)
+    return new
+
+
+class XLACustomKernel:
+    """A JAX primitive whose implementation is a Numba CUDA kernel (or any function).
+
+    Create one per operation, once (at module level): each op registers a
+    JAX primitive for the life of the process, and its name names the
+    primitive in jaxprs, HLO and error messages.
+
+    Example::
+
+        op = numbax.XLACustomKernel("scale")
+
+        @op.def_numba_cuda_kernel
+        def _(*, factor, outs):
+            @cuda.jit
+            def kernel(x, out):
+                i = cuda.grid(1)
+                if i < out.shape[0]:
+                    out[i] = factor * x[i]
+            return numbax.numba_cuda_kernel(kernel, outs,
+                                            launch_dims=outs.shape[0])
+
+        y = op(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype), factor=2.0)
+
+    Kernel generators, JVP, transpose and batching rules receive the call's
+    static keyword arguments and ``outs`` (the call's ``outs`` as a pytree of
+    ``jax.ShapeDtypeStruct``).
+
+    Args:
+      name: the primitive's name. A second op with the same name works, but
+        warns: the two would be indistinguishable in jaxprs and errors.
+      doc: optional docstring of the op.
+
+    Raises:
+      TypeError: ``name`` is not a non-empty string.
+    """
+
+    def __init__(self, name: str, doc: str | None = None):
+        if not isinstance(name, str) or not name:
+            raise TypeError(
+                f"XLACustomKernel: name must be a non-empty string, got {name!r}")
+        with _names_lock:
+            if name in _ops_by_name:
+                warnings.warn(
+                    f"XLACustomKernel: an op named '{name}' already exists; "
+                    "the new op is a separate primitive with the same name, "
+                    "which makes jaxprs and error messages ambiguous. Create "
+                    "each op once (at module level), or pick a unique name",
+                    stacklevel=2)
+            _ops_by_name[name] = self
+        self.name = name
+        self.__doc__ = doc
+        self._lock = threading.RLock()
+        # platform -> {backend: generator}, in registration order.
+        self._kernels: dict[str, dict[str, Callable]] = {
+            p: {} for p in _USER_PLATFORMS}
+        self._defaults: dict[str, str] = {}
+        # What the generators returned, kept alive here: a compiled program
+        # names the numbax ops inside by key, and the registry holds their
+        # functions only weakly.
+        self._generated: dict[tuple, Callable] = {}
+        self._jvp_rules: tuple | None = None
+        self._jvp_per_input = False
+        self._transpose_rule: Callable | None = None
+        self._batching_rule: Callable | None = None
+
+        prim = Primitive(name)
+        prim.multiple_results = True
+        # Eager calls compile the primitive alone, as jax does for its own.
+        prim.def_impl(partial(_dispatch.apply_primitive, prim))
+        prim.def_abstract_eval(_abstract_eval)
+        for platform in ("cpu", "cuda", "rocm"):
+            mlir.register_lowering(
+                prim, partial(self._lower, lowering_platform=platform),
+                platform=platform)
+        batching.primitive_batchers[prim] = self._batch
+        #: The underlying ``jax.extend.core.Primitive``.
+        self.primitive = prim
+
+    def __repr__(self):
+        return f"XLACustomKernel({self.name!r})"
+
+    # -- registration ------------------------------------------------------
+
+    def def_numba_cuda_kernel(self, kernel_generator: Callable,
+                              asdefault: bool = False) -> Callable:
+        """Registers the ``numba_cuda`` kernel for the ``gpu`` platform.
+
+        ``kernel_generator(**static_kwargs, outs=outs)`` is called when a call
+        is lowered (once per distinct static arguments and ``outs``; the
+        result is cached) and returns what runs: typically a
+        ``numbax.numba_cuda_kernel(...)`` or ``numbax.numba_cuda_callable(...)``,
+        or any function of JAX arrays returning outputs with the structure
+        of ``outs``.
+
+        With Numba's CUDA simulator enabled (``NUMBA_ENABLE_CUDASIM=1``) the
+        same kernel also runs on the ``cpu`` platform, unless a ``cpu``
+        kernel was registered explicitly with :meth:`def_kernel` (then it
+        stays selectable there with ``backend='numba_cuda'``).
+
+        Args:
+          kernel_generator: the generator described above.
+          asdefault: make it the default kernel of the ``gpu`` platform (the
+            first kernel registered for a platform is its default anyway).
+
+        Returns:
+          ``kernel_generator``, so this works as a decorator.
+
+        Raises:
+          TypeError: ``kernel_generator`` is not callable.
+        """
+        return self.def_kernel("gpu", kernel_generator, backend=NUMBA_CUDA,
+                               asdefault=asdefault)
+
+    def def_kernel(self, platform: str, kernel_generator: Callable, *,
+                   backend: str, asdefault: bool = False) -> Callable:
+        """Registers a kernel generator for ``platform`` under ``backend``.
+
+        Registering the same platform and backend again replaces the
+        generator (programs already compiled keep the old kernel).
+
+        Args:
+          platform: ``'cpu'`` or ``'gpu'`` (``'cuda'`` is accepted for ``'gpu'``).
+          kernel_generator: called as ``kernel_generator(**static_kwargs,
+            outs=outs)`` at lowering time; returns a function of the op's
+            inputs (a numbax op, or any function of JAX arrays) whose
+            outputs match ``outs``.
+          backend: the name of this implementation, chosen per call with
+            ``op(..., backend=name)``.
+          asdefault: make it the platform's default (the first kernel
+            registered for a platform is its default anyway).
+
+        Returns:
+          ``kernel_generator``.
+
+        Raises:
+          ValueError: an unknown or unsupported platform (``'rocm'``).
+          TypeError: ``kernel_generator`` is not callable, or ``backend`` is
+            not a non-empty string.
+        """
+        platform = _canonical_platform(platform)
+        if not callable(kernel_generator):
+            raise TypeError(
+                f"{self!r}: kernel_generator must be callable, got "
+                f"{type(kernel_generator).__name__}: {kernel_generator!r}")
+        if not isinstance(backend, str) or not backend:
+            raise TypeError(
+                f"{self!r}: backend must be a non-empty string, got {backend!r}")
+        with self._lock:
+            table = self._kernels[platform]
+            table[backend] = kernel_generator
+            # A replaced generator must not keep serving its old kernels.
+            for key in [k for k in self._generated
+                        if k[0] == platform and k[1] == backend]:
+                del self._generated[key]
+            if asdefault or platform not in self._defaults:
+                self._defaults[platform] = backend
+        return kernel_generator
+
+    def set_default(self, platform: str, backend: str) -> None:
+        """Makes ``backend`` the default kernel of ``platform``.
+
+        Affects calls traced afterwards; programs already compiled (and
+        ``jax.jit`` functions already traced) keep their kernels.
+
+        Raises:
+          ValueError: an unknown platform, or no ``backend`` kernel for it.
+        """
+        platform = _canonical_platform(platform)
+        with self._lock:
+            available = self._candidates(platform)
+            if backend not in available:
+                raise ValueError(
+                    f"{self!r}: no '{backend}' kernel for platform "
+                    f"'{platform}'; {self._describe_kernels()}")
+            self._defaults[platform] = backend
+
+    def available_backends(self, platform: str) -> tuple[str, ...]:
+        """The backends that can run on ``platform``, in registration order."""
+        return tuple(self._candidates(_canonical_platform(platform)))
+
+    def default_backend(self, platform: str) -> str | None:
+        """The backend a call uses on ``platform`` by default (None: no kernel)."""
+        return self._default(_canonical_platform(platform))
+
+    def def_jvp_rule(self, *rules: Callable | None,
+                     per_input: bool | None = None):
+        """Defines forward-mode differentiation (and, with a transpose rule, reverse mode).
+
+        Either one rule for all inputs::
+
+            rule(tangents, *primals, outs=..., **static_kwargs) -> tangent_outs
+
+        where ``tangents`` has one entry per input (zeros for inputs without
+        a tangent, None for integer inputs), or one rule per input::
+
+            rule_i(tangent_i, *primals, outs=..., **static_kwargs) -> tangent_outs
+
+        called only for inputs with a nonzero tangent, the results summed;
+        None in place of a rule marks an input as non-differentiable (its
+        tangent contributes nothing). Results have the structure of ``outs``
+        (or are None for zero). A single rule is the rule for all inputs
+        unless ``per_input=True``.
+
+        For reverse mode (``jax.grad``, ``jax.vjp``) the tangent outputs must
+        be linear in the tangents, computed with jnp or with numbax ops that
+        have transpose rules, e.g. this op itself applied to a tangent, which
+        :meth:`def_transpose_rule` then transposes.
+
+        Raises:
+          TypeError: no rules, or a rule that is neither callable nor None.
+        """
+        if not rules:
+            raise TypeError(f"{self!r}: def_jvp_rule needs at least one rule")
+        for i, rule in enumerate(rules):
+            if rule is not None and not callable(rule):
+                raise TypeError(
+                    f"{self!r}: JVP rule {i} must be callable or None, got "
+                    f"{type(rule).__name__}")
+        if per_input is None:
+            per_input = len(rules) > 1
+        if not per_input and len(rules) != 1:
+            raise TypeError(
+                f"{self!r}: per_input=False takes exactly one rule, got "
+                f"{len(rules)}")
+        if not per_input and rules[0] is None:
+            raise TypeError(f"{self!r}: the JVP rule for all inputs is None")
+        self._jvp_rules = tuple(rules)
+        self._jvp_per_input = bool(per_input)
+        ad.primitive_jvps[self.primitive] = self._jvp
+        return rules[0] if len(rules) == 1 else rules
+
+    def def_transpose_rule(self, fn: Callable) -> Callable:
+        """Defines the transpose of the op in its linear inputs (reverse mode).
+
+        ``fn(cotangents, *args, outs=..., **static_kwargs)`` is called where a
+        call of this op is linear in some inputs (typically the op applied to
+        a tangent by a JVP rule). ``cotangents`` has the structure of
+        ``outs``; the linear inputs are JAX ``UndefinedPrimal`` objects
+        (test with :func:`numbax.custom_kernel.is_undefined_primal`; their
+        ``.aval`` gives shape and dtype), the others are arrays. Returns one
+        entry per input: the cotangent of each linear input (None for zero),
+        None for the others. ``fn`` may call other numbax ops (a backward
+        Numba kernel) or jnp.
+
+        Returns:
+          ``fn``.
+
+        Raises:
+          TypeError: ``fn`` is not callable.
+        """
+        if not callable(fn):
+            raise TypeError(f"{self!r}: the transpose rule must be callable")
+        self._transpose_rule = fn
+        ad.primitive_transposes[self.primitive] = self._transpose
+        return fn
+
+    def def_batching_rule(self, fn: Callable) -> Callable:
+        """Replaces the default batching rule (a loop over the batch).
+
+        ``fn(args, axes, outs=..., **static_kwargs) -> (outputs, out_axes)``
+        where ``axes[i]`` is the batched axis of ``args[i]`` or None,
+        ``outs`` describes one unbatched call, ``outputs`` has the structure
+        of ``outs`` and ``out_axes`` is an int (or None) for all outputs or
+        the same structure. ``fn`` may return ``NotImplemented`` to fall back
+        to the loop for cases it does not handle.
+
+        Returns:
+          ``fn``.
+
+        Raises:
+          TypeError: ``fn`` is not callable.
+        """
+        if not callable(fn):
+            raise TypeError(f"{self!r}: the batching rule must be callable")
+        self._batching_rule = fn
+        return fn
+
+    # -- calling -----------------------------------------------------------
+
+    def __call__(self, *inputs, outs: Any = None, backend: str | None = None,
+                 **static_kwargs):
+        """Applies the op.
+
+        Args:
+          *inputs: JAX arrays (or anything ``jnp.asarray`` accepts).
+          outs: a ``jax.ShapeDtypeStruct`` or a pytree of them: the outputs'
+            shapes and dtypes, and the structure of the result.
+          backend: the kernel to use (default: the platform's default).
+          **static_kwargs: passed to the kernel generator and the rules;
+            they must be hashable (they key the compiled kernel).
+
+        Returns:
+          The outputs, with the structure of ``outs``.
+
+        Raises:
+          TypeError: ``outs`` is missing or not ShapeDtypeStruct-like, or a
+            static keyword argument is not hashable.
+          ValueError: ``backend`` names no registered kernel.
+          NotImplementedError: the op has no kernel at all. (A call on a
+            platform without a kernel fails when it is compiled, naming the
+            platforms that have one.)
+        """
+        if outs is None:
+            raise TypeError(
+                f"{self!r}: pass outs=jax.ShapeDtypeStruct(...) (or a pytree "
+                "of them) describing the outputs")
+        specs, out_tree = _checks.normalize_outs(outs)
+        static = []
+        for key in sorted(static_kwargs):
+            value = static_kwargs[key]
+            try:
+                hash(value)
+            except TypeError:
+                raise TypeError(
+                    f"{self!r}: static keyword argument '{key}' must be "
+                    f"hashable (it keys the compiled kernel), got "
+                    f"{type(value).__name__}: pass a tuple instead of a list "
+                    "or array, or pass arrays as inputs") from None
+            static.append((key, value))
+        with self._lock:
+            if not any(self._kernels.values()):
+                raise NotImplementedError(
+                    f"{self!r} has no kernels: register one with "
+                    "def_numba_cuda_kernel(...) or def_kernel(...)")
+            if backend is not None:
+                known = {b for p in _USER_PLATFORMS for b in self._candidates(p)}
+                if backend not in known:
+                    raise ValueError(
+                        f"{self!r}: unknown backend {backend!r}; "
+                        f"{self._describe_kernels()}")
+                backends = tuple((p, backend) for p in _USER_PLATFORMS)
+            else:
+                backends = _inherited_backends.get().get(id(self))
+                if backends is None:
+                    backends = tuple((p, self._default(p))
+                                     for p in _USER_PLATFORMS)
+        args = [x if isinstance(x, (jax.Array, jax.core.Tracer))
+                else jnp.asarray(x) for x in inputs]
+        results = self.primitive.bind(
+            *args,
+            outs=tuple((tuple(s.shape), np.dtype(s.dtype)) for s in specs),
+            out_tree=out_tree, backends=backends, static=tuple(static))
+        return jax.tree_util.tree_unflatten(out_tree, list(results))
+
+    # -- kernel tables -----------------------------------------------------
+
+    def _candidates(self, platform: str) -> dict[str, tuple[str, Callable]]:
+        """backend -> (platform it was registered for, generator)."""
+        found = {b: (platform, g) for b, g in self._kernels[platform].items()}
+        if (platform == "cpu" and NUMBA_CUDA in self._kernels["gpu"]
+                and NUMBA_CUDA not in found and _numba.simulator_enabled()):
+            found[NUMBA_CUDA] = ("gpu", self._kernels["gpu"][NUMBA_CUDA])
+        return found
+
+    def _default(self, platform: str) -> str | None:
+        candidates = self._candidates(platform)
+        chosen = self._defaults.get(platform)
+        if chosen in candidates:
+            return chosen
+        return next(iter(candidates), None)
+
+    def _describe_kernels(self) -> str:
+        parts = []
+        for p in _USER_PLATFORMS:
+            names = list(self._candidates(p))
+            if names:
+                default = self._default(p)
+                parts.append(f"{p}: " + ", ".join(
+                    f"{b} (default)" if b == default else b for b in names))
+        if not parts:
+            return "it has no kernels"
+        return "kernels registered: " + "; ".join(parts)
+
+    def _no_kernel_message(self, platform: str) -> str:
+        have = [f"{p} (backends: {', '.join(self._candidates(p))})"
+                for p in _USER_PLATFORMS if self._candidates(p)]
+        msg = (f"{self!r} has no kernel for platform '{platform}'; "
+               + (f"platforms with a kernel: {'; '.join(have)}" if have
+                  else "it has no kernels"))
+        if platform == "cpu" and NUMBA_CUDA in self._kernels["gpu"]:
+            msg += (". Its numba_cuda kernel runs on the CPU only through "
+                    "Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1 before "
+                    "numba is imported); or register a CPU kernel with "
+                    "def_kernel('cpu', ...)")
+        return msg
+
+    def _kernel_for(self, platform: str, backend: str | None, outs, out_tree,
+                    static) -> Callable:
+        """What the generator returns for this call, generated once."""
+        with self._lock:
+            candidates = self._candidates(platform)
+            if backend is None or not candidates:
+                raise NotImplementedError(self._no_kernel_message(platform))
+            if backend not in candidates:
+                raise NotImplementedError(
+                    f"{self!r} has no '{backend}' kernel for platform "
+                    f"'{platform}'; {self._describe_kernels()}")
+            source_platform, generator = candidates[backend]
+            # Types too: 1, 1.0 and True are equal but may generate
+            # different kernels.
+            key = (source_platform, backend,
+                   tuple((k, type(v), v) for k, v in static), outs, out_tree)
+            fn = self._generated.get(key)
+            if fn is not None:
+                return fn
+        try:
+            fn = generator(**dict(static), outs=_outs_struct(outs, out_tree))
+        except Exception as exc:
+            args = ", ".join(f"{k}={v!r}" for k, v in static)
+            raise _wrap_error(exc, (
+                f"{self!r}: the kernel generator of backend '{backend}' "
+                f"(platform '{platform}') raised {type(exc).__name__}: {exc} "
+                f"[static arguments: {args or 'none'}; outs: "
+                f"{_outs_str(outs)}]")) from exc
+        if not callable(fn):
+            raise TypeError(
+                f"{self!r}: the kernel generator of backend '{backend}' "
+                f"returned {type(fn).__name__}, not a function of the inputs "
+                "(e.g. numbax.numba_cuda_kernel(...))")
+        with self._lock:
+            return self._generated.setdefault(key, fn)
+
+    # -- primitive rules ---------------------------------------------------
+
+    def _lower(self, ctx, *args, outs, out_tree, backends, static,
+               lowering_platform):
+        platform = _LOWERING_PLATFORMS.get(lowering_platform)
+        if platform is None:
+            raise NotImplementedError(
+                f"{self!r}: platform '{lowering_platform}' is not supported; "
+                "numbax runs on NVIDIA GPUs and, through Numba's CUDA "
+                "simulator, on the CPU")
+        backend = dict(backends)[platform]
+        fn = self._kernel_for(platform, backend, outs, out_tree, static)
+
+        def body(*xs):
+            result = fn(*xs)
+            return self._check_outputs(
+                result, outs, out_tree,
+                f"the '{backend}' kernel (platform '{platform}')")
+
+        # The returned op is traced and lowered inline: it emits numbax's own
+        # custom calls (or whatever jnp code it is) into this program.
+        return mlir.lower_fun(body, multiple_results=True)(ctx, *args)
+
+    def _check_outputs(self, result, outs, out_tree, what: str) -> list:
+        leaves = _flatten_like(result, out_tree, len(outs))
+        if leaves is None:
+            raise TypeError(
+                f"{self!r}: {what} returned {_value_str(result)}, but outs "
+                f"declares {len(outs)} output(s): {_outs_str(outs)}")
+        checked = []
+        for i, (leaf, (shape, dtype)) in enumerate(zip(leaves, outs)):
+            got = (tuple(np.shape(leaf)), np.dtype(jnp.result_type(leaf)))
+            if got != (shape, dtype):
+                raise TypeError(
+                    f"{self!r}: output {i} of {what} is "
+                    f"{got[1].name}{list(got[0])}, but outs declares "
+                    f"{dtype.name}{list(shape)}")
+            checked.append(leaf)
+        return checked
+
+    def _jvp(self, primals, tangents, *, outs, out_tree, backends, static):
+        primal_out = self.primitive.bind(*primals, outs=outs, out_tree=out_tree,
+                                         backends=backends, static=static)
+        kwargs = dict(static)
+        outs_struct = _outs_struct(outs, out_tree)
+        rules = self._jvp_rules
+        contributions = []
+        with self._inherit(backends):
+            if self._jvp_per_input:
+                if len(rules) != len(primals):
+                    raise TypeError(
+                        f"{self!r} was called with {len(primals)} inputs but "
+                        f"def_jvp_rule gave {len(rules)} per-input rules")
+                for i, (rule, t) in enumerate(zip(rules, tangents)):
+                    if rule is None or type(t) is ad.Zero or _is_float0(t):
+                        continue
+                    contributions.append(
+                        (i, rule(t, *primals, outs=outs_struct, **kwargs)))
+            else:
+                # Like jax.custom_jvp: zeros where there is no tangent, but
+                # None for integer inputs, whose float0 tangents are unusable.
+                ts = [None if _is_float0(t) else ad.instantiate_zeros(t)
+                      for t in tangents]
+                contributions.append(
+                    (None, rules[0](ts, *primals, outs=outs_struct, **kwargs)))
+        sums: list = [None] * len(outs)
+        for i, result in contributions:
+            if result is None:
+                continue
+            what = ("the JVP rule" if i is None else
+                    f"the JVP rule of input {i}")
+            leaves = _flatten_like(result, out_tree, len(outs))
+            if leaves is None:
+                raise TypeError(
+                    f"{self!r}: {what} returned {_value_str(result)}, which "
+                    f"does not match outs: {_outs_str(outs)}")
+            for j, (leaf, (shape, dtype)) in enumerate(zip(leaves, outs)):
+                if leaf is None or type(leaf) is ad.Zero:
+                    continue
+                if not jnp.issubdtype(dtype, jnp.inexact):
+                    continue  # integer outputs have no tangent
+                leaf = jnp.asarray(leaf)
+                if tuple(leaf.shape) != shape:
+                    raise TypeError(
+                        f"{self!r}: {what} gave output {j} a tangent of "
+                        f"shape {tuple(leaf.shape)}, but the output has "
+                        f"shape {shape}")
+                if leaf.dtype != dtype:
+                    leaf = leaf.astype(dtype)
+                sums[j] = leaf if sums[j] is None else sums[j] + leaf
+        tangent_out = [
+            ad.Zero(jax.core.ShapedArray(shape, dtype).to_tangent_aval())
+            if t is None else t for t, (shape, dtype) in zip(sums, outs)]
+        return primal_out, tangent_out
+
+    def _transpose(self, cts, *args, outs, out_tree, backends, static):
+        if all(type(ct) is ad.Zero for ct in cts):
+            return [None] * len(args)
+        cts = [None if _is_float0(ct) else ad.instantiate_zeros(ct)
+               for ct in cts]
+        with self._inherit(backends):
+            result = self._transpose_rule(
+                jax.tree_util.tree_unflatten(out_tree, cts), *args,
+                outs=_outs_struct(outs, out_tree), **dict(static))
+        if not isinstance(result, (tuple, list)) or len(result) != len(args):
+            raise TypeError(
+                f"{self!r}: the transpose rule must return a tuple with one "
+                f"entry per input ({len(args)}: the cotangent of each linear "
+                f"input, None for the others); got {_value_str(result)}")
+        cotangents = []
+        for i, (arg, ct) in enumerate(zip(args, result)):
+            if not is_undefined_primal(arg) or ct is None or \
+                    type(ct) is ad.Zero:
+                cotangents.append(None)
+                continue
+            ct = jnp.asarray(ct)
+            aval = arg.aval
+            if tuple(ct.shape) != tuple(aval.shape):
+                raise TypeError(
+                    f"{self!r}: the transpose rule gave input {i} a cotangent "
+                    f"of shape {tuple(ct.shape)}, but the input has shape "
+                    f"{tuple(aval.shape)}")
+            if ct.dtype != aval.dtype:
+                ct = ct.astype(aval.dtype)
+            cotangents.append(ct)
+        return cotangents
+
+    def _batch(self, args, axes, *, outs, out_tree, backends, static):
+        params = dict(outs=outs, out_tree=out_tree, backends=backends,
+                      static=static)
+        if self._batching_rule is not None:
+            with self._inherit(backends):
+                result = self._batching_rule(
+                    list(args), list(axes), outs=_outs_struct(outs, out_tree),
+                    **dict(static))
+            if result is not NotImplemented:
+                return self._check_batched(result, out_tree, len(outs))
+        return self._loop_batch(args, axes, params)
+
+    def _check_batched(self, result, out_tree, n_outs):
+        try:
+            outputs, out_axes = result
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"{self!r}: the batching rule must return (outputs, out_axes) "
+                f"or NotImplemented; got {_value_str(result)}") from None
+        leaves = _flatten_like(outputs, out_tree, n_outs)
+        if leaves is None:
+            raise TypeError(
+                f"{self!r}: the batching rule returned outputs "
+                f"{_value_str(outputs)}, which do not match outs")
+        if out_axes is None or isinstance(out_axes, (int, np.integer)):
+            axes = [out_axes] * n_outs
+        else:
+            try:
+                axes = out_tree.flatten_up_to(out_axes)
+            except (TypeError, ValueError):
+                axes = list(out_axes) if isinstance(out_axes, (tuple, list)) \
+                    else None
+            if axes is None or len(axes) != n_outs:
+                raise TypeError(
+                    f"{self!r}: the batching rule's out_axes {out_axes!r} "
+                    "must be an int, None, or have the structure of outs")
+        return list(leaves), list(axes)
+
+    def _loop_batch(self, args, axes, params):
+        """The default batching rule: one call per element of the batch.
+
+        Correct for any kernel; unbatched inputs are passed to every call
+        unchanged (no copy), batched ones sliced along their axis.
+        """
+        mapped = [ax is not None for ax in axes]  # None: not batched
+        sliced = [jnp.moveaxis(a, ax, 0)
+                  for a, ax, m in zip(args, axes, mapped) if m]
+
+        def one(xs):
+            it = iter(xs)
+            full = [next(it) if m else a for a, m in zip(args, mapped)]
+            return self.primitive.bind(*full, **params)
+
+        results = jax.lax.map(one, sliced)
+        return list(results), [0] * len(results)
+
+    @contextlib.contextmanager
+    def _inherit(self, backends):
+        token = _inherited_backends.set(
+            {**_inherited_backends.get(), id(self): backends})
+        try:
+            yield
+        finally:
+            _inherited_backends.reset(token)
+
+
+def _abstract_eval(*avals, outs, **params):
+    del avals, params
+    return [jax.core.ShapedArray(shape, dtype) for shape, dtype in outs]
+
+
+def _outs_struct(outs, out_tree):
+    return jax.tree_util.tree_unflatten(
+        out_tree, [jax.ShapeDtypeStruct(s, d) for s, d in outs])
+
+
+def _flatten_like(value, out_tree, n: int) -> list | None:
+    """`value`'s leaves in the order of `out_tree`, or None if it doesn't fit.
+
+    Accepts the structure of ``outs`` itself, or a flat tuple/list of the
+    outputs in order (what a multi-output numbax op built from a flat list
+    of specs returns).
+    """
+    if n == 1 and out_tree.num_nodes == 1:
+        if isinstance(value, (tuple, list)) and len(value) == 1:
+            return [value[0]]
+        return [value]
+    try:
+        leaves = out_tree.flatten_up_to(value)
+    except (TypeError, ValueError):
+        leaves = list(value) if isinstance(value, (tuple, list)) else None
+    if leaves is None or len(leaves) != n:
+        return None
+    return list(leaves)
+
+
+def _outs_str(outs) -> str:
+    return ", ".join(f"{np.dtype(d).name}{list(s)}" for s, d in outs)
+
+
+def _value_str(value) -> str:
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"an array {np.dtype(value.dtype).name}{list(value.shape)}"
+    if isinstance(value, (tuple, list)):
+        return (f"a {type(value).__name__} of {len(value)}: ["
+                + ", ".join(_value_str(v) for v in value) + "]")
+    return f"{type(value).__name__}"
