@@ -51,19 +51,29 @@ ffi::Error DecodeBuffer(ffi::DataType dtype, void* data, const int64_t* dims,
   }
   const int64_t max_elements =
       std::numeric_limits<int64_t>::max() / static_cast<int64_t>(info->itemsize);
-  int64_t count = 1;
+  // The product of the non-zero extents bounds every byte stride of the
+  // buffer, so it must fit even when a zero extent makes the buffer empty:
+  // strides of a {0, 2^40, 2^40} float32 buffer would overflow (fuzzing
+  // found this; tests/cpp/fuzz_regressions_test.cc).
+  int64_t extents = 1;
+  bool empty = false;
   for (int64_t i = 0; i < rank; ++i) {
     const int64_t d = dims[i];
     if (d < 0) {
       return ffi::Error::InvalidArgument(std::string(what) + ": dimension " +
                                          std::to_string(i) + " is negative");
     }
-    if (d != 0 && count > max_elements / d) {
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (extents > max_elements / d) {
       return ffi::Error::InvalidArgument(std::string(what) +
                                          ": byte size overflows");
     }
-    count *= d;
+    extents *= d;
   }
+  const int64_t count = empty ? 0 : extents;
   const size_t nbytes = static_cast<size_t>(count) * info->itemsize;
   if (nbytes > 0 && data == nullptr) {
     return ffi::Error::InvalidArgument(std::string(what) +

@@ -37,7 +37,8 @@ ffi::Error Run(CallSite* site, ffi::RemainingArgs args, ffi::RemainingRets rets,
     return ffi::Error::InvalidArgument("numbax op '" + site->key() +
                                        "': " + err.message());
   }
-  if (!PythonIsAlive()) {
+  InterpreterUse use;
+  if (!use.admitted()) {
     return ffi::Error::Internal("numbax op '" + site->key() +
                                 "': the Python interpreter is shutting down");
   }
@@ -75,6 +76,28 @@ ffi::Error CaptureError(const CallSite& site, const std::string& what) {
   return ffi::Error::Internal("numbax op '" + site.key() +
                               "' (capture=True): " + what + "\n" +
                               kCaptureRules);
+}
+
+// This thread's recording stream on `device` (whose context is current),
+// created on first use and kept for the thread's life.
+cuda::CUresult RecordingStream(const cuda::Driver& driver, int device,
+                               cuda::CUstream* out) {
+  thread_local std::vector<cuda::CUstream> streams;
+  if (device < 0) return 101;  // CUDA_ERROR_INVALID_DEVICE
+  if (static_cast<size_t>(device) >= streams.size()) {
+    streams.resize(static_cast<size_t>(device) + 1, nullptr);
+  }
+  if (!streams[device]) {
+    if (!driver.cuStreamCreate) return 500;  // CUDA_ERROR_NOT_FOUND
+    // A blocking stream on purpose: a launch that forgets the stream goes to
+    // the legacy default stream, which must then wait for the capturing
+    // stream, and the driver refuses that (CAPTURE_IMPLICIT) instead of
+    // running the launch outside the graph.
+    cuda::CUresult r = driver.cuStreamCreate(&streams[device], 0);
+    if (r != cuda::CUDA_SUCCESS) return r;
+  }
+  *out = streams[device];
+  return cuda::CUDA_SUCCESS;
 }
 
 // Capture mode: XLA records us into its command buffer when it can; where it
@@ -125,7 +148,8 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
                                 std::to_string(device) + ": " +
                                 cuda::ErrorText(*driver, bind.status()));
   }
-  if (!PythonIsAlive()) {
+  InterpreterUse use;
+  if (!use.admitted()) {
     return ffi::Error::Internal("numbax op '" + site->key() +
                                 "': the Python interpreter is shutting down");
   }
@@ -138,16 +162,26 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
     if (result.success()) site->graphs.MarkWarmed(device);
     return result;
   }
-  cuda::CUresult r = driver->cuStreamBeginCapture(
-      stream, cuda::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  // Record on a stream of numbax's own, never on XLA's: other threads may
+  // enqueue onto XLA's stream at any moment, and their work would join (and
+  // break) the capture. Recording runs nothing; the graph is then launched
+  // on XLA's stream, ordered with the rest of the program.
+  cuda::CUstream recorder = nullptr;
+  cuda::CUresult r = RecordingStream(*driver, device, &recorder);
+  if (r != cuda::CUDA_SUCCESS) {
+    return CaptureError(*site, "cannot create a recording stream: " +
+                                   cuda::ErrorText(*driver, r));
+  }
+  r = driver->cuStreamBeginCapture(recorder,
+                                   cuda::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
   if (r != cuda::CUDA_SUCCESS) {
     return CaptureError(*site,
                         "cannot begin capture: " + cuda::ErrorText(*driver, r));
   }
   ffi::Error invoked =
-      site->Invoke(buffers, Platform::kCuda, device, stream_ptr);
+      site->Invoke(buffers, Platform::kCuda, device, recorder);
   cuda::CUgraph graph = nullptr;
-  cuda::CUresult ended = driver->cuStreamEndCapture(stream, &graph);
+  cuda::CUresult ended = driver->cuStreamEndCapture(recorder, &graph);
   if (invoked.failure()) {
     if (graph) driver->cuGraphDestroy(graph);
     return CaptureError(*site, "func failed while being captured: " +

@@ -31,6 +31,7 @@ Driver LoadTable(void* lib) {
   Resolve(lib, "cuStreamBeginCapture_v2", d.cuStreamBeginCapture);
   Resolve(lib, "cuStreamEndCapture", d.cuStreamEndCapture);
   Resolve(lib, "cuStreamSynchronize", d.cuStreamSynchronize);
+  Resolve(lib, "cuStreamCreate", d.cuStreamCreate);
   Resolve(lib, "cuLaunchKernel", d.cuLaunchKernel);
   Resolve(lib, "cuLaunchCooperativeKernel", d.cuLaunchCooperativeKernel);
   Resolve(lib, "cuKernelGetFunction", d.cuKernelGetFunction);

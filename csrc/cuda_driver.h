@@ -45,6 +45,7 @@ struct Driver {
   CUresult (*cuStreamBeginCapture)(CUstream, int);
   CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
   CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuStreamCreate)(CUstream*, unsigned int);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
                              unsigned, unsigned, unsigned, unsigned, CUstream,
                              void**, void**);

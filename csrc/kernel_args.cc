@@ -32,4 +32,23 @@ void** KernelArgs::params() {
   return params_.data();
 }
 
+bool AddBatchSlice(const BufferView& view, int64_t batch, int64_t index,
+                   bool reuse, KernelArgs* args) {
+  const DTypeInfo* info = LookupDType(view.dtype);
+  if (info == nullptr || view.rank < 1 || view.dims == nullptr || batch < 1 ||
+      index < 0 || index >= batch) {
+    return false;
+  }
+  const int64_t slices = view.dims[0];
+  if (reuse ? slices < 1 : slices != batch) return false;
+  const size_t slice_bytes = view.nbytes / static_cast<size_t>(slices);
+  // Device addresses: integer arithmetic, never a host pointer's.
+  const uintptr_t base = reinterpret_cast<uintptr_t>(view.data);
+  const uintptr_t offset =
+      reuse ? 0 : static_cast<uintptr_t>(index) * slice_bytes;
+  void* data = base ? reinterpret_cast<void*>(base + offset) : nullptr;
+  args->AddArray(data, view.dims + 1, view.rank - 1, info->itemsize);
+  return true;
+}
+
 }  // namespace numbax

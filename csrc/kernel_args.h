@@ -36,4 +36,13 @@ class KernelArgs {
   std::vector<void*> params_;
 };
 
+// Appends slice `index` of a buffer batched along axis 0 for a vmapped
+// launch of `batch` slices: the kernel sees the remaining axes, at the
+// slice's address. With `reuse` (a broadcast input) every index gets slice
+// 0. Returns false, appending nothing, when the buffer cannot be sliced so
+// (rank 0, an unknown dtype, or not `batch` slices; `reuse` needs >= 1):
+// launching then would read or write outside it.
+bool AddBatchSlice(const BufferView& view, int64_t batch, int64_t index,
+                   bool reuse, KernelArgs* args);
+
 }  // namespace numbax

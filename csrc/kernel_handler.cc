@@ -129,11 +129,12 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
       }
       // Batched: axis 0 is the vmap axis; the kernel sees one slice.
       const bool reuse = i < plan.broadcast.size() && plan.broadcast[i];
-      const size_t slice_bytes =
-          b.dims[0] > 0 ? b.nbytes / static_cast<size_t>(b.dims[0]) : 0;
-      char* base = static_cast<char*>(b.data);
-      void* data = base ? base + (reuse ? 0 : s * slice_bytes) : nullptr;
-      packed.AddArray(data, b.dims + 1, b.rank - 1, itemsize);
+      if (!AddBatchSlice(b, plan.batch, s, reuse, &packed)) {
+        return Fail(*site, "buffer " + std::to_string(i) + " (rank " +
+                               std::to_string(b.rank) + ") does not hold " +
+                               std::to_string(plan.batch) +
+                               " slices along axis 0 for a vmapped launch");
+      }
     }
     cuda::CUresult r;
     if (plan.cooperative) {
@@ -163,9 +164,10 @@ void SetKernelResolver(PyObject* resolver) {
 
 ffi::ErrorOr<std::unique_ptr<KernelSite>> KernelSite::Create(
     std::string_view key) {
-  if (!PythonIsAlive()) {
-    return ffi::Unexpected(
-        ffi::Error::Internal("numbax: the Python interpreter is not running"));
+  InterpreterUse use;
+  if (!use.admitted()) {
+    return ffi::Unexpected(ffi::Error::Internal(
+        "numbax: the Python interpreter is not running (or is exiting)"));
   }
   std::unique_ptr<KernelSite> site(new KernelSite);
   site->key_ = std::string(key);
@@ -197,7 +199,9 @@ ffi::ErrorOr<std::unique_ptr<KernelSite>> KernelSite::Create(
 }
 
 KernelSite::~KernelSite() {
-  if (!owner_ || !PythonIsAlive()) return;  // see CallSite::~CallSite
+  if (!owner_) return;
+  InterpreterUse use;
+  if (!use.admitted()) return;  // see CallSite::~CallSite
   GilScope gil;
   Py_CLEAR(owner_);
 }

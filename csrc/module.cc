@@ -104,6 +104,25 @@ NB_MODULE(_core, m) {
       nb::arg("format_exception"));
 
   m.def(
+      "set_call_guard",
+      [](nb::object pairs) {
+        if (!numbax::SetCallGuard(pairs.ptr())) {
+          throw nb::value_error(
+              "set_call_guard takes None or a tuple (swap, value, ...) of "
+              "at most 4 pairs");
+        }
+      },
+      nb::arg("pairs").none(),
+      "Thread-local state swapped in around every call of a func.");
+
+  m.def(
+      "prepare_for_exit",
+      [](double timeout_s) { return numbax::PrepareForExit(timeout_s); },
+      nb::arg("timeout_s") = 5.0,
+      "Refuses Python in handlers from now on and waits for the calls in "
+      "flight; registered with atexit by numbax.");
+
+  m.def(
       "set_kernel_resolver",
       [](nb::object resolver) { numbax::SetKernelResolver(resolver.ptr()); },
       nb::arg("resolver"));

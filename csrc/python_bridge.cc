@@ -1,7 +1,10 @@
 #include "python_bridge.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <memory>
+#include <thread>
 #include <utility>
 
 namespace numbax {
@@ -10,6 +13,52 @@ namespace {
 namespace ffi = ::xla::ffi;
 
 PythonHooks g_hooks;
+
+// See SetCallGuard: a flat tuple of (swap, value) pairs, or null.
+PyObject* g_call_guard = nullptr;
+constexpr Py_ssize_t kMaxGuardPairs = 4;
+
+// Swaps the guard's values in; `saved` receives the previous values (new
+// references). Returns the number of pairs swapped, or -1 with a Python
+// error set (having swapped nothing back in).
+Py_ssize_t EnterCallGuard(PyObject* guard, PyObject** saved) {
+  if (!guard) return 0;
+  const Py_ssize_t pairs = PyTuple_GET_SIZE(guard) / 2;
+  for (Py_ssize_t i = 0; i < pairs; ++i) {
+    saved[i] = PyObject_CallOneArg(PyTuple_GET_ITEM(guard, 2 * i),
+                                   PyTuple_GET_ITEM(guard, 2 * i + 1));
+    if (!saved[i]) {
+      while (i-- > 0) {
+        PyObject* r = PyObject_CallOneArg(PyTuple_GET_ITEM(guard, 2 * i),
+                                          saved[i]);
+        Py_XDECREF(r);
+        Py_DECREF(saved[i]);
+      }
+      return -1;
+    }
+  }
+  return pairs;
+}
+
+// Restores what EnterCallGuard saved, in reverse order, keeping any pending
+// exception (func's) intact. Returns false if a restore itself failed.
+bool ExitCallGuard(PyObject* guard, PyObject** saved, Py_ssize_t pairs) {
+  if (pairs <= 0) return true;
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  bool ok = true;
+  for (Py_ssize_t i = pairs - 1; i >= 0; --i) {
+    PyObject* r = PyObject_CallOneArg(PyTuple_GET_ITEM(guard, 2 * i), saved[i]);
+    if (!r) {
+      ok = false;
+      PyErr_Clear();
+    }
+    Py_XDECREF(r);
+    Py_DECREF(saved[i]);
+  }
+  PyErr_Restore(type, value, traceback);
+  return ok;
+}
 
 struct CachedStream {
   int device;
@@ -51,6 +100,57 @@ void SetPythonHooks(const PythonHooks& hooks) {
 
 const PythonHooks& Hooks() { return g_hooks; }
 
+bool SetCallGuard(PyObject* pairs) {
+  if (pairs == nullptr || pairs == Py_None) {
+    g_call_guard = nullptr;
+    return true;
+  }
+  if (!PyTuple_Check(pairs) || PyTuple_GET_SIZE(pairs) % 2 != 0 ||
+      PyTuple_GET_SIZE(pairs) > 2 * kMaxGuardPairs) {
+    return false;
+  }
+  if (PyTuple_GET_SIZE(pairs) == 0) {
+    g_call_guard = nullptr;
+    return true;
+  }
+  Py_INCREF(pairs);
+  g_call_guard = pairs;
+  return true;
+}
+
+namespace {
+std::atomic<int64_t> g_interpreter_uses{0};
+std::atomic<bool> g_exiting{false};
+}  // namespace
+
+InterpreterUse::InterpreterUse() {
+  // Counted before the flag is read, and PrepareForExit sets the flag
+  // before it reads the count (both sequentially consistent): either this
+  // use sees the flag, or PrepareForExit waits for it.
+  g_interpreter_uses.fetch_add(1);
+  admitted_ = !g_exiting.load() && PythonIsAlive();
+  if (!admitted_) g_interpreter_uses.fetch_sub(1);
+}
+
+InterpreterUse::~InterpreterUse() {
+  if (admitted_) g_interpreter_uses.fetch_sub(1);
+}
+
+int PrepareForExit(double timeout_s) {
+  g_exiting.store(true);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(timeout_s);
+  int64_t left = g_interpreter_uses.load();
+  if (left == 0) return 0;
+  Py_BEGIN_ALLOW_THREADS
+  while ((left = g_interpreter_uses.load()) > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  Py_END_ALLOW_THREADS
+  return static_cast<int>(left);
+}
+
 bool PythonIsAlive() {
   if (!Py_IsInitialized()) return false;
 #if PY_VERSION_HEX >= 0x030D0000
@@ -75,7 +175,14 @@ GilScope::GilScope() {
   state_ = PyGILState_Ensure();
 }
 
-GilScope::~GilScope() { PyGILState_Release(state_); }
+GilScope::~GilScope() {
+  // When the interpreter finalises while func waits for the GIL (it had
+  // released it: a sleep, a simulator kernel, Numba's own threads), Python
+  // ends this thread with pthread_exit, whose forced unwinding runs this
+  // destructor without the GIL. Releasing then would abort the process.
+  if (!PyGILState_Check()) return;
+  PyGILState_Release(state_);
+}
 
 BridgeCounters& Counters() {
   static BridgeCounters counters;
@@ -113,8 +220,10 @@ std::string TakePythonError() {
 }
 
 ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
-  if (!PythonIsAlive()) {
-    return ffi::Error::Internal("numbax: the Python interpreter is not running");
+  InterpreterUse use;
+  if (!use.admitted()) {
+    return ffi::Error::Internal(
+        "numbax: the Python interpreter is not running (or is exiting)");
   }
   key_ = std::string(key);
   GilScope gil;
@@ -151,7 +260,8 @@ CallSite::~CallSite() {
   // XLA may destroy compiled programs after Python has shut down, or from a
   // thread that cannot take the GIL then: the references are leaked rather
   // than touched without an interpreter.
-  if (!PythonIsAlive()) return;
+  InterpreterUse use;
+  if (!use.admitted()) return;
   GilScope gil;
   ClearCache();
   Py_CLEAR(func_);
@@ -257,9 +367,28 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
                                 TakePythonError());
   }
   argv[buffers.size() + 1] = stream_object;
+  // The guard is read once: a concurrent SetCallGuard never frees the old
+  // tuple, so this one stays valid while func runs without the GIL.
+  PyObject* guard = g_call_guard;
+  PyObject* saved[kMaxGuardPairs];
+  const Py_ssize_t guarded = EnterCallGuard(guard, saved);
+  if (guarded < 0) {
+    ++Counters().errors;
+    return ffi::Error::Internal("numbax op '" + key_ +
+                                "': could not enter the call guard: " +
+                                TakePythonError());
+  }
   PyObject* result = PyObject_Vectorcall(
       func_, argv.data() + 1,
       (buffers.size() + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+  if (!ExitCallGuard(guard, saved, guarded)) {
+    Py_XDECREF(result);
+    PyErr_Clear();
+    ++Counters().errors;
+    return ffi::Error::Internal("numbax op '" + key_ +
+                                "': could not restore the thread's JAX "
+                                "state after func returned");
+  }
   if (!result) {
     ++Counters().errors;
     return ffi::Error::Internal("numbax op '" + key_ + "': func raised " +

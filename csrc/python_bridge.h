@@ -35,8 +35,42 @@ struct PythonHooks {
 void SetPythonHooks(const PythonHooks& hooks);
 const PythonHooks& Hooks();
 
+// Thread-local Python state swapped in around every call of a func, and
+// restored after it: `pairs` is a flat tuple (swap_0, value_0, swap_1,
+// value_1, ...) where swap_i(value) sets a thread-local and returns the
+// previous one. numbax uses it to make JAX refuse calls from inside func
+// (src/numbax/_guard.py) without a Python frame per call. None or an empty
+// tuple turns it off. Takes a new reference (the old one is leaked on
+// purpose, as for the hooks). Returns false, changing nothing, unless
+// `pairs` is None or a tuple of at most 4 pairs.
+bool SetCallGuard(PyObject* pairs);
+
 // True when it is safe to take the GIL from this thread.
 bool PythonIsAlive();
+
+// Counts a handler's use of the interpreter for its scope, so that
+// numbax's exit hook (PrepareForExit, run by atexit before Python
+// finalises) can wait for the uses in flight and refuse new ones: a thread
+// that waits for the GIL while Python finalises is ended with pthread_exit,
+// whose unwinding through XLA's frames aborts the process. Construct it
+// before taking the GIL; admitted() false means: do not touch Python.
+class InterpreterUse {
+ public:
+  InterpreterUse();
+  ~InterpreterUse();
+  InterpreterUse(const InterpreterUse&) = delete;
+  InterpreterUse& operator=(const InterpreterUse&) = delete;
+  bool admitted() const { return admitted_; }
+
+ private:
+  bool admitted_;
+};
+
+// From now on handlers refuse to run Python (their calls fail with an
+// error, as after finalisation); waits up to `timeout_s` seconds, with the
+// GIL released, for the uses in flight. Returns how many were still in
+// flight at the timeout (0 normally). Call with the GIL held.
+int PrepareForExit(double timeout_s);
 
 // Holds the GIL for a scope, on any thread. XLA calls handlers from its own
 // threads; each keeps one Python thread state for its whole life instead of

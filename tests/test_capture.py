@@ -134,6 +134,19 @@ def test_capture_allocation_is_a_clear_error(gpu_only, rng):
         jax.block_until_ready(op(y))
 
 
+def test_capture_launch_off_the_stream_is_a_clear_error(gpu_only, rng):
+    def forgets_stream(x, out, stream):
+        affine[-(-x.shape[0] // 128), 128](x, out)  # legacy default stream
+
+    op = jax.jit(numbax.numba_cuda_callable(
+        forgets_stream, outs=jax.ShapeDtypeStruct((96,), F32), capture=True))
+    x = jnp.asarray(random_array(rng, (96,), np.float32))
+    op(x).block_until_ready()  # plain warm-up
+    y = jnp.asarray(random_array(rng, (96,), np.float32))
+    with pytest.raises(Exception, match="capture=True.*stream it is given"):
+        jax.block_until_ready(op(y))
+
+
 @pytest.mark.parametrize("capture", [False, True])
 def test_scratch_buffers(rng, capture):
     seen = []

@@ -282,3 +282,40 @@ def test_zero_d_input_is_value_error():
     op = numbax.numba_cuda_kernel(affine, SPEC, launch_dims=4)
     with pytest.raises(ValueError, match="wrap it in a 1-d array"):
         op(jnp.float32(1.0))
+
+
+# -- cooperative launches ------------------------------------------------------
+
+@cuda.jit
+def mirror_sum(x, doubled, out):
+    # Every block must finish phase 1 before any reads phase 2's inputs:
+    # only a cooperative launch makes grid.sync() legal.
+    grid = cuda.cg.this_grid()
+    i = cuda.grid(1)
+    n = x.shape[0]
+    if i < n:
+        doubled[i] = 2 * x[i]
+    grid.sync()
+    if i < n:
+        out[i] = doubled[i] + doubled[n - 1 - i]
+
+
+def test_grid_sync_kernel_launches_cooperatively(gpu_only, rng):
+    n = 4096
+    spec = jax.ShapeDtypeStruct((n,), F32)
+    op = numbax.numba_cuda_kernel(mirror_sum, (spec, spec), launch_dims=n)
+    for _ in range(3):
+        x = random_array(rng, (n,), np.float32)
+        doubled, out = jax.jit(op)(x)
+        np.testing.assert_allclose(doubled, 2 * x, rtol=1e-6)
+        np.testing.assert_allclose(out, 2 * x + 2 * x[::-1], rtol=1e-6)
+
+
+def test_grid_sync_over_the_cooperative_limit_is_refused(gpu_only, rng):
+    blocks = 1_000_000  # far more blocks than can be resident at once
+    spec = jax.ShapeDtypeStruct((blocks * 32,), F32)
+    op = numbax.numba_cuda_kernel(mirror_sum, (spec, spec), grid=blocks,
+                                  block=32)
+    x = np.zeros(blocks * 32, np.float32)
+    with pytest.raises(Exception, match="cooperatively.*at most"):
+        jax.block_until_ready(jax.jit(op)(x))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Sequence
 
 import jax
@@ -19,7 +20,15 @@ _SUPPORTED = {np.dtype(t) for t in (
 
 
 def check_dtype(dtype: Any, what: str) -> np.dtype:
-    dt = np.dtype(dtype)
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        # Not a numpy dtype at all: a PRNG key array, an extended dtype.
+        hint = ("use jax.random.key_data(key) to get its uint32 words"
+                if "key<" in str(dtype) else "convert it with .astype(...)")
+        raise ValueError(
+            f"{what} has dtype {dtype}, which is not a numpy dtype and which "
+            f"Numba CUDA kernels cannot use; {hint}") from None
     if dt in _SUPPORTED:
         return dt
     if dt.name == "bfloat16":
@@ -40,6 +49,12 @@ def is_shape_dtype(obj: Any) -> bool:
 
 def normalize_outs(outs: Any, what: str = "outs"):
     """(flat list of ShapeDtypeStruct, treedef) from a struct or pytree of them."""
+    if isinstance(outs, (tuple, list)) and outs and all(
+            isinstance(d, (int, np.integer)) for d in outs):
+        raise TypeError(
+            f"{what} must be a jax.ShapeDtypeStruct or a sequence/pytree of "
+            f"them, not a bare shape {tuple(outs)!r}: write "
+            f"jax.ShapeDtypeStruct({tuple(outs)!r}, dtype)")
     if is_shape_dtype(outs):
         leaves, tree = [outs], jax.tree_util.tree_structure(0)
     else:
@@ -76,8 +91,17 @@ def as_input_arrays(args: Sequence[Any], op: str) -> list:
     """JAX arrays for the call's inputs, checked (no copy of JAX arrays)."""
     arrays = []
     for i, a in enumerate(args):
-        x = a if isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer) \
-            else jnp.asarray(a)
+        if isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer):
+            x = a
+        else:
+            try:
+                x = jnp.asarray(a)
+            except TypeError as exc:
+                raise TypeError(
+                    f"{op}: input {i} is not an array JAX can hold "
+                    f"({type(a).__name__}): {exc} Pass a numeric jax or "
+                    "numpy array (numbax inputs are buffers; bake Python "
+                    "values into func instead)") from exc
         if x.ndim == 0:
             raise ValueError(
                 f"{op}: input {i} is 0-d (a scalar); Numba CUDA device arrays "
@@ -94,12 +118,21 @@ def check_aliases(aliases, inputs, out_specs, op: str):
     if not isinstance(aliases, dict):
         raise TypeError(f"{op}: input_output_aliases must be a dict "
                         "{input index: output index}")
+    normalized = {}
     for i, o in aliases.items():
-        if not (isinstance(i, int) and 0 <= i < len(inputs)):
+        for what, v in (("key", i), ("value", o)):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(
+                    v, (int, np.integer)):
+                raise TypeError(
+                    f"{op}: input_output_aliases {what} {v!r} must be an int "
+                    "index: the dict is {input index: output index}")
+        i, o = int(i), int(o)
+        normalized[i] = o
+        if not 0 <= i < len(inputs):
             raise ValueError(
                 f"{op}: input_output_aliases key {i!r} is not an input index "
                 f"(there are {len(inputs)} inputs)")
-        if not (isinstance(o, int) and 0 <= o < len(out_specs)):
+        if not 0 <= o < len(out_specs):
             raise ValueError(
                 f"{op}: input_output_aliases value {o!r} is not an output "
                 f"index (there are {len(out_specs)} outputs)")
@@ -109,6 +142,51 @@ def check_aliases(aliases, inputs, out_specs, op: str):
                 f"{op}: input {i} ({a.dtype}{list(a.shape)}) cannot alias "
                 f"output {o} ({s.dtype}{list(s.shape)}): aliased buffers "
                 "need the same shape and dtype")
-    if len(set(aliases.values())) != len(aliases):
-        raise ValueError(f"{op}: two inputs alias the same output")
-    return dict(aliases)
+    if len(set(normalized.values())) != len(normalized):
+        raise ValueError(
+            f"{op}: two inputs alias the same output in "
+            f"input_output_aliases={aliases!r}; each output can reuse at "
+            "most one input's buffer")
+    return normalized
+
+
+# jax.ffi.ffi_call's vmap methods (jax 0.10); numbax checks them when the op
+# is created rather than when it is first vmapped.
+VMAP_METHODS = (None, "sequential", "sequential_unrolled", "expand_dims",
+                "broadcast_all", "legacy_vectorized")
+
+
+def check_vmap_method(vmap_method, op: str) -> None:
+    if vmap_method not in VMAP_METHODS:
+        raise ValueError(
+            f"{op}: vmap_method must be one of "
+            f"{', '.join(repr(m) for m in VMAP_METHODS)}; got {vmap_method!r}")
+
+
+def arg_layout(n_in: int, n_out: int, n_scratch: int = 0,
+               stream: bool = False) -> str:
+    """How numbax passes arguments, e.g. 'in_0, in_1, out_0, stream'."""
+    names = ([f"in_{i}" for i in range(n_in)] +
+             [f"out_{i}" for i in range(n_out)] +
+             [f"scratch_{i}" for i in range(n_scratch)] +
+             (["stream"] if stream else []))
+    return ", ".join(names)
+
+
+def check_arity(func, nargs: int, op: str, layout: str,
+                what: str = "func") -> None:
+    """TypeError now, at trace time, if `func` cannot take `nargs` positional
+    arguments; silent where Python cannot tell (builtins, C callables)."""
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(*range(nargs))
+    except TypeError as exc:
+        raise TypeError(
+            f"{op}: numbax calls {what}({layout}), {nargs} positional "
+            f"arguments, but {what}{sig} cannot take them ({exc}); give "
+            f"{what} one parameter per input, then per output"
+            + (", then per scratch buffer, then the stream"
+               if layout.endswith("stream") else "")) from None

@@ -8,7 +8,9 @@ another process works once the same op has been created there.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
+import logging
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -16,56 +18,155 @@ from typing import Any, Callable
 
 import jax
 
-from . import _core, _numba
+from . import _core, _guard, _numba
 
 CALLABLE_TARGET = "numbax_callable"
 CAPTURE_TARGET = "numbax_callable_capture"
 KERNEL_TARGET = "numbax_kernel"
+# The same handlers under the names of calls declared batch-partitionable
+# (numba_cuda_callable(..., batch_partitionable=True)): XLA registers these
+# names as partitionable along their leading axis, so they need their own.
+CALLABLE_BATCH_TARGET = "numbax_callable_batch"
+CAPTURE_BATCH_TARGET = "numbax_callable_capture_batch"
+BATCH_TARGETS = {CALLABLE_TARGET: CALLABLE_BATCH_TARGET,
+                 CAPTURE_TARGET: CAPTURE_BATCH_TARGET}
+ALL_TARGETS = (CALLABLE_TARGET, CAPTURE_TARGET, KERNEL_TARGET,
+               CALLABLE_BATCH_TARGET, CAPTURE_BATCH_TARGET)
 
 _lock = threading.RLock()
 _targets_registered = False
+_platforms_registered: set = set()
+_hooks_installed = False
+_batch_declared = False
+_log = logging.getLogger("numbax")
+
+
+def _install_python_hooks() -> None:
+    global _hooks_installed
+    if _hooks_installed:
+        return
+    _core.set_python_hooks(
+        resolve=_resolve_callable,
+        device_array=_numba.device_array_hook,
+        host_array=_numba.host_array_hook,
+        device_stream=_numba.device_stream_hook,
+        host_stream=_numba.host_stream_hook,
+        format_exception=_numba.format_exception_hook,
+    )
+    _core.set_kernel_resolver(_resolve_kernel)
+    # JAX refuses calls made from inside a func XLA is running.
+    _guard.install()
+    # At exit, before Python finalises (and before JAX's own atexit clean-up,
+    # registered earlier), handlers stop running Python and those in flight
+    # finish: a thread that waits for the GIL during finalisation is ended
+    # in a way that aborts the process.
+    atexit.register(_core.prepare_for_exit)
+    _hooks_installed = True
+
+
+def _register_platform(platform: str) -> None:
+    """Registers the state types, then the targets, of one platform (once).
+
+    Called with _lock held, once that platform's backend has started: a
+    backend that starts later registers pending FFI targets before pending
+    types, and refuses handlers whose state types it has not seen yet.
+    """
+    global _batch_declared
+    if platform in _platforms_registered:
+        return
+    _install_python_hooks()
+    callable_handlers = _core.callable_handlers()
+    site_types = _core.call_site_types()
+    if platform == "cpu":
+        jax.ffi.register_ffi_type(
+            "numbax.CpuCallSite", site_types["cpu"], platform="cpu")
+        # The simulator has no graphs: capture mode runs plainly on the CPU.
+        for target in (CALLABLE_TARGET, CAPTURE_TARGET, CALLABLE_BATCH_TARGET,
+                       CAPTURE_BATCH_TARGET):
+            jax.ffi.register_ffi_target(
+                target, callable_handlers["cpu"], platform="cpu")
+    else:
+        jax.ffi.register_ffi_type(
+            "numbax.CudaCallSite", site_types["cuda"], platform="CUDA")
+        jax.ffi.register_ffi_type(
+            "numbax.KernelSite", _core.kernel_site_type(), platform="CUDA")
+        for target in (CALLABLE_TARGET, CALLABLE_BATCH_TARGET):
+            jax.ffi.register_ffi_target(
+                target, callable_handlers["cuda"], platform="CUDA")
+        for target in (CAPTURE_TARGET, CAPTURE_BATCH_TARGET):
+            jax.ffi.register_ffi_target(
+                target, callable_handlers["cuda_capture"], platform="CUDA")
+        jax.ffi.register_ffi_target(
+            KERNEL_TARGET, _core.kernel_handlers()["cuda"], platform="CUDA")
+    _platforms_registered.add(platform)
+    if not _batch_declared:
+        _batch_declared = True
+        try:
+            for target in BATCH_TARGETS.values():
+                jax.ffi.register_ffi_target_as_batch_partitionable(target)
+        except Exception as exc:  # partitioning is an optimisation
+            _log.warning(
+                "numbax: XLA refused the batch-partitionable declaration "
+                "(%s: %s); batch_partitionable=True ops still run correctly, "
+                "but XLA gathers their inputs", type(exc).__name__, exc)
 
 
 def ensure_targets() -> None:
     """Registers numbax's fixed FFI targets and state types, once per process."""
     global _targets_registered
+    if _targets_registered:
+        return
+    # Initialise JAX's backends first, outside _lock: a backend starting now
+    # calls _on_backend_started (which takes _lock) under JAX's own lock.
+    jax.devices()
     with _lock:
         if _targets_registered:
             return
-        # Initialise JAX's backends first: a backend that starts later
-        # registers pending FFI targets before pending types, and refuses
-        # handlers whose state types it has not seen yet.
-        jax.devices()
-        _core.set_python_hooks(
-            resolve=_resolve_callable,
-            device_array=_numba.device_array_hook,
-            host_array=_numba.host_array_hook,
-            device_stream=_numba.device_stream_hook,
-            host_stream=_numba.host_stream_hook,
-            format_exception=_numba.format_exception_hook,
-        )
-        _core.set_kernel_resolver(_resolve_kernel)
-        callable_handlers = _core.callable_handlers()
-        kernel_handlers = _core.kernel_handlers()
-        site_types = _core.call_site_types()
-        jax.ffi.register_ffi_type(
-            "numbax.CpuCallSite", site_types["cpu"], platform="cpu")
-        jax.ffi.register_ffi_type(
-            "numbax.CudaCallSite", site_types["cuda"], platform="CUDA")
-        jax.ffi.register_ffi_type(
-            "numbax.KernelSite", _core.kernel_site_type(), platform="CUDA")
-        jax.ffi.register_ffi_target(
-            CALLABLE_TARGET, callable_handlers["cpu"], platform="cpu")
-        jax.ffi.register_ffi_target(
-            CALLABLE_TARGET, callable_handlers["cuda"], platform="CUDA")
-        # The simulator has no graphs: capture mode runs plainly on the CPU.
-        jax.ffi.register_ffi_target(
-            CAPTURE_TARGET, callable_handlers["cpu"], platform="cpu")
-        jax.ffi.register_ffi_target(
-            CAPTURE_TARGET, callable_handlers["cuda_capture"], platform="CUDA")
-        jax.ffi.register_ffi_target(
-            KERNEL_TARGET, kernel_handlers["cuda"], platform="CUDA")
+        _register_platform("cpu")
+        _register_platform("cuda")
         _targets_registered = True
+
+
+def _handlers_ready(platform: str) -> bool:
+    """True when registering on `platform` now reaches XLA at once (not a
+    pending list, which a backend started later would replay out of order)."""
+    try:
+        from jax._src.lib import xla_client
+        name = xla_client.xla_platform_names.get(platform, platform)
+        return (name in xla_client._custom_callback_handler and
+                name in xla_client._custom_type_id_handler)
+    except Exception:  # pragma: no cover - internals moved: stay lazy
+        return False
+
+
+def _on_backend_started(backend) -> None:
+    """Registers the targets on each JAX backend as it starts, so that a
+    deserialised or cached program reaches numbax's handlers (and their
+    'create the op' error) even in a process that created no op yet."""
+    try:
+        platform = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda"}.get(
+            str(getattr(backend, "platform", "")).lower())
+        if platform is None or not _handlers_ready(platform):
+            return
+        with _lock:
+            _register_platform(platform)
+    except Exception as exc:  # never break JAX's backend start-up
+        _log.warning("numbax: could not register its FFI targets on the %r "
+                     "backend yet (%s: %s); they are registered when the "
+                     "first numbax op is created", backend, type(exc).__name__,
+                     exc)
+
+
+def _install_backend_hook() -> None:
+    try:
+        from jax._src import xla_bridge
+        hook = xla_bridge.register_backend_initialization_hook
+    except (ImportError, AttributeError):  # pragma: no cover - older/newer jax
+        return
+    hook(_on_backend_started)
+
+
+_install_backend_hook()
 
 
 @dataclass
@@ -83,7 +184,10 @@ class KernelEntry:
     """What a kernel key resolves to; `plan` builds the C++ launch plan."""
     key: str
     plan: Callable[[], tuple]
-    owner: Any = None
+    # Weak where the owner allows it, like CallableEntry.func_ref: the
+    # registry must not keep an op alive (plan must not refer to it strongly
+    # either); the C++ call site holds what the plan returns.
+    owner_ref: Callable[[], Any] = lambda: None
     extra: dict = field(default_factory=dict)
 
 
@@ -157,7 +261,7 @@ def kernel_key(owner, signature, plan, *, name: str | None) -> str:
             return key
         base = f"{name or base_name(owner)}/{signature_digest(signature)}"
         key = _unique_key(base, _kernels)
-        _kernels[key] = KernelEntry(key, plan, owner)
+        _kernels[key] = KernelEntry(key, plan, _func_ref(owner))
         _memo[memo_key] = key
         try:
             weakref.finalize(owner, _forget, id(owner))
@@ -167,13 +271,15 @@ def kernel_key(owner, signature, plan, *, name: str | None) -> str:
 
 
 def _missing(key: str, kind: str) -> KeyError:
+    if ".simulator/" in key:  # a numba_cuda_kernel run through the simulator
+        kind = "kernel"
     return KeyError(
         f"numbax {kind} '{key}' is not registered in this process. Create the "
         f"same op (numbax.{'numba_cuda_callable' if kind == 'callable' else 'numba_cuda_kernel'}"
         "(...) with the same function and signature) and call it once, or "
         "trace it, before running a compiled or deserialised program that "
         "uses it; an op whose function was garbage-collected must be "
-        "recreated too")
+        "recreated too (docs/export.md)")
 
 
 def _resolve_callable(key: str, platform: str):
@@ -191,14 +297,32 @@ def _resolve_callable(key: str, platform: str):
             "Numba kernels only through Numba's CUDA simulator: set "
             "NUMBA_ENABLE_CUDASIM=1 before numba is imported, or run the "
             "program on a GPU")
+    if platform == "cpu":
+        func = _one_simulated_launch_at_a_time(func)
     return (func, entry.num_inputs, entry.num_outputs, entry.num_scratch)
+
+
+# Numba's simulator runs one kernel launch at a time in the whole process
+# (it swaps module globals and keeps the launch configuration on the kernel
+# object), while XLA calls handlers from several threads at once: several
+# CPU devices, or several Python threads. On the CPU every func therefore
+# runs under this lock; on a GPU nothing is serialised.
+_simulator_lock = threading.RLock()
+
+
+def _one_simulated_launch_at_a_time(func):
+    def run_in_simulator(*args):
+        with _simulator_lock:
+            return func(*args)
+    run_in_simulator.__wrapped__ = func
+    return run_in_simulator
 
 
 def _resolve_kernel(key: str):
     """Called by C++ at XLA's instantiate stage: the launch plan."""
     with _lock:
         entry = _kernels.get(key)
-    if entry is None:
+    if entry is None or entry.owner_ref() is None:
         raise _missing(key, "kernel")
     return entry.plan()
 

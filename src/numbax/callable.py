@@ -14,7 +14,7 @@ class NumbaCudaCallable:
     """The function of JAX arrays returned by :func:`numba_cuda_callable`."""
 
     def __init__(self, func, outs, *, vmap_method, input_output_aliases,
-                 scratch, capture, name):
+                 scratch, capture, name, batch_partitionable=False):
         self.func = func  # strong: the registry refers to it weakly
         self.out_specs, self.out_tree = _checks.normalize_outs(outs)
         self.scratch_specs = []
@@ -24,8 +24,10 @@ class NumbaCudaCallable:
         self.input_output_aliases = input_output_aliases
         self.name = name
         self.capture = bool(capture)
+        self.batch_partitionable = bool(batch_partitionable)
         self.__name__ = getattr(func, "__name__", "numba_cuda_callable")
         self.__doc__ = getattr(func, "__doc__", None)
+        self._arities_checked: set = set()
 
     def __repr__(self):
         return f"numbax.numba_cuda_callable({_registry.base_name(self.func)})"
@@ -41,13 +43,30 @@ class NumbaCudaCallable:
         inputs = _checks.as_input_arrays(args, op)
         aliases = _checks.check_aliases(self.input_output_aliases, inputs,
                                         self.out_specs, op)
+        nargs = len(inputs) + len(self.out_specs) + len(self.scratch_specs) + 1
+        if nargs not in self._arities_checked:
+            _checks.check_arity(
+                self.func, nargs, op,
+                _checks.arg_layout(len(inputs), len(self.out_specs),
+                                   len(self.scratch_specs), stream=True))
+            self._arities_checked.add(nargs)
         key = _registry.callable_key(
             self.func, self._signature(inputs), name=self.name,
             num_inputs=len(inputs), num_outputs=len(self.out_specs),
             num_scratch=len(self.scratch_specs))
+        target = (_registry.CAPTURE_TARGET if self.capture
+                  else _registry.CALLABLE_TARGET)
+        if self.batch_partitionable:
+            from . import _partitioning
+            _partitioning.check_leading_axis(
+                inputs, self.out_specs + self.scratch_specs, op)
+            results = _partitioning.bind(
+                target, inputs, self.out_specs + self.scratch_specs, key=key,
+                aliases=aliases, vmap_method=self.vmap_method)
+            results = list(results)[:len(self.out_specs)]
+            return jax.tree_util.tree_unflatten(self.out_tree, results)
         results = jax.ffi.ffi_call(
-            _registry.CAPTURE_TARGET if self.capture
-            else _registry.CALLABLE_TARGET,
+            target,
             self.out_specs + self.scratch_specs,
             # None pins XLA's default row-major layout on every buffer:
             # Numba's arrays are C-contiguous views.
@@ -71,6 +90,7 @@ def numba_cuda_callable(
     scratch: Any = None,
     capture: bool = False,
     name: str | None = None,
+    batch_partitionable: bool = False,
 ) -> Callable[..., Any]:
     """Create a JAX-callable from a Python function that launches Numba CUDA kernels.
 
@@ -99,21 +119,42 @@ def numba_cuda_callable(
         the same work for the same shapes.
       name: optional stable name for the op's key (default: the function's
         module and qualified name).
+      batch_partitionable: declare that ``func`` treats every index of axis 0
+        of every input, output and scratch buffer independently (like
+        ``jax.vmap``); they must all have the same leading extent. Under
+        ``jax.jit`` with inputs sharded along axis 0, XLA then runs ``func``
+        on each device's own rows instead of gathering the whole arrays
+        around the call, so ``func`` must take its sizes from the arrays it
+        is given. Wrong for anything that mixes rows (a sum, a scan, a
+        shift): leave it False there. See docs/multi_gpu.md.
 
     Returns:
       A function of JAX arrays that works eagerly and inside ``jax.jit``.
 
     Raises:
       ImportError: Numba with CUDA support is not installed.
-      TypeError: ``func`` is not callable, or ``outs`` is not
-        ShapeDtypeStruct-like.
-      ValueError: (when called) an input is 0-d, or a dtype Numba cannot use.
+      TypeError: ``func`` is not callable, ``outs`` is not
+        ShapeDtypeStruct-like, ``capture`` is not a bool or ``name`` not a
+        str; (when called) ``func`` cannot take the arguments numbax passes.
+      ValueError: an unknown ``vmap_method``; (when called) an input is 0-d,
+        or a dtype Numba cannot use. docs/errors.md lists every error.
     """
     _numba.require_cuda()
     if not callable(func):
         raise TypeError(
             f"numba_cuda_callable: func must be callable, got "
-            f"{type(func).__name__}: {func!r}")
+            f"{type(func).__name__}: {func!r}; pass the Python function that "
+            "launches your kernels, func(inputs..., outputs..., stream)")
+    _checks.check_vmap_method(vmap_method, "numba_cuda_callable")
+    if not isinstance(capture, (bool, np.bool_)):
+        raise TypeError(
+            f"numba_cuda_callable: capture must be True or False, got "
+            f"{type(capture).__name__}: {capture!r}")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(
+            f"numba_cuda_callable: name must be a str (a stable name for the "
+            f"op's key) or None, got {type(name).__name__}: {name!r}")
     return NumbaCudaCallable(func, outs, vmap_method=vmap_method,
                              input_output_aliases=input_output_aliases,
-                             scratch=scratch, capture=capture, name=name)
+                             scratch=scratch, capture=capture, name=name,
+                             batch_partitionable=batch_partitionable)

@@ -5,12 +5,24 @@ from __future__ import annotations
 from . import _core, _registry
 
 
-def bridge_counters() -> dict:
-    """Calls into Python from XLA, and hits/misses of the array and stream caches."""
+def bridge_counters() -> dict[str, int]:
+    """What the C++ bridge did since the last :func:`reset_bridge_counters`.
+
+    Returns:
+      A dict of counters: ``calls`` (calls of a Python ``func`` from XLA),
+      ``errors`` (calls that raised), ``resolves`` (call sites resolved when
+      XLA instantiated a program), ``array_hits``/``array_misses`` and
+      ``stream_hits``/``stream_misses`` (the caches of Numba arrays and
+      streams of plain calls), ``graph_hits``/``graph_misses``/
+      ``graph_evictions`` (numbax's own CUDA graphs of ``capture=True``
+      calls) and ``xla_captures`` (capture-mode calls made while XLA was
+      recording a command buffer). Counters are process-wide.
+    """
     return dict(_core.counters())
 
 
 def reset_bridge_counters() -> None:
+    """Sets every counter of :func:`bridge_counters` back to zero."""
     _core.reset_counters()
 
 
@@ -24,16 +36,35 @@ def clear_caches() -> None:
 
 
 def set_graph_cache_size(size: int) -> None:
-    """How many CUDA graphs each capture-mode call site keeps (LRU, default 16)."""
+    """How many CUDA graphs each capture-mode call site keeps (LRU, default 16).
+
+    A ``capture=True`` op that XLA does not record into its own command
+    buffers keeps one graph per device and set of buffer addresses; beyond
+    ``size`` the least recently used is destroyed. Applies to every call
+    site, existing and future.
+
+    Args:
+      size: the number of graphs per call site, an int >= 1.
+
+    Raises:
+      ValueError: ``size`` is not an int >= 1.
+    """
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"the graph cache size must be an int >= 1, got {size!r}")
     _core.set_graph_cache_size(size)
 
 
 def graph_cache_size() -> int:
+    """The number of CUDA graphs each capture-mode call site keeps (see
+    :func:`set_graph_cache_size`)."""
     return int(_core.graph_cache_size())
 
 
 def registry_size() -> tuple[int, int]:
-    """(callables, kernels) currently registered in this process."""
+    """``(callables, kernels)``: how many op registrations this process holds.
+
+    One registration exists per op and call signature (shapes and dtypes);
+    it is dropped when the op's function is garbage-collected. A number that
+    keeps growing in a steady loop means ops are being re-created per call.
+    """
     return _registry.registry_size()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from functools import partial
 from typing import Any, Sequence
 
@@ -22,8 +23,23 @@ from . import _checks, _core, _numba, _registry
 _DEFAULT_BLOCKS = {1: None, 2: (16, 16), 3: (8, 8, 4)}
 
 
+# CUDA's launch limits, the same on every device Numba CUDA supports.
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_SHARED_MEM = 2**31 - 1
+
+
 def _as_dims(value, what: str) -> tuple[int, ...]:
-    dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+    if isinstance(value, (int, np.integer)):
+        dims = (value,)
+    else:
+        try:
+            dims = tuple(value)
+        except TypeError:
+            raise ValueError(
+                f"{what} must be an int or a sequence of 1 to 3 ints, got "
+                f"{type(value).__name__}: {value!r}") from None
     if not 1 <= len(dims) <= 3:
         raise ValueError(f"{what} must have 1 to 3 axes, got {len(dims)}: "
                          f"{value!r}")
@@ -39,6 +55,37 @@ def _as_dims(value, what: str) -> tuple[int, ...]:
 
 def _pad3(dims):
     return tuple(dims) + (1,) * (3 - len(dims))
+
+
+def check_launch_limits(grid, block, origin: str) -> None:
+    """ValueError, naming the fix, for a launch CUDA would refuse."""
+    grid, block = _pad3(grid), _pad3(block)
+    if 0 in grid or 0 in block:
+        return  # nothing is launched
+    for axis, (n, limit) in enumerate(zip(block, MAX_BLOCK)):
+        if n > limit:
+            raise ValueError(
+                f"{origin}: block {block} has {n} threads on axis {axis}; CUDA "
+                f"allows at most {limit} there: use smaller blocks and a "
+                "larger grid")
+    if math.prod(block) > MAX_THREADS_PER_BLOCK:
+        raise ValueError(
+            f"{origin}: block {block} has {math.prod(block)} threads; CUDA "
+            f"allows at most {MAX_THREADS_PER_BLOCK} per block: use smaller "
+            "blocks and a larger grid")
+    for axis, (n, limit) in enumerate(zip(grid, MAX_GRID)):
+        if n > limit:
+            raise ValueError(
+                f"{origin}: grid {grid} has {n} blocks on axis {axis}; CUDA "
+                f"allows at most {limit} there: use larger blocks, or loop "
+                "inside the kernel (a grid-stride loop)")
+
+
+def _is_device_function(kernel) -> bool:
+    options = getattr(kernel, "targetoptions", None)
+    if isinstance(options, dict) and options.get("device"):
+        return True
+    return bool(getattr(kernel, "_device", False))  # the simulator's kernels
 
 
 def launch_config(launch_dims, threads_per_block):
@@ -158,6 +205,7 @@ class NumbaCudaKernel:
         self.input_output_aliases = input_output_aliases
         self.name = name
         self._launchers: dict = {}  # simulator launchers, kept alive here
+        self._arities_checked: set = set()
         self.__name__ = getattr(kernel, "__name__", "numba_cuda_kernel")
 
     def __repr__(self):
@@ -212,15 +260,22 @@ class NumbaCudaKernel:
         compiled = self._compile(argtypes)
         grid, block, empty = self._launch()
         n_in = len(avals)
+        # The registry keeps `plan` but must not keep the op alive: the plan
+        # refers to it weakly, and the C++ call site that asks for the plan
+        # holds the op (the first element) for as long as it lives.
+        op_ref = weakref.ref(self)
 
         def plan():
             from numba import cuda
+            op = op_ref()
+            if op is None:
+                raise LookupError("the numba_cuda_kernel op was collected")
             functions = []
             for ordinal in range(len(cuda.gpus)):
                 functions.append(_core.call_on_device(
-                    ordinal, lambda o=ordinal: self._load(compiled, grid, block, o)))
-            return (self, tuple(functions), n_in, len(self.out_specs), grid,
-                    block, self.shared_mem, bool(compiled.cooperative),
+                    ordinal, lambda o=ordinal: op._load(compiled, grid, block, o)))
+            return (op, tuple(functions), n_in, len(op.out_specs), grid,
+                    block, op.shared_mem, bool(compiled.cooperative),
                     empty or batch < 0, int(batch), tuple(broadcast))
 
         signature = ("kernel", tuple((s, d.str) for s, d in avals),
@@ -278,6 +333,13 @@ class NumbaCudaKernel:
     def __call__(self, *args):
         op = repr(self)
         inputs = _checks.as_input_arrays(args, op)
+        nargs = len(inputs) + len(self.out_specs)
+        if nargs not in self._arities_checked:
+            _checks.check_arity(
+                self._py_func, nargs, op,
+                _checks.arg_layout(len(inputs), len(self.out_specs)),
+                what="kernel")
+            self._arities_checked.add(nargs)
         aliases = _checks.check_aliases(self.input_output_aliases, inputs,
                                         self.out_specs, op)
         del aliases
@@ -301,7 +363,7 @@ def numba_cuda_kernel(
     vmap_method: str | None = None,
     input_output_aliases: dict[int, int] | None = None,
     name: str | None = None,
-):
+) -> NumbaCudaKernel:
     """Wrap one ``@cuda.jit`` kernel as a JAX function, launched from C++.
 
     The kernel's arguments are the inputs, then the outputs (all arrays).
@@ -316,9 +378,39 @@ def numba_cuda_kernel(
     bytes. Under ``jax.vmap`` each slice of the added axis is one launch of
     the unbatched kernel (``vmap_method='sequential'`` loops in XLA instead).
 
+    Args:
+      kernel: a ``@cuda.jit`` kernel (a Numba CUDA dispatcher, not a device
+        function). Its arguments are the op's inputs, then its outputs.
+      outs: a ``jax.ShapeDtypeStruct`` or a sequence/pytree of them; the
+        result has the same structure.
+      grid: blocks per grid, an int or 1-3 ints; with ``block``.
+      block: threads per block, an int or 1-3 ints; with ``grid``.
+      launch_dims: 1-3 extents to cover with one thread each, instead of
+        ``grid`` and ``block``; numbax picks the blocks as described above.
+      threads_per_block: the 1-D block size used with ``launch_dims``
+        (default 256).
+      shared_mem: bytes of dynamic shared memory per block (default 0).
+      vmap_method: ``None`` (one launch per vmapped slice) or
+        ``'sequential'`` (XLA loops over the slices; also nests).
+      input_output_aliases: ``{input index: output index}``: the output is
+        written in the input's buffer (same shape and dtype).
+      name: optional stable name for the op's key (default: the kernel's
+        module and qualified name).
+
+    Returns:
+      A function of JAX arrays (the inputs) returning the outputs, usable
+      eagerly and inside ``jax.jit`` and ``jax.vmap``.
+
     Raises:
-      TypeError: ``kernel`` is not a Numba CUDA dispatcher.
-      ValueError: an invalid launch configuration (see the docs).
+      ImportError: Numba with CUDA support is not installed.
+      TypeError: ``kernel`` is not a Numba CUDA dispatcher, or is a device
+        function.
+      ValueError: an invalid launch configuration (both or neither of
+        ``grid``/``block`` and ``launch_dims``, extents out of CUDA's limits,
+        a bad ``threads_per_block`` or ``shared_mem``, an explicit grid with
+        a ``vmap_method``, or an unsupported ``vmap_method``); and, when
+        called, a 0-d input, a dtype Numba cannot use, or aliased buffers of
+        different shapes or dtypes.
     """
     _numba.require_cuda()
     if not _is_dispatcher(kernel):
@@ -326,12 +418,23 @@ def numba_cuda_kernel(
             "numba_cuda_kernel: kernel must be a Numba CUDA kernel (a function "
             f"decorated with @cuda.jit), got {type(kernel).__name__}; wrap "
             "plain Python launch code with numba_cuda_callable instead")
+    if _is_device_function(kernel):
+        raise TypeError(
+            "numba_cuda_kernel: kernel is a device function "
+            "(@cuda.jit(device=True)), which cannot be launched; wrap it in a "
+            "@cuda.jit kernel that calls it")
     if isinstance(threads_per_block, bool) or not isinstance(
-            threads_per_block, (int, np.integer)) or threads_per_block < 1:
+            threads_per_block, (int, np.integer)) or not (
+                1 <= threads_per_block <= MAX_THREADS_PER_BLOCK):
         raise ValueError(
-            f"threads_per_block must be an int >= 1, got {threads_per_block!r}")
-    if not isinstance(shared_mem, (int, np.integer)) or shared_mem < 0:
-        raise ValueError(f"shared_mem must be an int >= 0 bytes, got {shared_mem!r}")
+            f"threads_per_block must be an int from 1 to "
+            f"{MAX_THREADS_PER_BLOCK} (CUDA's limit), got {threads_per_block!r}")
+    if isinstance(shared_mem, bool) or not isinstance(
+            shared_mem, (int, np.integer)) or not (
+                0 <= shared_mem <= MAX_SHARED_MEM):
+        raise ValueError(
+            f"shared_mem must be an int >= 0 bytes (below 2**31), got "
+            f"{shared_mem!r}")
     explicit = grid is not None or block is not None
     if explicit and launch_dims is not None:
         raise ValueError(
@@ -350,8 +453,12 @@ def numba_cuda_kernel(
                 "an explicit grid cannot be combined with vmap_method: use "
                 "launch_dims, or leave vmap_method=None for one launch per "
                 "vmapped slice")
+        check_launch_limits(grid, block, "numba_cuda_kernel")
     else:
         launch_dims = _as_dims(launch_dims, "launch_dims")
+        dims_grid, dims_block = launch_config(launch_dims, threads_per_block)
+        check_launch_limits(dims_grid, dims_block,
+                            f"numba_cuda_kernel(launch_dims={launch_dims})")
     if vmap_method not in (None, "sequential"):
         raise ValueError(
             f"numba_cuda_kernel supports vmap_method None (one launch per "

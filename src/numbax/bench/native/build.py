@@ -1,4 +1,5 @@
-"""Compile native_ffi.cu with nvcc at run time, load it, register its FFI targets."""
+"""Compile native_ffi.cu (shipped next to this module) with nvcc at run time,
+load it, register its FFI targets."""
 
 from __future__ import annotations
 

@@ -1,0 +1,178 @@
+"""Callables declared independent along their leading axis.
+
+``numba_cuda_callable(..., batch_partitionable=True)`` promises that every
+index of axis 0 of every input, output and scratch buffer is handled on its
+own, as under ``jax.vmap``. Such a call is lowered to numbax's
+``*_batch`` targets, which XLA knows as batch-partitionable, with the two
+annotations its partitioners read: the frontend attribute
+``num_batch_dims = "1"`` (GSPMD) and a Shardy sharding rule that shares one
+factor along axis 0 of every operand and result and needs every other axis
+replicated. Under ``jax.jit`` with inputs sharded along axis 0, each device
+then runs ``func`` on its own rows instead of XLA gathering the whole array
+around the call. ``func`` must read its sizes from the arrays it is given.
+
+The mechanism is XLA's (``jax.ffi.register_ffi_target_as_batch_partitionable``,
+as ``jax.lax.linalg`` uses it), so it works in jax 0.10 and 0.11 under both
+Shardy and GSPMD, and survives ``jax.export``: the annotations are part of
+the serialised module.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax._src import dispatch as _dispatch
+from jax.interpreters import batching, mlir
+
+try:  # jax >= 0.4.36
+    from jax.extend.core import Primitive
+except ImportError:  # pragma: no cover
+    from jax.core import Primitive
+try:
+    from jax.core import ShapedArray
+except ImportError:  # pragma: no cover - moved in a later jax
+    from jax._src.core import ShapedArray
+
+from . import _registry
+
+BATCH_FACTOR = "batch"
+
+numbax_callable_batch_p = Primitive("numbax_callable_batch")
+numbax_callable_batch_p.multiple_results = True
+numbax_callable_batch_p.def_impl(
+    partial(_dispatch.apply_primitive, numbax_callable_batch_p))
+
+
+def check_leading_axis(inputs, out_specs, op: str) -> None:
+    """Every input, output and scratch buffer needs the same axis-0 extent."""
+    extents = [(f"input {i}", int(x.shape[0])) for i, x in enumerate(inputs)]
+    extents += [(f"output/scratch {i}", int(s.shape[0]))
+                for i, s in enumerate(out_specs)]
+    if len({n for _, n in extents}) > 1:
+        listed = ", ".join(f"{what}: {n}" for what, n in extents)
+        raise ValueError(
+            f"{op}: batch_partitionable=True declares that axis 0 of every "
+            "input, output and scratch buffer is one independent batch axis, "
+            f"so their leading extents must be equal; got {listed}. Pass the "
+            "other arrays without a batch axis through jax.shard_map, or "
+            "leave batch_partitionable=False")
+
+
+def bind(target: str, inputs, result_specs, *, key: str, aliases,
+         vmap_method):
+    out_shapes = tuple((tuple(int(d) for d in s.shape), np.dtype(s.dtype))
+                       for s in result_specs)
+    return numbax_callable_batch_p.bind(
+        *inputs, target=target, key=key, out_shapes=out_shapes,
+        aliases=tuple(sorted((aliases or {}).items())),
+        vmap_method=vmap_method, partitionable=True)
+
+
+@numbax_callable_batch_p.def_abstract_eval
+def _abstract_eval(*avals, target, key, out_shapes, aliases, vmap_method,
+                   partitionable):
+    return [ShapedArray(s, d) for s, d in out_shapes]
+
+
+def _shardy_on() -> bool:
+    try:
+        from jax._src import config as jax_config
+        return bool(jax_config.use_shardy_partitioner.value)
+    except (ImportError, AttributeError):  # pragma: no cover
+        return bool(getattr(jax.config, "jax_use_shardy_partitioner", True))
+
+
+def _sharding_rule_attr(op):
+    """The Shardy rule: axis 0 shared by all, every other axis replicated."""
+    from jax._src.custom_partitioning_sharding_rule import (
+        sdy_sharding_rule_to_mlir, str_to_sdy_sharding_rule)
+    operand_types = [v.type for v in op.operands]
+    result_types = [v.type for v in op.results]
+    others = []
+
+    def mapping(prefix, i, t):
+        rank = mlir.ir.RankedTensorType(t).rank
+        names = [f"{prefix}{i}_{d}" for d in range(1, rank)]
+        others.extend(names)
+        return " ".join([BATCH_FACTOR] + names)
+
+    lhs = ", ".join(mapping("in", i, t) for i, t in enumerate(operand_types))
+    rhs = ", ".join(mapping("out", i, t) for i, t in enumerate(result_types))
+    try:
+        rule = str_to_sdy_sharding_rule(f"{lhs} -> {rhs}",
+                                        need_replication_factors=tuple(others))
+    except TypeError as exc:  # pragma: no cover - an older Shardy rule API
+        raise NotImplementedError(
+            "batch_partitionable=True needs a jax whose Shardy sharding rules "
+            "support need_replication_factors; set "
+            "jax_use_shardy_partitioner=False, or leave batch_partitionable "
+            "False") from exc
+    return sdy_sharding_rule_to_mlir(rule, operand_types, result_types)
+
+
+def _lower(ctx, *args, target, key, out_shapes, aliases, vmap_method,
+           partitionable):
+    name = _registry.BATCH_TARGETS[target] if partitionable else target
+    results = jax.ffi.ffi_lowering(
+        name, operand_output_aliases=dict(aliases))(ctx, *args, key=key)
+    if partitionable:
+        op = results[0].owner
+        op = getattr(op, "operation", op)
+        op.attributes["mhlo.frontend_attributes"] = mlir.ir.DictAttr.get(
+            {"num_batch_dims": mlir.ir.StringAttr.get("1")})
+        if _shardy_on():
+            op.attributes["sdy.sharding_rule"] = _sharding_rule_attr(op)
+    return results
+
+
+mlir.register_lowering(numbax_callable_batch_p, _lower)
+
+
+def _batch_rule(args, dims, *, target, key, out_shapes, aliases, vmap_method,
+                partitionable):
+    """jax.vmap, with the meaning ffi_call gives ``vmap_method``."""
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    moved = [a if d is None else jnp.moveaxis(a, d, 0)
+             for a, d in zip(args, dims)]
+    params = dict(target=target, key=key, aliases=aliases,
+                  vmap_method=vmap_method)
+    if vmap_method in ("sequential", "sequential_unrolled"):
+        mapped = [d is not None for d in dims]
+
+        def one(carry, sliced):
+            it = iter(sliced)
+            full = [next(it) if m else a for a, m in zip(moved, mapped)]
+            return carry, numbax_callable_batch_p.bind(
+                *full, out_shapes=out_shapes, partitionable=partitionable,
+                **params)
+        _, outs = jax.lax.scan(
+            one, (), [a for a, m in zip(moved, mapped) if m],
+            unroll=vmap_method == "sequential_unrolled")
+        return list(outs), [0] * len(outs)
+    if vmap_method in ("expand_dims", "broadcast_all"):
+        aliased = {i for i, _ in aliases}
+        new_args = []
+        for i, (a, d) in enumerate(zip(moved, dims)):
+            if d is None:
+                n = size if (vmap_method == "broadcast_all" or i in aliased) \
+                    else 1
+                a = jnp.broadcast_to(a[None], (n,) + a.shape)
+            new_args.append(a)
+        batched = tuple(((size,) + tuple(s), d) for s, d in out_shapes)
+        # The vmapped axis is now axis 0, independent by vmap's own meaning;
+        # partition along it only where every buffer carries all of it.
+        whole = all(a.shape[0] == size for a in new_args)
+        outs = numbax_callable_batch_p.bind(
+            *new_args, out_shapes=batched,
+            partitionable=partitionable and whole, **params)
+        return list(outs), [0] * len(outs)
+    raise NotImplementedError(
+        f"vmap of a numba_cuda_callable needs vmap_method 'sequential', "
+        f"'sequential_unrolled', 'expand_dims' or 'broadcast_all'; got "
+        f"{vmap_method!r}")
+
+
+batching.primitive_batchers[numbax_callable_batch_p] = _batch_rule

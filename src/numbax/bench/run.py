@@ -1,0 +1,344 @@
+"""The numbax benchmark suite: op(x) = 2*x + 1 (float32) through every bridge.
+
+Builds the native reference FFI handler with nvcc, checks every
+implementation against numpy, then times chain / single / bandwidth as
+docs/benchmarks.md describes, interleaved: each round measures every
+implementation once and the table reports the median over rounds, so drift
+of the machine during the run hits every row alike. Writes JSON if asked,
+draws a chart with --plot, and prints the table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+NAMES = ["native", "native_cmdbuf", "numbax_kernel", "numbax_callable",
+         "numbax_capture", "buffer_callback", "buffer_callback_cmdbuf",
+         "pure_callback"]
+BASELINES = ["native", "native_cmdbuf"]
+SIMULATOR_ENV = {"JAX_PLATFORMS": "cpu", "NUMBA_ENABLE_CUDASIM": "1"}
+
+
+def build_parser(prog: str, default_json: str | None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="fewer rounds and a 64 MiB bandwidth array (smoke runs)")
+    p.add_argument("--json", default=default_json, metavar="PATH",
+                   help="where to write the results as JSON (default: "
+                   + (default_json or "not written") + ")")
+    p.add_argument("--only", default=None, metavar="NAMES",
+                   help="comma-separated implementations to run, of: "
+                   + ", ".join(NAMES) + " (the native baselines always run: "
+                   "the ratios need them)")
+    p.add_argument("--rounds", type=int, default=None, metavar="N",
+                   help="interleaved measurement rounds (default: 10; "
+                   "--quick 4; --cpu-smoke 2)")
+    p.add_argument("--no-bandwidth", action="store_true",
+                   help="skip the bandwidth benchmark")
+    p.add_argument("--plot", default=None, metavar="PNG",
+                   help="also draw the results as a bar chart into this PNG "
+                   "file (needs matplotlib)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (it is drawn on stderr only when "
+                   "stderr is a terminal anyway)")
+    p.add_argument("--build-dir", default=None,
+                   help="where nvcc writes the native library (default: a new temp dir)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the check inputs (default: random, recorded in the JSON)")
+    p.add_argument("--cpu-smoke", action="store_true",
+                   help="no GPU: JAX on CPU with Numba's CUDA simulator, a handful "
+                   "of iterations; GPU-only rows report 'skipped (no GPU)'")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None, *,
+               prog: str = "python -m numbax bench",
+               default_json: str | None = None) -> argparse.Namespace:
+    p = build_parser(prog, default_json)
+    args = p.parse_args(argv)
+    if args.only is not None:
+        wanted = [s.strip() for s in args.only.split(",") if s.strip()]
+        unknown = [s for s in wanted if s not in NAMES]
+        if unknown:
+            p.error(f"--only: unknown implementation(s) {unknown}; known: {NAMES}")
+        args.only = BASELINES + [s for s in wanted if s not in BASELINES]
+    if args.rounds is not None and args.rounds < 1:
+        p.error(f"--rounds must be >= 1, got {args.rounds}")
+    return args
+
+
+def _enter_cpu_smoke(allow_reexec: bool) -> None:
+    """Puts JAX on the CPU and Numba in simulator mode, which both read their
+    settings when first imported: re-executes the command with the settings
+    in the environment if they were imported too early (``python -m numbax``
+    imports jax before it parses the command line)."""
+    if all(os.environ.get(k) == v for k, v in SIMULATOR_ENV.items()):
+        return
+    early = [m for m in ("jax", "numba") if m in sys.modules]
+    if not early:
+        os.environ.update(SIMULATOR_ENV)
+        return
+    if allow_reexec:
+        env = dict(os.environ, **SIMULATOR_ENV)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    raise SystemExit(
+        f"--cpu-smoke: {' and '.join(early)} was imported before the simulator "
+        "could be switched on; run the command with JAX_PLATFORMS=cpu "
+        "NUMBA_ENABLE_CUDASIM=1 in its environment")
+
+
+@dataclass
+class Prepared:
+    """An implementation that built and matched numpy, ready to be timed."""
+    impl: Any
+    row: dict
+    chain: Any
+    single: Any
+
+
+def _failed(row: dict, phase: str, exc: BaseException, log) -> None:
+    row["status"] = f"FAILED ({phase})"
+    row.setdefault("errors", {})[phase] = f"{type(exc).__name__}: {exc}"
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    log(f"[{row['name']}] {phase} FAILED:\n{tb.rstrip()}")
+
+
+def prepare(impl, cfg, rng, x, timing, unavailable, log) -> tuple[dict, Prepared | None]:
+    """Builds, checks against numpy and warms one implementation; never raises."""
+    row = {"name": impl.name, "label": impl.label, "compare_to": impl.compare_to,
+           "status": "ok", "chain": None, "single": None, "bandwidth": None}
+    try:
+        op = impl.make(cfg.n)
+    except unavailable as u:
+        row["status"] = "skipped (no GPU)" if u.status == "skipped" else u.status
+        row["note"] = u.reason
+        log(f"[{impl.name}] {row['status']}: {u.reason}")
+        return row, None
+    except Exception as exc:  # noqa: BLE001
+        _failed(row, "build", exc, log)
+        return row, None
+
+    import jax
+    chain = timing.chain_fn(op, cfg.chain_length)
+    single = jax.jit(op)
+    try:
+        timing.check(single, chain, cfg.n, cfg.chain_length, rng)
+        log(f"[{impl.name}] output matches numpy (single and chain of "
+            f"{cfg.chain_length})")
+    except Exception as exc:  # noqa: BLE001
+        _failed(row, "check", exc, log)
+        return row, None
+    for phase, fn in (("chain", chain), ("single", single)):
+        try:
+            timing.warm_up(fn, x, cfg.warmup)
+        except Exception as exc:  # noqa: BLE001
+            _failed(row, phase, exc, log)
+            return row, None
+    return row, Prepared(impl, row, chain, single)
+
+
+def measure_latency(prepared: list[Prepared], cfg, x, timing, progress, log) -> None:
+    """Chain and single samples of every prepared implementation, interleaved."""
+    tasks = []
+    for p in prepared:
+        tasks.append(timing.Task(
+            (p.impl.name, "chain"),
+            lambda p=p: timing.chain_sample(p.chain, x, cfg.chain_runs,
+                                            cfg.chain_length)))
+        tasks.append(timing.Task(
+            (p.impl.name, "single"),
+            lambda p=p: timing.single_sample(p.single, x, cfg.single_runs)))
+    rows = {p.impl.name: p.row for p in prepared}
+
+    def on_error(task, exc):
+        name, phase = task.key
+        _failed(rows[name], phase, exc, log)
+
+    progress.describe("latency rounds")
+    progress.add_total((cfg.warmup_rounds + cfg.rounds) * len(tasks))
+    samples = timing.interleave(tasks, cfg.rounds, warmup_rounds=cfg.warmup_rounds,
+                                on_step=progress.advance, on_error=on_error)
+    for (name, phase), values in samples.items():
+        if values and phase not in rows[name].get("errors", {}):
+            rows[name][phase] = timing.summarize(values, "us")
+            log(f"[{name}] {phase}: {rows[name][phase]['us_per_call']:.2f} us/call "
+                f"(median of {len(values)} rounds)")
+
+
+def measure_bandwidth(prepared: list[Prepared], cfg, bw_x, timing, progress,
+                      log) -> None:
+    """GB/s of the bandwidth-row implementations over a large array, interleaved."""
+    progress.describe("bandwidth")
+    tasks = []
+    rows = {}
+    for p in prepared:
+        if not p.impl.bandwidth or p.row["status"] != "ok":
+            continue
+        try:
+            op = p.impl.make(cfg.bw_n)
+            timing.check_on_device(op, bw_x)
+            chain = timing.chain_fn(op, cfg.bw_length)
+            timing.warm_up(chain, bw_x, cfg.warmup)
+        except Exception as exc:  # noqa: BLE001
+            _failed(p.row, "bandwidth", exc, log)
+            continue
+        rows[p.impl.name] = p.row
+        tasks.append(timing.Task(
+            p.impl.name,
+            lambda chain=chain: timing.bandwidth_sample(chain, bw_x, cfg.bw_length)))
+
+    def on_error(task, exc):
+        _failed(rows[task.key], "bandwidth", exc, log)
+
+    progress.add_total((cfg.warmup_rounds + cfg.bw_rounds) * len(tasks))
+    samples = timing.interleave(tasks, cfg.bw_rounds, warmup_rounds=cfg.warmup_rounds,
+                                on_step=progress.advance, on_error=on_error)
+    for name, values in samples.items():
+        if values and "bandwidth" not in rows[name].get("errors", {}):
+            rows[name]["bandwidth"] = timing.summarize(values, "GB/s")
+            log(f"[{name}] bandwidth: {rows[name]['bandwidth']['gb_per_s']:.1f} GB/s")
+    gc.collect()
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax bench",
+         default_json: str | None = None, allow_reexec: bool = False) -> int:
+    """Runs the suite; returns the exit status (1 if any row failed).
+
+    ``allow_reexec`` lets ``--cpu-smoke`` restart the process with the
+    simulator switched on when jax or numba was imported already (command
+    line entry points only).
+    """
+    args = parse_args(argv, prog=prog, default_json=default_json)
+    from . import plot
+    if args.plot:
+        try:
+            plot.require_matplotlib()
+        except plot.PlotUnavailable as exc:
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return 2
+    if args.cpu_smoke:
+        _enter_cpu_smoke(allow_reexec)
+
+    import jax
+    import numpy as np
+
+    from . import impls, report, timing
+    from .native import build_and_register
+    from .progress import Progress
+
+    if args.cpu_smoke:
+        cfg = timing.Config.cpu_smoke()
+    elif args.quick:
+        cfg = timing.Config.quick()
+    else:
+        cfg = timing.Config()
+    if args.rounds is not None:
+        cfg.rounds = args.rounds
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    rng = np.random.default_rng(seed)
+
+    selected = [i for i in impls.all_impls(impls.Env(on_gpu=False))
+                if args.only is None or i.name in args.only]
+    progress = Progress(len(selected), "build + check",
+                        enabled=False if args.no_progress else None)
+    log = progress.write
+
+    device = jax.devices()[0]
+    on_gpu = device.platform == "gpu"
+    env = impls.Env(on_gpu=on_gpu)
+    log(f"device: {getattr(device, 'device_kind', device)} ({device.platform}); "
+        f"config: {cfg}")
+
+    if on_gpu:
+        try:
+            cc = getattr(device, "compute_capability", None)
+            t0 = time.perf_counter()
+            env.native = build_and_register(cc, args.build_dir)
+            log(f"native: built {env.native.library} in "
+                f"{time.perf_counter() - t0:.1f} s ({' '.join(env.native.command)})")
+        except Exception as exc:  # noqa: BLE001
+            env.native_error = f"{type(exc).__name__}: {exc}"
+            log(f"native: build FAILED:\n{traceback.format_exc().rstrip()}")
+        try:
+            impls.warm_numba_kernel(env)
+        except Exception:  # noqa: BLE001 - the rows using it will report it
+            log(f"numba kernel warm-up FAILED:\n{traceback.format_exc().rstrip()}")
+
+    x = jax.device_put(rng.uniform(-1, 1, cfg.n).astype(np.float32))
+
+    rows, prepared = [], []
+    for impl in impls.all_impls(env):
+        if args.only is not None and impl.name not in args.only:
+            continue
+        row, ready = prepare(impl, cfg, rng, x, timing, impls.Unavailable, log)
+        rows.append(row)
+        if ready is not None:
+            prepared.append(ready)
+        progress.advance()
+
+    measure_latency(prepared, cfg, x, timing, progress, log)
+    if not args.no_bandwidth:
+        bw_x = jax.random.uniform(jax.random.key(seed), (cfg.bw_n,), np.float32,
+                                  -1.0, 1.0)
+        bw_x.block_until_ready()
+        measure_bandwidth(prepared, cfg, bw_x, timing, progress, log)
+        del bw_x
+    progress.close()
+    del prepared
+    report.add_ratios(rows)
+
+    record: dict[str, Any] = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "argv": sys.argv[1:] if argv is None else list(argv),
+        "seed": seed,
+        "method": (f"interleaved: median over {cfg.rounds} rounds (latency) and "
+                   f"{cfg.bw_rounds} rounds (bandwidth), after {cfg.warmup_rounds} "
+                   "unrecorded round(s); each round measures every "
+                   "implementation once"),
+        "config": vars(cfg),
+        "environment": report.environment(device, env.native),
+        "native_build_error": env.native_error,
+        "results": rows,
+    }
+    if args.json:
+        try:
+            report.write_json(args.json, record)
+            print(f"wrote {args.json}", flush=True)
+        except Exception:  # noqa: BLE001 - still print the table
+            print(f"could not write {args.json}:\n{traceback.format_exc()}", flush=True)
+    plot_failed = False
+    if args.plot:
+        try:
+            plot.save_chart(record, args.plot)
+            print(f"wrote {args.plot}", flush=True)
+        except Exception as exc:  # noqa: BLE001 - still print the table
+            plot_failed = True
+            print(f"could not draw {args.plot}: {type(exc).__name__}: {exc}",
+                  flush=True)
+
+    env_info = record["environment"]
+    v = env_info["versions"]
+    print()
+    print("== table")
+    print(f"{env_info['device']} | jax {v['jax']} jaxlib {v['jaxlib']} | numba "
+          f"{v['numba']} numba-cuda {v['numba-cuda']} | n={cfg.n}, chain of "
+          f"{cfg.chain_length}, median of {cfg.rounds} interleaved rounds, "
+          f"bandwidth over {cfg.bw_n * 4 / 2**20:g} MiB")
+    print(report.format_table(rows), flush=True)
+    failed = any(r["status"].startswith("FAILED") for r in rows)
+    return 1 if failed or plot_failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(allow_reexec=True))

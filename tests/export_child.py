@@ -1,0 +1,96 @@
+"""A fresh process for tests/test_export.py: run an exported or cached program.
+
+    python tests/export_child.py run BLOB DATA       create the ops, deserialise, run
+    python tests/export_child.py missing BLOB DATA   deserialise and run, no op created
+    python tests/export_child.py partial BLOB DATA   only some ops created
+    python tests/export_child.py cache DIR DATA      jit through the persistent cache
+
+DATA is an .npz with the inputs (x, m, s) and the expected outputs (y0..y2).
+
+Prints one line ``RESULT {json}`` and exits 0 unless something unexpected
+happened (a failed comparison is reported in the JSON, not by the exit code).
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+
+def report(**fields):
+    print("RESULT " + json.dumps(fields), flush=True)
+
+
+def load(data):
+    d = np.load(data)
+    return (d["x"], d["m"], d["s"]), (d["y0"], d["y1"], d["y2"])
+
+
+def compare(got, want):
+    errs = [float(np.max(np.abs(np.asarray(g) - w))) for g, w in zip(got, want)]
+    return max(errs)
+
+
+def run_exported(path, data, create):
+    import jax
+    from jax import export
+
+    if create == "all":
+        import export_ops
+        export_ops.create_ops()
+    elif create == "some":
+        import export_ops
+        # Only the plain callable: the kernel and the others stay unknown.
+        jax.jit(export_ops.callable_op).lower(export_ops.SPECS[0])
+    else:
+        import numbax  # noqa: F401  - numbax imported, no op created
+    with open(path, "rb") as f:
+        exp = export.deserialize(bytearray(f.read()))
+    args, want = load(data)
+    try:
+        out = exp.call(*args)
+        out = [np.asarray(o) for o in out]
+    except Exception as exc:  # the missing-op error is the point here
+        report(ok=False, error_type=type(exc).__name__, message=str(exc))
+        return
+    err = compare(out, want)
+    report(ok=err < 1e-5, max_err=err)
+
+
+def run_cached(cache_dir, data):
+    import jax
+    jax.config.update("jax_compilation_cache_dir", cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    events = {}
+
+    def listen(event, **kwargs):
+        if event.startswith("/jax/compilation_cache/"):
+            events[event] = events.get(event, 0) + 1
+    jax.monitoring.register_event_listener(listen)
+
+    import export_ops
+    args, want = load(data)
+    out = jax.jit(export_ops.program)(*args)
+    err = compare(out, want)
+    import numbax
+    report(ok=err < 1e-5, max_err=err,
+           hits=events.get("/jax/compilation_cache/cache_hits", 0),
+           misses=events.get("/jax/compilation_cache/cache_misses", 0),
+           counters=numbax.bridge_counters())
+
+
+def main():
+    mode, path, data = sys.argv[1:4]
+    if mode == "cache":
+        run_cached(path, data)
+    else:
+        run_exported(path, data,
+                     {"run": "all", "missing": None, "partial": "some"}[mode])
+
+
+if __name__ == "__main__":
+    main()

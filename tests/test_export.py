@@ -1,0 +1,170 @@
+"""jax.export and the persistent compilation cache, across processes (CPU simulator).
+
+The ops live in tests/export_ops.py, which this process and the fresh ones
+(tests/export_child.py) import under the same module name, so they build the
+same keys. Each child prints one ``RESULT {json}`` line.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from jax import export
+
+import numbax
+from numbax import _registry
+
+import export_ops
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHILD = os.path.join(HERE, "export_child.py")
+CHILD_TIMEOUT = 120
+
+
+@pytest.fixture(autouse=True)
+def _simulator(simulator_only):
+    pass
+
+
+def run_child(*args, env=None):
+    full_env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", JAX_PLATFORMS="cpu",
+                    **(env or {}))
+    full_env.pop("XLA_FLAGS", None)
+    proc = subprocess.run([sys.executable, CHILD, *map(str, args)],
+                          capture_output=True, text=True, env=full_env,
+                          timeout=CHILD_TIMEOUT)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, (
+        f"child {args} exited {proc.returncode}\nstdout:\n{proc.stdout}\n"
+        f"stderr:\n{proc.stderr[-4000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def write_data(path, seed):
+    args = export_ops.inputs(seed)
+    want = export_ops.reference(*args)
+    np.savez(path, x=args[0], m=args[1], s=args[2],
+             y0=want[0], y1=want[1], y2=want[2])
+    return args, want
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """The serialised export of export_ops.program, and fresh data for it."""
+    tmp = tmp_path_factory.mktemp("export")
+    exp = export.export(jax.jit(export_ops.program),
+                        disabled_checks=numbax.export_disabled_checks())(
+        *export_ops.SPECS)
+    blob = tmp / "program.bin"
+    blob.write_bytes(exp.serialize())
+    data = tmp / "data.npz"
+    seed = int.from_bytes(os.urandom(4), "little")
+    args, want = write_data(data, seed)
+    return exp, blob, data, args, want
+
+
+def test_disabled_checks_cover_every_numbax_target():
+    checks = numbax.export_disabled_checks()
+    assert all(isinstance(c, export.DisabledSafetyCheck) for c in checks)
+    names = {c.is_custom_call() for c in checks}
+    assert names == set(_registry.ALL_TARGETS)
+    assert {"numbax_callable", "numbax_callable_capture", "numbax_kernel",
+            "numbax_callable_batch"} <= names
+
+
+def test_export_refuses_numbax_ops_without_the_checks():
+    with pytest.raises(ValueError, match="numbax_callable"):
+        export.export(jax.jit(export_ops.program))(*export_ops.SPECS)
+
+
+def test_exported_module_names_ops_by_stable_key(exported):
+    exp, *_ = exported
+    text = exp.mlir_module()
+    for target in ("numbax_callable", "numbax_callable_batch"):
+        assert f"@{target}(" in text
+    # Keys name module.qualname (or the explicit name=) and a digest: no
+    # address or counter of this process.
+    assert 'key = "export_ops.affine_launch/' in text
+    assert 'key = "export_ops.square_kernel.simulator/' in text
+    assert 'key = "export_ops_named/' in text
+    assert "num_batch_dims" in text  # the partitionable declaration survives
+
+
+def test_round_trip_in_this_process(exported):
+    exp, blob, _, args, want = exported
+    again = export.deserialize(bytearray(blob.read_bytes()))
+    for got, ref in zip(again.call(*args), want):
+        np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-6)
+
+
+def test_round_trip_in_a_fresh_process(exported):
+    _, blob, data, _, _ = exported
+    result = run_child("run", blob, data)
+    assert result["ok"], result
+
+
+def test_missing_op_in_a_fresh_process_is_a_clear_error(exported):
+    _, blob, data, _, _ = exported
+    result = run_child("missing", blob, data)
+    assert not result["ok"]
+    message = result["message"]
+    assert "is not registered in this process" in message, message
+    assert "export_ops." in message or "export_ops_named" in message, message
+    assert "numbax.numba_cuda_" in message and "Create the same op" in message
+
+
+def test_partly_created_ops_name_the_missing_key(exported):
+    _, blob, data, _, _ = exported
+    result = run_child("partial", blob, data)
+    assert not result["ok"]
+    message = result["message"]
+    assert "is not registered in this process" in message, message
+    # The callable was created; what is missing is one of the others.
+    assert "export_ops.affine_launch/" not in message
+    assert any(k in message for k in (
+        "export_ops.square_kernel.simulator/", "export_ops.row_scale_launch/",
+        "export_ops_named/")), message
+
+
+def test_persistent_compilation_cache_across_processes(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    data = tmp_path / "data.npz"
+    write_data(data, int.from_bytes(os.urandom(4), "little"))
+    first = run_child("cache", cache, data)
+    assert first["ok"], first
+    assert first["misses"] >= 1 and first["hits"] == 0, first
+    entries = os.listdir(cache)
+    assert entries, "the first process wrote nothing to the cache"
+    second = run_child("cache", cache, data)
+    assert second["ok"], second
+    assert second["hits"] >= 1 and second["misses"] == 0, second
+    # The cached executable still calls into numbax: the ops ran.
+    assert second["counters"]["calls"] >= 3, second
+    assert sorted(os.listdir(cache)) == sorted(entries)
+
+
+def test_import_starts_no_backend_and_registers_targets_when_one_starts():
+    # numbax may be imported before jax.distributed.initialize or a platform
+    # choice, so import must not start JAX's backends; the targets (and so
+    # the missing-op message above) arrive when a backend starts.
+    code = (
+        "import json, numbax, jax\n"
+        "from jax._src import xla_bridge as xb\n"
+        "from numbax import _registry as r\n"
+        "before = (xb.backends_are_initialized(), sorted(r._platforms_registered))\n"
+        "jax.devices()\n"
+        "after = sorted(r._platforms_registered)\n"
+        "print('RESULT ' + json.dumps(dict(before=before, after=after)))\n")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, env=env, timeout=CHILD_TIMEOUT)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert result["before"] == [False, []], result
+    assert result["after"] == ["cpu"], result

@@ -1,0 +1,221 @@
+"""Leaks: distinct functions wrapped, called and dropped give their memory
+back; retracing registers nothing; a stale program fails clearly.
+
+Each distinct function is a distinct XLA program to compile (about 20 ms
+on the CPU), so CI wraps NUMBAX_LEAK_FUNCS functions (default 2,000, about
+40-60 s on 2 cores; 300 on a GPU); NUMBAX_LEAK_FUNCS=10000 runs the
+issue's full count (about 5 minutes on the simulator).
+NUMBAX_RETRACES (default 10,000) sets the retrace count.
+
+What holds what (docs/reliability.md): the registry refers to every func
+(and numba_cuda_kernel op) weakly; a compiled program's C++ call site holds
+its func strongly for as long as the program lives; JAX's own caches of
+compiled programs (jit caches, and the bounded LRU behind eager op-by-op
+calls) keep those programs until jax.clear_caches() or eviction.
+"""
+
+import gc
+import os
+import weakref
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbax
+from conftest import SIMULATOR
+from numbax import _registry
+
+pytestmark = pytest.mark.gpu
+
+F32 = jnp.float32
+N = 8
+SPEC = jax.ShapeDtypeStruct((N,), F32)
+# Fewer by default on a GPU, where each program also compiles for CUDA.
+LEAK_FUNCS = int(os.environ.get("NUMBAX_LEAK_FUNCS",
+                                "2000" if SIMULATOR else "300"))
+LEAK_KERNELS = 200 if SIMULATOR else 50
+RETRACES = int(os.environ.get("NUMBAX_RETRACES", "10000"))
+RuntimeFailure = jax.errors.JaxRuntimeError
+
+
+@cuda.jit
+def affine(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = 2 * x[i] + 1
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def settle():
+    jax.clear_caches()
+    gc.collect()
+    return numbax.registry_size(), len(gc.get_objects()), rss_mib()
+
+
+def make_func(i):
+    def func(x, out, stream):
+        affine[1, N, stream](x, out)
+    func.__qualname__ = f"leak_{i}"
+    return func
+
+
+def test_distinct_functions_give_memory_back():
+    x = jnp.arange(N, dtype=F32)
+    expected = 2 * np.arange(N, dtype=np.float32) + 1
+    base_registry, _, _ = settle()
+    refs = []
+    checkpoints = []
+    warm = max(1, LEAK_FUNCS // 4)
+    # JAX keeps each eager call's compiled program (about 1.5 MB of host
+    # memory on the CPU, as for any JAX op) in a 4096-entry LRU until
+    # jax.clear_caches(): clearing every 100 functions keeps that high-water
+    # mark small, so RSS measures what numbax keeps.
+    clear_every = 100
+    for i in range(LEAK_FUNCS):
+        func = make_func(i)
+        op = numbax.numba_cuda_callable(func, SPEC)
+        # Both paths: jit (a jit cache entry) and eager (JAX's op-by-op LRU).
+        y = jax.jit(op)(x) if i % 2 else op(x)
+        if i % 97 == 0:
+            np.testing.assert_array_equal(y, expected)
+            refs.append(weakref.ref(func))
+        del func, op, y
+        if (i + 1) % clear_every == 0 or i + 1 == warm:
+            checkpoints.append((i + 1, settle()))
+    final_registry, final_objects, final_rss = settle()
+    _, warm_objects, warm_rss = next(c for n, c in checkpoints if n >= warm)
+    print(f"\n{LEAK_FUNCS} functions: registry {base_registry} -> "
+          f"{final_registry}; Python objects {warm_objects} after "
+          f"{warm} -> {final_objects}; RSS {warm_rss:.1f} -> "
+          f"{final_rss:.1f} MiB")
+    assert final_registry == base_registry
+    assert all(r() is None for r in refs), "a dropped func is still alive"
+    # One object kept per function would be LEAK_FUNCS * 3 / 4 of growth.
+    assert final_objects - warm_objects < max(200, LEAK_FUNCS // 20)
+    assert final_rss - warm_rss < 48, "RSS grew after warm-up"
+
+
+def test_distinct_kernels_give_memory_back():
+    x = jnp.arange(N, dtype=F32)
+    base = settle()[0]
+    refs = []
+    for i in range(LEAK_KERNELS):
+        @cuda.jit
+        def kernel(v, out):
+            j = cuda.grid(1)
+            if j < v.shape[0]:
+                out[j] = v[j] + 1
+        op = numbax.numba_cuda_kernel(kernel, SPEC, launch_dims=N)
+        np.testing.assert_array_equal(jax.jit(op)(x), np.arange(N) + 1)
+        refs.append(weakref.ref(op))
+        del kernel, op
+    assert settle()[0] == base
+    assert all(r() is None for r in refs)
+
+
+def test_registry_holds_kernel_owners_weakly():
+    # numba_cuda_kernel's GPU key registers the op itself (its plan refers
+    # to it weakly): the registry must not keep the op alive.
+    class Owner:
+        pass
+
+    base = numbax.registry_size()
+    owners = [Owner() for _ in range(50)]
+    for i, owner in enumerate(owners):
+        owner_ref = weakref.ref(owner)
+        _registry.kernel_key(owner, ("leak-test", i),
+                             lambda r=owner_ref: (r(),), name=f"leak.k{i}")
+    assert numbax.registry_size()[1] == base[1] + 50
+    del owners, owner
+    gc.collect()
+    assert numbax.registry_size() == base
+
+
+def test_retracing_registers_nothing_new():
+    x = jnp.arange(N, dtype=F32)
+    func = make_func("retrace")
+    fn = numbax.numba_cuda_callable(func, SPEC)
+    kernel = numbax.numba_cuda_kernel(affine, SPEC, launch_dims=N)
+    jax.jit(lambda v: kernel(fn(v)))(x).block_until_ready()
+    registry = numbax.registry_size()
+    memo = len(_registry._memo)
+    finalizers = len(weakref.finalize._registry)
+    resolves = numbax.bridge_counters()["resolves"]
+    for i in range(RETRACES):
+        jax.make_jaxpr(lambda v: kernel(fn(v)))(x)
+        if i % 50 == 0:  # full lowerings too: the kernel's key is made there
+            jax.jit(lambda v: kernel(fn(v))).lower(x)
+    assert numbax.registry_size() == registry
+    assert len(_registry._memo) == memo
+    assert len(weakref.finalize._registry) == finalizers
+    assert numbax.bridge_counters()["resolves"] == resolves  # nothing compiled
+
+
+def test_stale_program_after_func_collected():
+    # The program is lowered while the op exists; by the time XLA compiles
+    # it (and instantiates its call site) the function is gone.
+    x = jnp.arange(N, dtype=F32)
+    func = make_func("stale")
+    op = numbax.numba_cuda_callable(func, SPEC, name="leaks.stale")
+    lowered = jax.jit(op).lower(x)
+    func_ref = weakref.ref(func)
+    del op, func
+    gc.collect()
+    assert func_ref() is None
+    with pytest.raises(RuntimeFailure,
+                       match="numbax callable 'leaks.stale/[0-9a-f]+' is not "
+                             "registered in this process.*garbage-collected "
+                             "must be recreated"):
+        lowered.compile()
+    # Recreating the op makes the same program work again.
+    op = numbax.numba_cuda_callable(make_func("stale"), SPEC,
+                                    name="leaks.stale")
+    op(x)
+    np.testing.assert_array_equal(lowered.compile()(x),
+                                  2 * np.arange(N) + 1)
+
+
+def test_stale_deserialised_kernel_program():
+    # A kernel op is a parameter of the program's jaxpr, so a lowered or
+    # compiled program keeps it alive; the stale case is a serialised one.
+    x = jnp.arange(N, dtype=F32)
+
+    @cuda.jit
+    def kernel(v, out):
+        j = cuda.grid(1)
+        if j < v.shape[0]:
+            out[j] = v[j]
+
+    op = numbax.numba_cuda_kernel(kernel, SPEC, launch_dims=N,
+                                  name="leaks.stale_kernel")
+    checks = [jax.export.DisabledSafetyCheck.custom_call(t)
+              for t in (_registry.CALLABLE_TARGET, _registry.KERNEL_TARGET)]
+    platform = {"gpu": "cuda"}.get(jax.default_backend(), jax.default_backend())
+    blob = jax.export.export(jax.jit(op), disabled_checks=checks,
+                             platforms=[platform])(x).serialize()
+    np.testing.assert_array_equal(jax.export.deserialize(blob).call(x), x)
+    op_ref = weakref.ref(op)
+    del op, kernel
+    settle()
+    assert op_ref() is None
+    with pytest.raises(RuntimeFailure, match="'leaks.stale_kernel[^']*' is "
+                                             "not registered in this process"):
+        jax.export.deserialize(blob).call(x)
+
+
+def test_compiled_program_keeps_working_after_op_dropped():
+    # The other side of the contract: once compiled, the program's call
+    # site holds func, and dropping the op does not break it.
+    x = jnp.arange(N, dtype=F32)
+    op = numbax.numba_cuda_callable(make_func("kept"), SPEC)
+    compiled = jax.jit(op).lower(x).compile()
+    del op
+    gc.collect()
+    np.testing.assert_array_equal(compiled(x), 2 * np.arange(N) + 1)
