@@ -345,9 +345,17 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
         " buffers, got " + std::to_string(buffers.size()));
   }
   // argv[0] is scratch space that vectorcall may use (ARGUMENTS_OFFSET).
+  // Every argument is held by a strong reference for the call: func may
+  // release the GIL (Numba does, around driver calls), and another thread
+  // running this call site may then evict these arrays from the cache.
   thread_local std::vector<PyObject*> argv;
-  argv.resize(buffers.size() + 2);
-  argv[0] = nullptr;
+  argv.assign(buffers.size() + 2, nullptr);
+  struct Release {
+    std::vector<PyObject*>& held;
+    ~Release() {
+      for (PyObject*& o : held) Py_CLEAR(o);
+    }
+  } release{argv};
   for (size_t i = 0; i < buffers.size(); ++i) {
     PyObject* array = ArrayFor(i, buffers[i], platform, device);
     if (!array) {
@@ -357,7 +365,8 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
                                   std::to_string(i) + " for Numba: " +
                                   TakePythonError());
     }
-    argv[i + 1] = array;  // borrowed: the cache holds it for this call
+    Py_INCREF(array);
+    argv[i + 1] = array;
   }
   PyObject* stream_object = StreamFor(platform, device, stream);
   if (!stream_object) {
@@ -366,6 +375,7 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
                                 "': could not wrap XLA's stream for Numba: " +
                                 TakePythonError());
   }
+  Py_INCREF(stream_object);
   argv[buffers.size() + 1] = stream_object;
   // The guard is read once: a concurrent SetCallGuard never frees the old
   // tuple, so this one stays valid while func runs without the GIL.

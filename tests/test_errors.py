@@ -516,7 +516,8 @@ def test_func_calls_jax_from_several_threads(no_deadlock):
         for _ in range(5):
             try:
                 run(fn, jnp.ones(4))
-            except RuntimeFailure as exc:
+            # Racing threads may get jaxlib's ValueError: docs/errors.md.
+            except (RuntimeFailure, ValueError) as exc:
                 errors.append("func called JAX" in str(exc))
 
     threads = [threading.Thread(target=worker) for _ in range(3)]

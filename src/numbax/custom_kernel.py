@@ -414,6 +414,8 @@ class XLACustomKernel:
                     f"{type(value).__name__}: pass a tuple instead of a list "
                     "or array, or pass arrays as inputs") from None
             static.append((key, value))
+        # (platform, backend) pairs; None where a platform has no kernel.
+        backends: tuple[tuple[str, str | None], ...]
         with self._lock:
             if not any(self._kernels.values()):
                 raise NotImplementedError(
@@ -427,10 +429,9 @@ class XLACustomKernel:
                         f"{self._describe_kernels()}")
                 backends = tuple((p, backend) for p in _USER_PLATFORMS)
             else:
-                backends = _inherited_backends.get().get(id(self))
-                if backends is None:
-                    backends = tuple((p, self._default(p))
-                                     for p in _USER_PLATFORMS)
+                inherited = _inherited_backends.get().get(id(self))
+                backends = inherited if inherited is not None else tuple(
+                    (p, self._default(p)) for p in _USER_PLATFORMS)
         args = [x if isinstance(x, (jax.Array, jax.core.Tracer))
                 else jnp.asarray(x) for x in inputs]
         results = self.primitive.bind(
