@@ -13,22 +13,38 @@ const DTypeInfo* LookupDType(ffi::DataType dtype) {
       kF32{"float32", 4}, kF64{"float64", 8}, kBF16{"bfloat16", 2},
       kC64{"complex64", 8}, kC128{"complex128", 16};
   switch (dtype) {
-    case ffi::DataType::PRED: return &kBool;
-    case ffi::DataType::S8: return &kI8;
-    case ffi::DataType::S16: return &kI16;
-    case ffi::DataType::S32: return &kI32;
-    case ffi::DataType::S64: return &kI64;
-    case ffi::DataType::U8: return &kU8;
-    case ffi::DataType::U16: return &kU16;
-    case ffi::DataType::U32: return &kU32;
-    case ffi::DataType::U64: return &kU64;
-    case ffi::DataType::F16: return &kF16;
-    case ffi::DataType::F32: return &kF32;
-    case ffi::DataType::F64: return &kF64;
-    case ffi::DataType::BF16: return &kBF16;
-    case ffi::DataType::C64: return &kC64;
-    case ffi::DataType::C128: return &kC128;
-    default: return nullptr;
+    case ffi::DataType::PRED:
+      return &kBool;
+    case ffi::DataType::S8:
+      return &kI8;
+    case ffi::DataType::S16:
+      return &kI16;
+    case ffi::DataType::S32:
+      return &kI32;
+    case ffi::DataType::S64:
+      return &kI64;
+    case ffi::DataType::U8:
+      return &kU8;
+    case ffi::DataType::U16:
+      return &kU16;
+    case ffi::DataType::U32:
+      return &kU32;
+    case ffi::DataType::U64:
+      return &kU64;
+    case ffi::DataType::F16:
+      return &kF16;
+    case ffi::DataType::F32:
+      return &kF32;
+    case ffi::DataType::F64:
+      return &kF64;
+    case ffi::DataType::BF16:
+      return &kBF16;
+    case ffi::DataType::C64:
+      return &kC64;
+    case ffi::DataType::C128:
+      return &kC128;
+    default:
+      return nullptr;
   }
 }
 
@@ -36,9 +52,9 @@ ffi::Error DecodeBuffer(ffi::DataType dtype, void* data, const int64_t* dims,
                         int64_t rank, const char* what, BufferView* out) {
   const DTypeInfo* info = LookupDType(dtype);
   if (info == nullptr) {
-    return ffi::Error::InvalidArgument(
-        std::string(what) + ": unsupported XLA element type code " +
-        std::to_string(static_cast<int>(dtype)));
+    return ffi::Error::InvalidArgument(std::string(what) +
+                                       ": unsupported XLA element type code " +
+                                       std::to_string(static_cast<int>(dtype)));
   }
   if (rank < 0 || rank > kMaxRank) {
     return ffi::Error::InvalidArgument(std::string(what) + ": rank " +
@@ -49,8 +65,8 @@ ffi::Error DecodeBuffer(ffi::DataType dtype, void* data, const int64_t* dims,
     return ffi::Error::InvalidArgument(std::string(what) +
                                        ": null dimensions for a ranked buffer");
   }
-  const int64_t max_elements =
-      std::numeric_limits<int64_t>::max() / static_cast<int64_t>(info->itemsize);
+  const int64_t max_elements = std::numeric_limits<int64_t>::max() /
+                               static_cast<int64_t>(info->itemsize);
   // The product of the non-zero extents bounds every byte stride of the
   // buffer, so it must fit even when a zero extent makes the buffer empty:
   // strides of a {0, 2^40, 2^40} float32 buffer would overflow (fuzzing
@@ -76,8 +92,8 @@ ffi::Error DecodeBuffer(ffi::DataType dtype, void* data, const int64_t* dims,
   const int64_t count = empty ? 0 : extents;
   const size_t nbytes = static_cast<size_t>(count) * info->itemsize;
   if (nbytes > 0 && data == nullptr) {
-    return ffi::Error::InvalidArgument(std::string(what) +
-                                       ": null data pointer for a non-empty buffer");
+    return ffi::Error::InvalidArgument(
+        std::string(what) + ": null data pointer for a non-empty buffer");
   }
   out->data = nbytes > 0 ? data : nullptr;
   out->dtype = dtype;
@@ -102,9 +118,8 @@ ffi::Error DecodeAll(const Remaining& list, const char* kind,
     std::snprintf(what, sizeof(what), "%s %zu", kind, i);
     auto buffer = list.template get<ffi::AnyBuffer>(i);
     if (buffer.has_error()) {
-      return ffi::Error::InvalidArgument(std::string(what) +
-                                         " is not a buffer: " +
-                                         buffer.error().message());
+      return ffi::Error::InvalidArgument(
+          std::string(what) + " is not a buffer: " + buffer.error().message());
     }
     const ffi::AnyBuffer any = Unwrap(*buffer);
     const auto dims = any.dimensions();

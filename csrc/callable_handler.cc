@@ -132,8 +132,8 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
     ++GraphStats().hits;
     cuda::CUresult r = driver->cuGraphLaunch(exec, stream);
     if (r != cuda::CUDA_SUCCESS) {
-      return CaptureError(*site, "replaying the graph failed: " +
-                                     cuda::ErrorText(*driver, r));
+      return CaptureError(
+          *site, "replaying the graph failed: " + cuda::ErrorText(*driver, r));
     }
     return ffi::Error::Success();
   }
@@ -178,14 +178,13 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
     return CaptureError(*site,
                         "cannot begin capture: " + cuda::ErrorText(*driver, r));
   }
-  ffi::Error invoked =
-      site->Invoke(buffers, Platform::kCuda, device, recorder);
+  ffi::Error invoked = site->Invoke(buffers, Platform::kCuda, device, recorder);
   cuda::CUgraph graph = nullptr;
   cuda::CUresult ended = driver->cuStreamEndCapture(recorder, &graph);
   if (invoked.failure()) {
     if (graph) driver->cuGraphDestroy(graph);
-    return CaptureError(*site, "func failed while being captured: " +
-                                   invoked.message());
+    return CaptureError(
+        *site, "func failed while being captured: " + invoked.message());
   }
   if (ended != cuda::CUDA_SUCCESS || graph == nullptr) {
     if (graph) driver->cuGraphDestroy(graph);
@@ -204,8 +203,8 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
   r = driver->cuGraphLaunch(exec, stream);
   site->graphs.Insert(device, buffers, exec);
   if (r != cuda::CUDA_SUCCESS) {
-    return CaptureError(*site,
-                        "launching the graph failed: " + cuda::ErrorText(*driver, r));
+    return CaptureError(
+        *site, "launching the graph failed: " + cuda::ErrorText(*driver, r));
   }
   return ffi::Error::Success();
 }
@@ -220,12 +219,12 @@ ffi::Error ExecuteCpu(CpuCallSite* site, std::string_view /*key*/,
 
 using numbax::ffi::Ffi;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NumbaxCallableInstantiateCuda,
-                              numbax::InstantiateCuda,
-                              Ffi::BindInstantiate().Attr<std::string_view>("key"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NumbaxCallableInstantiateCpu,
-                              numbax::InstantiateCpu,
-                              Ffi::BindInstantiate().Attr<std::string_view>("key"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    NumbaxCallableInstantiateCuda, numbax::InstantiateCuda,
+    Ffi::BindInstantiate().Attr<std::string_view>("key"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    NumbaxCallableInstantiateCpu, numbax::InstantiateCpu,
+    Ffi::BindInstantiate().Attr<std::string_view>("key"));
 
 // Plain mode runs Python on every call, so it must not be captured into a
 // command buffer: no traits.

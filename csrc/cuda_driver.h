@@ -46,16 +46,16 @@ struct Driver {
   CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
   CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuStreamCreate)(CUstream*, unsigned int);
-  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
-                             unsigned, unsigned, unsigned, unsigned, CUstream,
-                             void**, void**);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, unsigned, CUstream, void**,
+                             void**);
   CUresult (*cuLaunchCooperativeKernel)(CUfunction, unsigned, unsigned,
                                         unsigned, unsigned, unsigned, unsigned,
                                         unsigned, CUstream, void**);
   CUresult (*cuKernelGetFunction)(CUfunction*, CUkernel);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
-  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction,
-                                                          int, size_t);
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int,
+                                                          size_t);
   CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
   CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec*, CUgraph,
                                           unsigned long long);

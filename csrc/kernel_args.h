@@ -21,8 +21,7 @@ class KernelArgs {
 
   // Appends one array. `data` may differ from view.data (a slice of a
   // batched buffer); `dims`/`rank` describe the array the kernel sees.
-  void AddArray(void* data, const int64_t* dims, int64_t rank,
-                size_t itemsize);
+  void AddArray(void* data, const int64_t* dims, int64_t rank, size_t itemsize);
 
   // The kernelParams array for cuLaunchKernel: one pointer per 8-byte word.
   // Valid until the next Reset/AddArray.

@@ -16,7 +16,8 @@ PyObject* g_kernel_resolver = nullptr;
 
 template <typename T, size_t N>
 bool ParseTriple(PyObject* seq, std::array<T, N>* out) {
-  if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) != static_cast<Py_ssize_t>(N))
+  if (!PyTuple_Check(seq) ||
+      PyTuple_GET_SIZE(seq) != static_cast<Py_ssize_t>(N))
     return false;
   for (size_t i = 0; i < N; ++i) {
     long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(seq, i));
@@ -32,9 +33,9 @@ std::string ParsePlan(PyObject* t, LaunchPlan* plan, PyObject** owner) {
   PyObject *functions, *grid, *block, *broadcast;
   long long shared_mem;
   int cooperative, empty_launch;
-  if (!PyArg_ParseTuple(t, "OOLLOOLppLO", owner, &functions,
-                        &plan->num_inputs, &plan->num_outputs, &grid, &block,
-                        &shared_mem, &cooperative, &empty_launch, &plan->batch,
+  if (!PyArg_ParseTuple(t, "OOLLOOLppLO", owner, &functions, &plan->num_inputs,
+                        &plan->num_outputs, &grid, &block, &shared_mem,
+                        &cooperative, &empty_launch, &plan->batch,
                         &broadcast)) {
     return TakePythonError();
   }
@@ -111,8 +112,8 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
 
   if (device < 0 || static_cast<size_t>(device) >= plan.functions.size() ||
       plan.functions[device] == nullptr) {
-    return Fail(*site, "the kernel was not loaded on device " +
-                           std::to_string(device));
+    return Fail(
+        *site, "the kernel was not loaded on device " + std::to_string(device));
   }
   cuda::CUfunction function = plan.functions[device];
 
@@ -173,28 +174,30 @@ ffi::ErrorOr<std::unique_ptr<KernelSite>> KernelSite::Create(
   site->key_ = std::string(key);
   std::string error;
   {
-  GilScope gil;
-  ++Counters().resolves;
-  if (!g_kernel_resolver) {
-    error = "numbax is not imported in this process; import it and create "
-            "the kernel op before running the program";
-  } else {
-    PyObject* t = PyObject_CallFunction(g_kernel_resolver, "s#", key.data(),
-                                        static_cast<Py_ssize_t>(key.size()));
-    if (!t) {
-      error = TakePythonError();
+    GilScope gil;
+    ++Counters().resolves;
+    if (!g_kernel_resolver) {
+      error =
+          "numbax is not imported in this process; import it and create "
+          "the kernel op before running the program";
     } else {
-      PyObject* owner = nullptr;
-      error = ParsePlan(t, &site->plan_, &owner);
-      if (error.empty()) {
-        Py_INCREF(owner);
-        site->owner_ = owner;
+      PyObject* t = PyObject_CallFunction(g_kernel_resolver, "s#", key.data(),
+                                          static_cast<Py_ssize_t>(key.size()));
+      if (!t) {
+        error = TakePythonError();
+      } else {
+        PyObject* owner = nullptr;
+        error = ParsePlan(t, &site->plan_, &owner);
+        if (error.empty()) {
+          Py_INCREF(owner);
+          site->owner_ = owner;
+        }
+        Py_DECREF(t);
       }
-      Py_DECREF(t);
     }
   }
-  }
-  if (!error.empty()) return ffi::Unexpected(ffi::Error::InvalidArgument(error));
+  if (!error.empty())
+    return ffi::Unexpected(ffi::Error::InvalidArgument(error));
   return site;
 }
 
@@ -210,17 +213,17 @@ KernelSite::~KernelSite() {
 
 using numbax::ffi::Ffi;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NumbaxKernelInstantiateCuda, numbax::Instantiate,
-                              Ffi::BindInstantiate().Attr<std::string_view>("key"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    NumbaxKernelInstantiateCuda, numbax::Instantiate,
+    Ffi::BindInstantiate().Attr<std::string_view>("key"));
 
 // No Python and no host work per call: safe to record into CUDA graphs.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    NumbaxKernelExecuteCuda, numbax::Execute,
-    Ffi::Bind()
-        .Ctx<numbax::ffi::PlatformStream<void*>>()
-        .Ctx<numbax::ffi::DeviceOrdinal>()
-        .Ctx<numbax::ffi::State<numbax::KernelSite>>()
-        .Attr<std::string_view>("key")
-        .RemainingArgs()
-        .RemainingRets(),
-    {numbax::ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NumbaxKernelExecuteCuda, numbax::Execute,
+                              Ffi::Bind()
+                                  .Ctx<numbax::ffi::PlatformStream<void*>>()
+                                  .Ctx<numbax::ffi::DeviceOrdinal>()
+                                  .Ctx<numbax::ffi::State<numbax::KernelSite>>()
+                                  .Attr<std::string_view>("key")
+                                  .RemainingArgs()
+                                  .RemainingRets(),
+                              {numbax::ffi::Traits::kCmdBufferCompatible});

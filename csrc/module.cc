@@ -8,8 +8,8 @@
 
 #include "callable_handlers.h"
 #include "cuda_driver.h"
-#include "kernel_handlers.h"
 #include "graph_cache.h"
+#include "kernel_handlers.h"
 #include "python_bridge.h"
 
 namespace nb = nanobind;
@@ -28,8 +28,8 @@ nb::dict TypeRegistration() {
   static const XLA_FFI_TypeInfo info = xla::ffi::MakeTypeInfo<T>();
   nb::dict d;
   d["type_id"] = nb::capsule(reinterpret_cast<void*>(&T::id));
-  d["type_info"] = nb::capsule(reinterpret_cast<void*>(
-      const_cast<XLA_FFI_TypeInfo*>(&info)));
+  d["type_info"] = nb::capsule(
+      reinterpret_cast<void*>(const_cast<XLA_FFI_TypeInfo*>(&info)));
   return d;
 }
 

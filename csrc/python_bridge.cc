@@ -29,8 +29,8 @@ Py_ssize_t EnterCallGuard(PyObject* guard, PyObject** saved) {
                                    PyTuple_GET_ITEM(guard, 2 * i + 1));
     if (!saved[i]) {
       while (i-- > 0) {
-        PyObject* r = PyObject_CallOneArg(PyTuple_GET_ITEM(guard, 2 * i),
-                                          saved[i]);
+        PyObject* r =
+            PyObject_CallOneArg(PyTuple_GET_ITEM(guard, 2 * i), saved[i]);
         Py_XDECREF(r);
         Py_DECREF(saved[i]);
       }
@@ -142,13 +142,11 @@ int PrepareForExit(double timeout_s) {
                         std::chrono::duration<double>(timeout_s);
   int64_t left = g_interpreter_uses.load();
   if (left == 0) return 0;
-  Py_BEGIN_ALLOW_THREADS
-  while ((left = g_interpreter_uses.load()) > 0 &&
-         std::chrono::steady_clock::now() < deadline) {
+  Py_BEGIN_ALLOW_THREADS while ((left = g_interpreter_uses.load()) > 0 &&
+                                std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  Py_END_ALLOW_THREADS
-  return static_cast<int>(left);
+  Py_END_ALLOW_THREADS return static_cast<int>(left);
 }
 
 bool PythonIsAlive() {
@@ -235,9 +233,9 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
         "numbax: the Python package was not imported in this process; "
         "`import numbax` and create the op before running the program");
   } else {
-    resolved = PyObject_CallFunction(g_hooks.resolve, "s#s", key.data(),
-                                     static_cast<Py_ssize_t>(key.size()),
-                                     platform == Platform::kCuda ? "cuda" : "cpu");
+    resolved = PyObject_CallFunction(
+        g_hooks.resolve, "s#s", key.data(), static_cast<Py_ssize_t>(key.size()),
+        platform == Platform::kCuda ? "cuda" : "cpu");
     if (!resolved) {
       error = ffi::Error::InvalidArgument(TakePythonError());
     } else if (!PyArg_ParseTuple(resolved, "OLLL", &func_, &num_inputs_,
@@ -288,8 +286,8 @@ PyObject* CallSite::ArrayFor(size_t slot_index, const BufferView& view,
   PyObject* shape = ShapeTuple(view);
   if (!shape) return nullptr;
   const char* dtype = LookupDType(view.dtype)->name;
-  const auto ptr = static_cast<unsigned long long>(
-      reinterpret_cast<uintptr_t>(view.data));
+  const auto ptr =
+      static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(view.data));
   PyObject* array =
       platform == Platform::kCuda
           ? PyObject_CallFunction(g_hooks.device_array, "KOsi", ptr, shape,
@@ -360,10 +358,9 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
     PyObject* array = ArrayFor(i, buffers[i], platform, device);
     if (!array) {
       ++Counters().errors;
-      return ffi::Error::Internal("numbax op '" + key_ +
-                                  "': could not wrap buffer " +
-                                  std::to_string(i) + " for Numba: " +
-                                  TakePythonError());
+      return ffi::Error::Internal(
+          "numbax op '" + key_ + "': could not wrap buffer " +
+          std::to_string(i) + " for Numba: " + TakePythonError());
     }
     Py_INCREF(array);
     argv[i + 1] = array;
@@ -371,9 +368,9 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
   PyObject* stream_object = StreamFor(platform, device, stream);
   if (!stream_object) {
     ++Counters().errors;
-    return ffi::Error::Internal("numbax op '" + key_ +
-                                "': could not wrap XLA's stream for Numba: " +
-                                TakePythonError());
+    return ffi::Error::Internal(
+        "numbax op '" + key_ +
+        "': could not wrap XLA's stream for Numba: " + TakePythonError());
   }
   Py_INCREF(stream_object);
   argv[buffers.size() + 1] = stream_object;
@@ -384,9 +381,9 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
   const Py_ssize_t guarded = EnterCallGuard(guard, saved);
   if (guarded < 0) {
     ++Counters().errors;
-    return ffi::Error::Internal("numbax op '" + key_ +
-                                "': could not enter the call guard: " +
-                                TakePythonError());
+    return ffi::Error::Internal(
+        "numbax op '" + key_ +
+        "': could not enter the call guard: " + TakePythonError());
   }
   PyObject* result = PyObject_Vectorcall(
       func_, argv.data() + 1,

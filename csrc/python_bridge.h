@@ -22,11 +22,13 @@ namespace numbax {
 // They build Numba objects on cache misses; the per-call path never calls
 // them when the caches hit.
 struct PythonHooks {
-  PyObject* resolve = nullptr;       // (key, platform) -> (func, n_in, n_out, n_scratch)
-  PyObject* device_array = nullptr;  // (ptr, shape, dtype, device) -> DeviceNDArray
-  PyObject* host_array = nullptr;    // (ptr, shape, dtype) -> simulator array
-  PyObject* device_stream = nullptr; // (stream_ptr, device) -> numba Stream
-  PyObject* host_stream = nullptr;   // () -> simulator stream
+  PyObject* resolve =
+      nullptr;  // (key, platform) -> (func, n_in, n_out, n_scratch)
+  PyObject* device_array =
+      nullptr;  // (ptr, shape, dtype, device) -> DeviceNDArray
+  PyObject* host_array = nullptr;     // (ptr, shape, dtype) -> simulator array
+  PyObject* device_stream = nullptr;  // (stream_ptr, device) -> numba Stream
+  PyObject* host_stream = nullptr;    // () -> simulator stream
   PyObject* format_exception = nullptr;  // (exc) -> str with traceback
 };
 
@@ -107,8 +109,8 @@ class CallSite {
   // Resolves `key` through the resolve hook. Takes the GIL itself. `Site`
   // is CpuCallSite or CudaCallSite.
   template <typename Site>
-  static ::xla::ffi::ErrorOr<std::unique_ptr<Site>> Create(
-      std::string_view key, Platform platform) {
+  static ::xla::ffi::ErrorOr<std::unique_ptr<Site>> Create(std::string_view key,
+                                                           Platform platform) {
     std::unique_ptr<Site> site(new Site);
     if (::xla::ffi::Error err = site->Resolve(key, platform); err.failure()) {
       return ::xla::ffi::Unexpected(std::move(err));

@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 need=()
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
 command -v clang++ >/dev/null || need+=(clang)
+command -v clang-format >/dev/null || need+=(clang-format)
 compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" \
   >/dev/null || need+=(libclang-rt-14-dev)
 if [ ${#need[@]} -gt 0 ] && command -v apt-get >/dev/null; then
@@ -20,12 +21,10 @@ bash scripts/setup.sh
 . .venv/bin/activate
 echo "== C++ unit tests"
 bash scripts/cpp_tests.sh
-echo "== Lint: ruff, mypy, docs (mkdocs build --strict)"
-# --no-clang-format until csrc/ is formatted with .clang-format; then drop
-# the flag and add clang-format to the apt-get install above.
-bash scripts/lint.sh --no-clang-format
+echo "== Lint: ruff, mypy, clang-format, docs (mkdocs build --strict)"
+bash scripts/lint.sh
+echo "== Fuzzing the call-frame decoding (libFuzzer, bounded)"
+FUZZ_SECONDS=${FUZZ_SECONDS:-15} bash scripts/fuzz.sh
 echo "== Python tests (CPU, Numba CUDA simulator)"
 export NUMBA_ENABLE_CUDASIM=1 JAX_PLATFORMS=cpu
 python -m pytest -q -p no:cacheprovider tests "$@"
-echo "== Fuzzing the call-frame decoding (libFuzzer, bounded)"
-FUZZ_SECONDS=${FUZZ_SECONDS:-15} bash scripts/fuzz.sh

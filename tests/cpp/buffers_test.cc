@@ -75,8 +75,8 @@ class FakeFrame {
 
   ffi::Error Decode(int64_t expected_inputs, int64_t expected_outputs,
                     std::vector<BufferView>* out) {
-    return DecodeCallBuffers(Args(), Rets(), expected_inputs,
-                             expected_outputs, out);
+    return DecodeCallBuffers(Args(), Rets(), expected_inputs, expected_outputs,
+                             out);
   }
 
  private:
@@ -86,10 +86,10 @@ class FakeFrame {
     std::vector<int64_t>& d = dims_.back();
     // XLA may pass null dims for a scalar; do the same, so that rank-0
     // buffers exercise that case.
-    buffers_.push_back(XLA_FFI_Buffer{
-        XLA_FFI_Buffer_STRUCT_SIZE, nullptr,
-        static_cast<XLA_FFI_DataType>(dtype), data,
-        static_cast<int64_t>(d.size()), d.empty() ? nullptr : d.data()});
+    buffers_.push_back(XLA_FFI_Buffer{XLA_FFI_Buffer_STRUCT_SIZE, nullptr,
+                                      static_cast<XLA_FFI_DataType>(dtype),
+                                      data, static_cast<int64_t>(d.size()),
+                                      d.empty() ? nullptr : d.data()});
     return &buffers_.back();
   }
 
@@ -134,13 +134,20 @@ struct Supported {
 // Spelled out independently of buffers.cc: these names are what the Python
 // side matches against numpy's dtype names.
 const Supported kSupported[] = {
-    {ffi::DataType::PRED, "bool", 1},        {ffi::DataType::S8, "int8", 1},
-    {ffi::DataType::S16, "int16", 2},        {ffi::DataType::S32, "int32", 4},
-    {ffi::DataType::S64, "int64", 8},        {ffi::DataType::U8, "uint8", 1},
-    {ffi::DataType::U16, "uint16", 2},       {ffi::DataType::U32, "uint32", 4},
-    {ffi::DataType::U64, "uint64", 8},       {ffi::DataType::F16, "float16", 2},
-    {ffi::DataType::F32, "float32", 4},      {ffi::DataType::F64, "float64", 8},
-    {ffi::DataType::BF16, "bfloat16", 2},    {ffi::DataType::C64, "complex64", 8},
+    {ffi::DataType::PRED, "bool", 1},
+    {ffi::DataType::S8, "int8", 1},
+    {ffi::DataType::S16, "int16", 2},
+    {ffi::DataType::S32, "int32", 4},
+    {ffi::DataType::S64, "int64", 8},
+    {ffi::DataType::U8, "uint8", 1},
+    {ffi::DataType::U16, "uint16", 2},
+    {ffi::DataType::U32, "uint32", 4},
+    {ffi::DataType::U64, "uint64", 8},
+    {ffi::DataType::F16, "float16", 2},
+    {ffi::DataType::F32, "float32", 4},
+    {ffi::DataType::F64, "float64", 8},
+    {ffi::DataType::BF16, "bfloat16", 2},
+    {ffi::DataType::C64, "complex64", 8},
     {ffi::DataType::C128, "complex128", 16},
 };
 
@@ -173,17 +180,26 @@ TEST(LookupDType, OnlyTheSupportedCodesAreKnown) {
 
 TEST(LookupDType, UnsupportedCodesAreRejectedByDecodeNamingTheCode) {
   const ffi::DataType kUnsupported[] = {
-      ffi::DataType::INVALID,       ffi::DataType::TOKEN,
-      ffi::DataType::S1,            ffi::DataType::S2,
-      ffi::DataType::S4,            ffi::DataType::U1,
-      ffi::DataType::U2,            ffi::DataType::U4,
-      ffi::DataType::F8E5M2,        ffi::DataType::F8E4M3,
-      ffi::DataType::F8E4M3FN,      ffi::DataType::F8E4M3B11FNUZ,
-      ffi::DataType::F8E5M2FNUZ,    ffi::DataType::F8E4M3FNUZ,
-      ffi::DataType::F8E3M4,        ffi::DataType::F4E2M1FN,
+      ffi::DataType::INVALID,
+      ffi::DataType::TOKEN,
+      ffi::DataType::S1,
+      ffi::DataType::S2,
+      ffi::DataType::S4,
+      ffi::DataType::U1,
+      ffi::DataType::U2,
+      ffi::DataType::U4,
+      ffi::DataType::F8E5M2,
+      ffi::DataType::F8E4M3,
+      ffi::DataType::F8E4M3FN,
+      ffi::DataType::F8E4M3B11FNUZ,
+      ffi::DataType::F8E5M2FNUZ,
+      ffi::DataType::F8E4M3FNUZ,
+      ffi::DataType::F8E3M4,
+      ffi::DataType::F4E2M1FN,
       ffi::DataType::F8E8M0FNU,
       // Codes XLA uses for tuples and opaque values, never FFI buffers.
-      Code(13), Code(14),
+      Code(13),
+      Code(14),
       Code(255),
   };
   const int64_t dims[] = {4};
@@ -192,8 +208,8 @@ TEST(LookupDType, UnsupportedCodesAreRejectedByDecodeNamingTheCode) {
     SCOPED_TRACE(code);
     EXPECT_EQ(LookupDType(dtype), nullptr);
     BufferView view;
-    ffi::Error err = DecodeBuffer(dtype, FakeDevicePtr(1), dims, 1, "input 3",
-                                  &view);
+    ffi::Error err =
+        DecodeBuffer(dtype, FakeDevicePtr(1), dims, 1, "input 3", &view);
     EXPECT_TRUE(Fails(err, "code " + std::to_string(code)));
     EXPECT_TRUE(Fails(err, "input 3"));
   }
@@ -221,9 +237,9 @@ TEST(DecodeBuffer, Ranks0To3EveryDType) {
       SCOPED_TRACE(std::string(s.name) + " rank " + std::to_string(k));
       const std::vector<int64_t>& shape = shapes[k];
       BufferView view;
-      ASSERT_TRUE(Succeeds(DecodeBuffer(
-          s.dtype, FakeDevicePtr(k + 1), shape.data(),
-          static_cast<int64_t>(shape.size()), "input 0", &view)));
+      ASSERT_TRUE(Succeeds(
+          DecodeBuffer(s.dtype, FakeDevicePtr(k + 1), shape.data(),
+                       static_cast<int64_t>(shape.size()), "input 0", &view)));
       EXPECT_EQ(view.data, FakeDevicePtr(k + 1));
       EXPECT_EQ(view.dtype, s.dtype);
       EXPECT_EQ(view.rank, static_cast<int64_t>(k));
@@ -241,10 +257,9 @@ TEST(DecodeBuffer, ZeroSizeWithNullDataIsAccepted) {
     SCOPED_TRACE(shape.size());
     BufferView view;
     view.data = FakeDevicePtr(9);  // must be overwritten
-    ASSERT_TRUE(Succeeds(DecodeBuffer(ffi::DataType::C128, nullptr,
-                                      shape.data(),
-                                      static_cast<int64_t>(shape.size()),
-                                      "output 0", &view)));
+    ASSERT_TRUE(Succeeds(
+        DecodeBuffer(ffi::DataType::C128, nullptr, shape.data(),
+                     static_cast<int64_t>(shape.size()), "output 0", &view)));
     EXPECT_EQ(view.data, nullptr);
     EXPECT_EQ(view.element_count, 0);
     EXPECT_EQ(view.nbytes, 0u);
@@ -266,13 +281,13 @@ TEST(DecodeBuffer, ZeroSizeWithDataReportsNull) {
 TEST(DecodeBuffer, NonEmptyWithNullDataIsRejected) {
   const int64_t dims[] = {2, 3};
   BufferView view;
-  EXPECT_TRUE(Fails(DecodeBuffer(ffi::DataType::S32, nullptr, dims, 2,
-                                 "output 1", &view),
-                    "output 1: null data"));
+  EXPECT_TRUE(Fails(
+      DecodeBuffer(ffi::DataType::S32, nullptr, dims, 2, "output 1", &view),
+      "output 1: null data"));
   // A scalar holds bytes too.
-  EXPECT_TRUE(Fails(DecodeBuffer(ffi::DataType::S32, nullptr, nullptr, 0,
-                                 "input 0", &view),
-                    "null data"));
+  EXPECT_TRUE(Fails(
+      DecodeBuffer(ffi::DataType::S32, nullptr, nullptr, 0, "input 0", &view),
+      "null data"));
 }
 
 TEST(DecodeBuffer, NegativeDimensionIsRejected) {
@@ -306,9 +321,9 @@ TEST(DecodeBuffer, NullDimsForRankedBufferIsRejected) {
 TEST(DecodeBuffer, RankLimits) {
   const std::vector<int64_t> ones(64, 1);
   BufferView view;
-  ASSERT_TRUE(Succeeds(DecodeBuffer(ffi::DataType::F64, FakeDevicePtr(1),
-                                    ones.data(), numbax::kMaxRank, "input 0",
-                                    &view)));
+  ASSERT_TRUE(
+      Succeeds(DecodeBuffer(ffi::DataType::F64, FakeDevicePtr(1), ones.data(),
+                            numbax::kMaxRank, "input 0", &view)));
   EXPECT_EQ(view.rank, 32);
   EXPECT_EQ(view.nbytes, 8u);
   EXPECT_TRUE(Fails(DecodeBuffer(ffi::DataType::F64, FakeDevicePtr(1),
@@ -360,10 +375,10 @@ TEST(DecodeBuffer, ByteSizeOverflowIsRejected) {
   for (const Case& c : cases) {
     SCOPED_TRACE(static_cast<int>(c.dtype));
     BufferView view;
-    EXPECT_TRUE(Fails(DecodeBuffer(c.dtype, FakeDevicePtr(1), c.dims.data(),
-                                   static_cast<int64_t>(c.dims.size()),
-                                   "input 2", &view),
-                      "input 2: byte size overflows"));
+    EXPECT_TRUE(Fails(
+        DecodeBuffer(c.dtype, FakeDevicePtr(1), c.dims.data(),
+                     static_cast<int64_t>(c.dims.size()), "input 2", &view),
+        "input 2: byte size overflows"));
   }
 }
 
@@ -558,8 +573,8 @@ TEST(DecodeCallBuffers, RespectsRemainingOffsets) {
   frame.AddOutput(ffi::DataType::F64, FakeDevicePtr(3), {1});
   frame.AddOutput(ffi::DataType::F64, FakeDevicePtr(4), {6});
   std::vector<BufferView> out;
-  ASSERT_TRUE(Succeeds(
-      DecodeCallBuffers(frame.Args(1), frame.Rets(1), 1, 1, &out)));
+  ASSERT_TRUE(
+      Succeeds(DecodeCallBuffers(frame.Args(1), frame.Rets(1), 1, 1, &out)));
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].data, FakeDevicePtr(2));
   EXPECT_EQ(out[0].element_count, 5);
@@ -567,8 +582,8 @@ TEST(DecodeCallBuffers, RespectsRemainingOffsets) {
   EXPECT_EQ(out[1].element_count, 6);
   EXPECT_TRUE(Fails(DecodeCallBuffers(frame.Args(1), frame.Rets(1), 2, 1, &out),
                     "expected 2 inputs, got 1"));
-  ASSERT_TRUE(Succeeds(
-      DecodeCallBuffers(frame.Args(2), frame.Rets(2), 0, 0, &out)));
+  ASSERT_TRUE(
+      Succeeds(DecodeCallBuffers(frame.Args(2), frame.Rets(2), 0, 0, &out)));
   EXPECT_TRUE(out.empty());
 }
 

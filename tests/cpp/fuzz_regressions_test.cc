@@ -62,10 +62,10 @@ TEST(FuzzRegression, EmptyBufferWithLargeButValidExtentsPacksExactly) {
   EXPECT_EQ(view.data, nullptr);
   KernelArgs args;
   args.AddArray(view.data, view.dims, view.rank, 4);
-  const std::vector<int64_t> expected = {
-      0, 0, 0, 4, 0, int64_t{1} << 20, 0, int64_t{1} << 20,
-      // strides: 0 * 2^20 * 4, 2^20 * 4, 4
-      0, int64_t{1} << 22, 4};
+  const std::vector<int64_t> expected = {0, 0, 0, 4, 0, int64_t{1} << 20, 0,
+                                         int64_t{1} << 20,
+                                         // strides: 0 * 2^20 * 4, 2^20 * 4, 4
+                                         0, int64_t{1} << 22, 4};
   EXPECT_EQ(args.words(), expected);
 }
 
@@ -109,8 +109,8 @@ TEST(AddBatchSlice, SlicesAndBroadcasts) {
   const std::vector<int64_t> dims = {3, 5}, one_dims = {1, 5};
   BufferView view;
   ASSERT_TRUE(Decode(ffi::DataType::F64, dims, &view).success());
-  const int64_t base = static_cast<int64_t>(
-      reinterpret_cast<uintptr_t>(FakeDevicePtr(1)));
+  const int64_t base =
+      static_cast<int64_t>(reinterpret_cast<uintptr_t>(FakeDevicePtr(1)));
   for (int64_t s = 0; s < 3; ++s) {
     KernelArgs args;
     ASSERT_TRUE(AddBatchSlice(view, 3, s, false, &args));

@@ -67,8 +67,8 @@ TEST(KernelArgs, Rank2) {
 TEST(KernelArgs, Rank3) {
   KernelArgs args;
   Add(args, Addr(0x7f0000003000), {2, 3, 4}, 8);
-  EXPECT_EQ(args.words(), (Words{0, 0, 24, 8, Word(0x7f0000003000), 2, 3, 4,
-                                 96, 32, 8}));
+  EXPECT_EQ(args.words(),
+            (Words{0, 0, 24, 8, Word(0x7f0000003000), 2, 3, 4, 96, 32, 8}));
   ExpectParamsMatchWords(args);
 }
 
@@ -85,8 +85,8 @@ TEST(KernelArgs, EveryItemsize) {
     const int64_t is = static_cast<int64_t>(itemsize);
     KernelArgs args;
     Add(args, Addr(0x1000), {2, 3, 5}, itemsize);
-    EXPECT_EQ(args.words(), (Words{0, 0, 30, is, 0x1000, 2, 3, 5, 15 * is,
-                                   5 * is, is}));
+    EXPECT_EQ(args.words(),
+              (Words{0, 0, 30, is, 0x1000, 2, 3, 5, 15 * is, 5 * is, is}));
   }
 }
 
@@ -97,11 +97,10 @@ TEST(KernelArgs, SeveralArraysInSequence) {
   Add(args, Addr(0xc000), {}, 16);
   Add(args, Addr(0xd000), {6, 1}, 1);
   // 7 + 11 + 5 + 9 words, back to back with no padding between arrays.
-  EXPECT_EQ(args.words(),
-            (Words{0, 0, 5, 4, 0xa000, 5, 4,                         //
-                   0, 0, 24, 2, 0xb000, 2, 3, 4, 24, 8, 2,            //
-                   0, 0, 1, 16, 0xc000,                               //
-                   0, 0, 6, 1, 0xd000, 6, 1, 1, 1}));
+  EXPECT_EQ(args.words(), (Words{0, 0, 5,  4,  0xa000, 5, 4,               //
+                                 0, 0, 24, 2,  0xb000, 2, 3, 4, 24, 8, 2,  //
+                                 0, 0, 1,  16, 0xc000,                     //
+                                 0, 0, 6,  1,  0xd000, 6, 1, 1, 1}));
   ExpectParamsMatchWords(args);
 }
 

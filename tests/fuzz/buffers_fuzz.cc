@@ -26,8 +26,8 @@ using numbax::BufferView;
 using numbax_fuzz::FakeDevicePtr;
 using numbax_fuzz::FuzzInput;
 
-#define CHECK(cond) \
-  do {              \
+#define CHECK(cond)                \
+  do {                             \
     if (!(cond)) __builtin_trap(); \
   } while (0)
 
@@ -49,10 +49,17 @@ XLA_FFI_Buffer* MakeBuffer(FuzzInput& in, Frame& f) {
   void* data = in.Byte() % 8 == 0 ? nullptr : FakeDevicePtr(in.Byte());
   int64_t rank;
   switch (in.Byte() % 8) {
-    case 0: rank = in.Take<int64_t>(); break;            // anything at all
-    case 1: rank = -static_cast<int64_t>(in.Byte() % 3); break;
-    case 2: rank = 30 + in.Byte() % 8; break;            // around the limit
-    default: rank = in.Byte() % 5;
+    case 0:
+      rank = in.Take<int64_t>();
+      break;  // anything at all
+    case 1:
+      rank = -static_cast<int64_t>(in.Byte() % 3);
+      break;
+    case 2:
+      rank = 30 + in.Byte() % 8;
+      break;  // around the limit
+    default:
+      rank = in.Byte() % 5;
   }
   // XLA's dims hold exactly `rank` entries. For ranks the decoder must
   // refuse, fewer are allocated (capped): reading past them is a heap
@@ -63,9 +70,8 @@ XLA_FFI_Buffer* MakeBuffer(FuzzInput& in, Frame& f) {
   for (size_t i = 0; i < allocated; ++i) f.dims.back().push_back(in.Dim());
   const bool null_dims = in.Byte() % 16 == 0 || allocated == 0;
   f.buffers.push_back(XLA_FFI_Buffer{
-      XLA_FFI_Buffer_STRUCT_SIZE, nullptr,
-      static_cast<XLA_FFI_DataType>(dtype), data, rank,
-      null_dims ? nullptr : f.dims.back().data()});
+      XLA_FFI_Buffer_STRUCT_SIZE, nullptr, static_cast<XLA_FFI_DataType>(dtype),
+      data, rank, null_dims ? nullptr : f.dims.back().data()});
   return &f.buffers.back();
 }
 
@@ -145,17 +151,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ffi::RemainingRets remaining_rets(&rets, ret_offset);
   auto expected = [&in](size_t actual) -> int64_t {
     switch (in.Byte() % 4) {
-      case 0: return -1;
-      case 1: return static_cast<int64_t>(in.Byte() % 8);
-      default: return static_cast<int64_t>(actual);
+      case 0:
+        return -1;
+      case 1:
+        return static_cast<int64_t>(in.Byte() % 8);
+      default:
+        return static_cast<int64_t>(actual);
     }
   };
   const int64_t expected_in = expected(n_args - arg_offset);
   const int64_t expected_out = expected(n_rets - ret_offset);
 
   std::vector<BufferView> views(in.Byte() % 3);  // stale entries: cleared
-  ffi::Error err = numbax::DecodeCallBuffers(
-      remaining_args, remaining_rets, expected_in, expected_out, &views);
+  ffi::Error err = numbax::DecodeCallBuffers(remaining_args, remaining_rets,
+                                             expected_in, expected_out, &views);
   if (err.failure()) {
     CHECK(!err.message().empty());
     CHECK(views.size() <= n_args + n_rets);
@@ -169,9 +178,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!f.buffers.empty()) {
     const XLA_FFI_Buffer& b = f.buffers.front();
     BufferView view;
-    ffi::Error one = numbax::DecodeBuffer(static_cast<ffi::DataType>(b.dtype),
-                                          b.data, b.dims, b.rank, "input 0",
-                                          &view);
+    ffi::Error one =
+        numbax::DecodeBuffer(static_cast<ffi::DataType>(b.dtype), b.data,
+                             b.dims, b.rank, "input 0", &view);
     if (one.success()) CheckView(view);
   }
   return 0;

@@ -30,12 +30,18 @@ class FuzzInput {
   // shapes that overflow (or nearly) are common.
   int64_t Dim() {
     switch (Byte() % 8) {
-      case 0: return 0;
-      case 1: return Take<int64_t>();                       // anything
-      case 2: return int64_t{1} << (Byte() % 63);           // powers of two
-      case 3: return INT64_MAX - (Byte() % 4);
-      case 4: return -static_cast<int64_t>(Byte());
-      default: return Byte() % 9;
+      case 0:
+        return 0;
+      case 1:
+        return Take<int64_t>();  // anything
+      case 2:
+        return int64_t{1} << (Byte() % 63);  // powers of two
+      case 3:
+        return INT64_MAX - (Byte() % 4);
+      case 4:
+        return -static_cast<int64_t>(Byte());
+      default:
+        return Byte() % 9;
     }
   }
 

@@ -19,8 +19,8 @@ using numbax::KernelArgs;
 using numbax_fuzz::FakeDevicePtr;
 using numbax_fuzz::FuzzInput;
 
-#define CHECK(cond) \
-  do {              \
+#define CHECK(cond)                \
+  do {                             \
     if (!(cond)) __builtin_trap(); \
   } while (0)
 
@@ -81,16 +81,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const bool reuse = in.Bool();
     at = args.size();
     const bool ok = numbax::AddBatchSlice(view, batch, index, reuse, &args);
-    const bool sliceable =
-        view.rank >= 1 && batch >= 1 &&
-        (reuse ? view.dims[0] >= 1 : view.dims[0] == batch);
+    const bool sliceable = view.rank >= 1 && batch >= 1 &&
+                           (reuse ? view.dims[0] >= 1 : view.dims[0] == batch);
     CHECK(ok == sliceable);
     if (ok) {
       const uintptr_t slice = view.nbytes / static_cast<size_t>(view.dims[0]);
       const uintptr_t base = reinterpret_cast<uintptr_t>(view.data);
-      void* expected = base ? reinterpret_cast<void*>(
-                                  base + (reuse ? 0 : index * slice))
-                            : nullptr;
+      void* expected =
+          base ? reinterpret_cast<void*>(base + (reuse ? 0 : index * slice))
+               : nullptr;
       CheckArray(args.words(), at, expected, view.dims + 1, view.rank - 1,
                  itemsize);
       // The slice lies inside the buffer.
