@@ -128,6 +128,11 @@ def numba_cuda_callable(
         is given. Wrong for anything that mixes rows (a sum, a scan, a
         shift): leave it False there. See docs/multi_gpu.md.
 
+    The arrays and stream are views valid for one call only: numbax caches
+    them per buffer address and hands the same objects to later calls, and
+    XLA reuses the memory, so ``func`` must not keep them after it returns
+    (docs/quickstart.md, "What func may keep").
+
     Returns:
       A function of JAX arrays that works eagerly and inside ``jax.jit``.
 
