@@ -114,7 +114,7 @@ def select(*, cpu_smoke: bool, simulator: bool, backend: Backend,
             f"{prog}: the suite times numbax's GPU paths against a native CUDA "
             f"handler, and JAX sees no GPU here ({_why_no_gpu(backend)}).\n"
             f"To check every path end to end on the CPU instead, run `{prog} "
-            "--cpu-smoke` (Numba's CUDA simulator: a few seconds, timings not "
-            "meaningful).",
+            "--cpu-smoke` (Numba's CUDA simulator, tiny sizes; its timings are "
+            "not performance figures).",
             EXIT_NO_GPU)
     return Mode(smoke=False, header=None)

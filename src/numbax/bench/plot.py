@@ -11,6 +11,7 @@ call Numba from JAX.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 _INSTALL = ("install it with `pip install matplotlib` (or "
@@ -74,14 +75,14 @@ def _panels(record: dict) -> list[tuple]:
     n, length = cfg.get("n", "?"), cfg.get("chain_length", "?")
     bw_bytes = 4 * cfg["bw_n"] if "bw_n" in cfg else None
     bw_size = size(bw_bytes) if bw_bytes else "a large array"
-    def chain_ratio(r):
+    def chain_ratio(r: dict) -> tuple[str | None, str]:
         base = r.get("compare_to", "native")
         ratio = _ratio(r, f"chain_vs_{base}")
         which = "cmd-buf" if base.endswith("cmdbuf") else "plain"
         return (None if ratio is None else f"{ratio:.2f}x {which}"), base
 
-    def simple(key, spec):
-        def of(r):
+    def simple(key: str, spec: str) -> Callable[[dict], tuple[str | None, str]]:
+        def of(r: dict) -> tuple[str | None, str]:
             ratio = _ratio(r, key)
             return (None if ratio is None else f"{ratio:{spec}}x"), "native"
         return of
@@ -116,12 +117,25 @@ def simulated(record: dict) -> bool:
 
 
 def save_chart(record: dict[str, Any], path: str) -> str:
-    """Writes a PNG chart of ``record`` (the suite's JSON record) to ``path``.
+    """Writes a PNG chart of ``record`` (the suite's JSON record) to ``path``
+    (see :func:`figure`). Returns ``path``."""
+    import matplotlib.pyplot as plt
+    fig = figure(record)
+    try:
+        fig.savefig(path, dpi=110, metadata={"Software": None})
+    finally:
+        plt.close(fig)
+    return path
 
-    One panel per measurement that has data (chain and single latency on log
-    scales, bandwidth), the rows in table order and aligned across panels,
-    coloured numbax / native / other, each bar labelled with its value and
-    its ratio to the native handler it is judged by. Returns ``path``.
+
+def figure(record: dict[str, Any]) -> Any:
+    """The chart of ``record`` as a matplotlib figure (close it when done).
+
+    One panel per measurement that has data (chain, single, bandwidth), the
+    rows in table order and aligned across panels, coloured numbax / native /
+    other, each bar labelled with its value and its ratio to the native
+    handler it is judged by; a log axis where a panel's values span an order
+    of magnitude or more.
     """
     require_matplotlib()
     import matplotlib
@@ -232,6 +246,4 @@ def save_chart(record: dict[str, Any], path: str) -> str:
     fig.legend(handles=[Patch(color=c, label=t) for _, t, c in KINDS],
                loc="upper center", ncol=len(KINDS), fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 1 - 0.62 / height))
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    return path
+    return fig

@@ -65,9 +65,10 @@ def build_parser(prog: str, default_json: str | None) -> argparse.ArgumentParser
                    help="run nothing: draw the chart of a saved JSON record "
                    "(--json) into --plot PNG (default: the JSON's path with .png); "
                    "needs no GPU")
-    p.epilog = (f"exit status: 0 every row ran or was skipped; 1 a row failed; "
-                f"2 bad command line or environment; {EXIT_NO_GPU} JAX sees no "
-                "GPU and the simulator is off (nothing run: see --cpu-smoke)")
+    p.epilog = ("exit status: 0 every row ran or was skipped; 1 a row failed;\n"
+                "  2 bad command line, or the simulator on while JAX runs on a GPU;\n"
+                f"  {EXIT_NO_GPU} JAX sees no GPU and the simulator is off (nothing "
+                "ran: see --cpu-smoke)")
     return p
 
 
