@@ -6,6 +6,10 @@ docs/benchmarks.md describes, interleaved: each round measures every
 implementation once and the table reports the median over rounds, so drift
 of the machine during the run hits every row alike. Writes JSON if asked,
 draws a chart with --plot, and prints the table last.
+
+It measures GPU paths: where JAX sees no GPU it says so and runs nothing,
+unless Numba's CUDA simulator is on (or --cpu-smoke asks for it), when it
+runs the tiny smoke configuration to check every path end to end.
 """
 
 from __future__ import annotations
@@ -263,7 +267,9 @@ def plot_from(json_path: str, png_path: str | None, prog: str) -> int:
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax bench",
          default_json: str | None = None, allow_reexec: bool = False) -> int:
-    """Runs the suite; returns the exit status (1 if any row failed).
+    """Runs the suite; returns the exit status: 0, 1 if any row failed (or
+    the chart could not be drawn), 2 for a bad command line or environment,
+    ``mode.EXIT_NO_GPU`` (3) when JAX sees no GPU and the simulator is off.
 
     ``allow_reexec`` lets ``--cpu-smoke`` restart the process with the
     simulator switched on when jax or numba was imported already (command
