@@ -9,7 +9,9 @@
 ``python -m numbax bench [options]``
     The benchmark suite (:mod:`numbax.bench.run`): a progress bar, the table
     in the terminal, ``--plot out.png`` for a chart, ``--json`` for the
-    record. ``python -m numbax bench --help`` lists the options.
+    record. It times GPU paths: where JAX sees no GPU it says so and exits 3
+    (see :mod:`numbax.bench.mode`), or runs the ``--cpu-smoke`` check when
+    the simulator is on. ``python -m numbax bench --help`` lists the options.
 """
 
 from __future__ import annotations
@@ -320,7 +322,8 @@ USAGE = f"""usage: {PROG} {{info,bench}} [options]
 
 commands:
   info    versions, GPUs seen, simulator mode, known incompatibilities and fixes
-  bench   the benchmark suite: progress bar, table, --plot PNG, --json PATH
+  bench   the benchmark suite (needs a GPU; --cpu-smoke checks the paths
+          on the CPU): progress bar, table, --plot PNG, --json PATH
           ({PROG} bench --help lists the options)
 
 options:

@@ -17,9 +17,13 @@ def _ratio(value, base):
     return value / base
 
 
-def add_ratios(rows: list[dict]) -> None:
+def add_ratios(rows: list[dict], comparable: bool = True) -> None:
     """Adds ratios to each row in place. Time ratios: row / native (how many
-    times slower); bandwidth ratio: row / native (fraction of native)."""
+    times slower); bandwidth ratio: row / native (fraction of native).
+
+    ``comparable=False`` (simulator timings) leaves every ratio None: the
+    keys stay, so the record has one shape whatever the run.
+    """
     by_name = {r["name"]: r for r in rows}
 
     def get(name, *keys):
@@ -41,17 +45,27 @@ def add_ratios(rows: list[dict]) -> None:
                 get(r["name"], "bandwidth", "gb_per_s"),
                 get(VS_PLAIN, "bandwidth", "gb_per_s")),
         }
+        if not comparable:
+            r["ratios"] = dict.fromkeys(r["ratios"])
 
 
 def _fmt(value, spec, mark=""):
     return "-" if value is None else format(value, spec) + mark
 
 
-def format_table(rows: list[dict]) -> str:
+def format_table(rows: list[dict], note: str | None = None) -> str:
     """One line per implementation. '*' marks the chain ratio that row is
-    judged by (cmd-buffer native for rows XLA may capture into a graph)."""
+    judged by (cmd-buffer native for rows XLA may capture into a graph).
+
+    ``note`` (a run whose timings are not comparable, such as the simulator's)
+    leaves the ratio columns blank and replaces the ratio legend.
+    """
     head = ["implementation", "status", "chain us", "single us",
             "chain/nat", "chain/nat-cb", "single/nat", "BW GB/s", "BW/nat"]
+
+    def ratio(value, spec, mark=""):
+        return "" if note is not None else _fmt(value, spec, mark)
+
     lines = []
     for r in rows:
         q = r["ratios"]
@@ -60,21 +74,22 @@ def format_table(rows: list[dict]) -> str:
             r["label"], r["status"],
             _fmt((r.get("chain") or {}).get("us_per_call"), ".2f"),
             _fmt((r.get("single") or {}).get("us_per_call"), ".1f"),
-            _fmt(q["chain_vs_native"], ".2f",
-                 "*" if primary == VS_PLAIN else " "),
-            _fmt(q["chain_vs_native_cmdbuf"], ".2f",
-                 "*" if primary == VS_CMD_BUFFER else " "),
-            _fmt(q["single_vs_native"], ".2f"),
+            ratio(q["chain_vs_native"], ".2f",
+                  "*" if primary == VS_PLAIN else " "),
+            ratio(q["chain_vs_native_cmdbuf"], ".2f",
+                  "*" if primary == VS_CMD_BUFFER else " "),
+            ratio(q["single_vs_native"], ".2f"),
             _fmt((r.get("bandwidth") or {}).get("gb_per_s"), ".1f"),
-            _fmt(q["bandwidth_vs_native"], ".3f"),
+            ratio(q["bandwidth_vs_native"], ".3f"),
         ])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
     fmt_row = lambda cells: "  ".join(  # noqa: E731
         str(c).ljust(w) if i < 2 else str(c).rjust(w)
         for i, (c, w) in enumerate(zip(cells, widths)))
     out = [fmt_row(head), "  ".join("-" * w for w in widths)]
-    out += [fmt_row(cells) for cells in lines]
-    out.append("ratios: time / native time (lower is better); BW/nat: bandwidth "
+    out += [fmt_row(cells).rstrip() for cells in lines]
+    out.append(note if note is not None else
+               "ratios: time / native time (lower is better); BW/nat: bandwidth "
                "/ native bandwidth; * = the chain ratio each row is judged by")
     return "\n".join(out)
 

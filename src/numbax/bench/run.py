@@ -6,6 +6,10 @@ docs/benchmarks.md describes, interleaved: each round measures every
 implementation once and the table reports the median over rounds, so drift
 of the machine during the run hits every row alike. Writes JSON if asked,
 draws a chart with --plot, and prints the table last.
+
+It measures GPU paths: where JAX sees no GPU it says so and runs nothing,
+unless Numba's CUDA simulator is on (or --cpu-smoke asks for it), when it
+runs the tiny smoke configuration to check every path end to end.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from .mode import EXIT_NO_GPU, SIMULATOR_NOTE
 
 NAMES = ["native", "native_cmdbuf", "numbax_kernel", "numbax_callable",
          "numbax_capture", "buffer_callback", "buffer_callback_cmdbuf",
@@ -56,8 +62,23 @@ def build_parser(prog: str, default_json: str | None) -> argparse.ArgumentParser
                    help="seed of the check inputs (default: random, recorded in the JSON)")
     p.add_argument("--cpu-smoke", action="store_true",
                    help="no GPU: JAX on CPU with Numba's CUDA simulator, a handful "
-                   "of iterations; GPU-only rows report 'skipped (no GPU)'")
+                   "of iterations; GPU-only rows report 'skipped (no GPU)'. "
+                   "Chosen by itself when NUMBA_ENABLE_CUDASIM=1 and JAX sees "
+                   "no GPU")
+    p.add_argument("--plot-from", default=None, metavar="JSON",
+                   help="run nothing: draw the chart of a saved JSON record "
+                   "(--json) into --plot PNG (default: the JSON's path with .png); "
+                   "needs no GPU")
+    p.epilog = ("exit status: 0 every row ran or was skipped; 1 a row failed;\n"
+                "  2 bad command line, or the simulator on while JAX runs on a GPU;\n"
+                f"  {EXIT_NO_GPU} JAX sees no GPU and the simulator is off (nothing "
+                "ran: see --cpu-smoke)")
     return p
+
+
+#: Options that only mean something for a run (--plot-from runs nothing).
+_RUN_OPTIONS = ("quick", "only", "rounds", "no_bandwidth", "build_dir", "seed",
+                "cpu_smoke")
 
 
 def parse_args(argv: Sequence[str] | None = None, *,
@@ -73,6 +94,11 @@ def parse_args(argv: Sequence[str] | None = None, *,
         args.only = BASELINES + [s for s in wanted if s not in BASELINES]
     if args.rounds is not None and args.rounds < 1:
         p.error(f"--rounds must be >= 1, got {args.rounds}")
+    if args.plot_from is not None:
+        given = [o for o in _RUN_OPTIONS if getattr(args, o) not in (None, False)]
+        if given:
+            p.error("--plot-from draws a saved record and runs nothing: leave out "
+                    + ", ".join("--" + o.replace("_", "-") for o in given))
     return args
 
 
@@ -211,9 +237,39 @@ def measure_bandwidth(prepared: list[Prepared], cfg, bw_x, timing, progress,
     gc.collect()
 
 
+def plot_from(json_path: str, png_path: str | None, prog: str) -> int:
+    """``--plot-from``: the chart of a saved record, without running anything
+    (no GPU, no JAX needed). Returns the exit status."""
+    import json
+
+    from . import plot
+    out = png_path or os.path.splitext(json_path)[0] + ".png"
+    try:
+        with open(json_path) as f:
+            record = json.load(f)
+    except (OSError, ValueError) as exc:
+        print(f"{prog}: error: --plot-from: cannot read {json_path}: "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(record, dict) or not isinstance(record.get("results"), list):
+        print(f"{prog}: error: --plot-from: {json_path} is not a record of this "
+              "suite (no 'results' list); write one with --json", file=sys.stderr)
+        return 2
+    try:
+        plot.save_chart(record, out)
+    except Exception as exc:  # noqa: BLE001 - one line, no traceback
+        print(f"{prog}: error: could not draw {out} from {json_path}: "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {out}", flush=True)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax bench",
          default_json: str | None = None, allow_reexec: bool = False) -> int:
-    """Runs the suite; returns the exit status (1 if any row failed).
+    """Runs the suite; returns the exit status: 0, 1 if any row failed (or
+    the chart could not be drawn), 2 for a bad command line or environment,
+    ``mode.EXIT_NO_GPU`` (3) when JAX sees no GPU and the simulator is off.
 
     ``allow_reexec`` lets ``--cpu-smoke`` restart the process with the
     simulator switched on when jax or numba was imported already (command
@@ -221,14 +277,25 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
     """
     args = parse_args(argv, prog=prog, default_json=default_json)
     from . import plot
-    if args.plot:
+    if args.plot or args.plot_from:
         try:
             plot.require_matplotlib()
         except plot.PlotUnavailable as exc:
             print(f"{prog}: error: {exc}", file=sys.stderr)
             return 2
+    if args.plot_from:
+        return plot_from(args.plot_from, args.plot, prog)
     if args.cpu_smoke:
         _enter_cpu_smoke(allow_reexec)
+
+    from .._numba import simulator_enabled
+    from .mode import Refused, jax_backend, select
+    try:
+        mode = select(cpu_smoke=args.cpu_smoke, simulator=simulator_enabled(),
+                      backend=jax_backend(), prog=prog)
+    except Refused as exc:
+        print(str(exc), file=sys.stderr)
+        return exc.status
 
     import jax
     import numpy as np
@@ -237,7 +304,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
     from .native import build_and_register
     from .progress import Progress
 
-    if args.cpu_smoke:
+    if mode.header:
+        print(mode.header, flush=True)
+    if mode.smoke:
         cfg = timing.Config.cpu_smoke()
     elif args.quick:
         cfg = timing.Config.quick()
@@ -296,11 +365,14 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
         del bw_x
     progress.close()
     del prepared
-    report.add_ratios(rows)
+    # Simulator timings say nothing about speed: ratios of them would read as
+    # performance figures, so every ratio stays empty (whatever the rows).
+    report.add_ratios(rows, comparable=not mode.smoke)
 
     record: dict[str, Any] = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "argv": sys.argv[1:] if argv is None else list(argv),
+        "mode": {"smoke": mode.smoke, "header": mode.header},
         "seed": seed,
         "method": (f"interleaved: median over {cfg.rounds} rounds (latency) and "
                    f"{cfg.bw_rounds} rounds (bandwidth), after {cfg.warmup_rounds} "
@@ -334,8 +406,12 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
     print(f"{env_info['device']} | jax {v['jax']} jaxlib {v['jaxlib']} | numba "
           f"{v['numba']} numba-cuda {v['numba-cuda']} | n={cfg.n}, chain of "
           f"{cfg.chain_length}, median of {cfg.rounds} interleaved rounds, "
-          f"bandwidth over {cfg.bw_n * 4 / 2**20:g} MiB")
-    print(report.format_table(rows), flush=True)
+          + ("no bandwidth run" if args.no_bandwidth
+             else f"bandwidth over {plot.size(cfg.bw_n * 4)}"))
+    if mode.smoke:
+        print("cpu smoke run: Numba's CUDA simulator, not performance figures")
+    print(report.format_table(rows, note=SIMULATOR_NOTE if mode.smoke else None),
+          flush=True)
     failed = any(r["status"].startswith("FAILED") for r in rows)
     return 1 if failed or plot_failed else 0
 

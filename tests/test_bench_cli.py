@@ -1,0 +1,321 @@
+"""python -m numbax bench on a machine without a GPU, and the charts.
+
+Without a GPU the suite must say so in two lines and exit 3 without running
+anything; with the simulator on it must run the smoke configuration by
+itself and say so; simulator timings must carry no ratios; and the committed
+H200 chart must be redrawable from its JSON without a GPU (--plot-from).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from numbax.bench import mode, plot, report, run, timing
+
+ROOT = Path(__file__).resolve().parent.parent
+SIM_ENV = {"NUMBA_ENABLE_CUDASIM": "1", "JAX_PLATFORMS": "cpu"}
+H200_JSON = ROOT / "benchmarks" / "results" / "h200-2026-11-29.json"
+H200_PNG = H200_JSON.with_suffix(".png")
+COMMANDS = {"python -m numbax bench": ["-m", "numbax", "bench"],
+            "python -m benchmarks.run": ["-m", "benchmarks.run"]}
+
+
+def run_cli(args, env=None, timeout=300):
+    full_env = dict(os.environ)
+    for k in SIM_ENV:
+        full_env.pop(k, None)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# ---------------------------------------------------------------------------
+# No GPU, simulator off: two lines, exit 3, nothing run.
+
+@pytest.mark.parametrize("prog", COMMANDS)
+def test_no_gpu_says_so_in_two_lines_and_exits_3(prog, tmp_path):
+    # JAX_PLATFORMS=cpu hides any GPU, so this holds on a GPU machine too.
+    out_json = tmp_path / "never.json"
+    proc = run_cli([*COMMANDS[prog], "--quick", "--json", str(out_json)],
+                   env={"JAX_PLATFORMS": "cpu"}, timeout=120)
+    assert proc.returncode == mode.EXIT_NO_GPU == 3, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""                      # nothing built, checked or timed
+    assert not out_json.exists()
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2, proc.stderr
+    assert lines[0].startswith(f"{prog}: the suite times numbax's GPU paths")
+    assert "JAX sees no GPU here" in lines[0]
+    assert "JAX_PLATFORMS=cpu" in lines[0]        # the reason it found
+    assert f"`{prog} --cpu-smoke`" in lines[1]
+
+
+def test_no_gpu_without_any_setting_is_refused_the_same_way():
+    """The first-contact case: a plain `python -m numbax bench` on a laptop."""
+    if mode._cuda_driver_loads():
+        pytest.skip("a CUDA driver is installed here: JAX may see a GPU")
+    proc = run_cli(["-m", "numbax", "bench"], timeout=120)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert "JAX sees no GPU here (JAX runs on the cpu)" in proc.stderr
+    assert "python -m numbax bench --cpu-smoke" in proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# The mode decision itself (every combination, in process).
+
+def _select(cpu_smoke=False, simulator=False, platform="gpu", error=None):
+    return mode.select(cpu_smoke=cpu_smoke, simulator=simulator,
+                       backend=mode.Backend(platform, error), prog="P")
+
+
+def test_a_gpu_without_the_simulator_runs_the_suite():
+    m = _select()
+    assert m.smoke is False and m.header is None
+
+
+@pytest.mark.parametrize("cpu_smoke, how", [
+    (False, "chosen automatically: NUMBA_ENABLE_CUDASIM=1 and JAX sees no GPU"),
+    (True, "--cpu-smoke"),
+])
+def test_the_simulator_without_a_gpu_runs_the_smoke_configuration(cpu_smoke, how):
+    m = _select(cpu_smoke=cpu_smoke, simulator=True, platform="cpu")
+    assert m.smoke is True
+    assert m.header.startswith(f"cpu smoke run ({how}):")
+    assert "not performance figures" in m.header
+
+
+def test_the_simulator_with_a_gpu_is_refused_with_both_ways_out():
+    with pytest.raises(mode.Refused) as info:
+        _select(simulator=True, platform="gpu")
+    assert info.value.status == 2
+    text = str(info.value)
+    assert "NUMBA_ENABLE_CUDASIM=1 while JAX runs on the GPU" in text
+    assert "Unset NUMBA_ENABLE_CUDASIM" in text and "`P --cpu-smoke`" in text
+
+
+def test_no_gpu_message_names_the_reason(monkeypatch):
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    monkeypatch.setattr(mode, "_cuda_driver_loads", lambda: False)
+    with pytest.raises(mode.Refused) as info:
+        _select(platform="cpu")
+    assert info.value.status == mode.EXIT_NO_GPU
+    assert "(JAX runs on the cpu)" in str(info.value)
+
+    monkeypatch.setattr(mode, "_cuda_driver_loads", lambda: True)
+    with pytest.raises(mode.Refused) as info:
+        _select(platform="cpu")
+    assert "a CUDA driver is installed but this jax has no GPU support" in \
+        str(info.value)
+    assert "pip install -U 'jax[cuda12]'" in str(info.value)
+
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda")
+    with pytest.raises(mode.Refused) as info:
+        _select(platform=None, error="RuntimeError: Unable to initialize backend")
+    assert ("JAX could not start a backend with JAX_PLATFORMS=cuda: "
+            "RuntimeError: Unable to initialize backend") in str(info.value)
+    assert info.value.status == mode.EXIT_NO_GPU
+
+
+def test_jax_backend_reports_instead_of_raising(monkeypatch):
+    import jax
+
+    def broken():
+        raise AssertionError()
+    monkeypatch.setattr(jax, "devices", broken)
+    assert mode.jax_backend() == mode.Backend(None, "AssertionError")
+    monkeypatch.undo()
+    assert mode.jax_backend().error is None
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_suite_runs_and_the_simulator_is_refused(gpu_only):
+    m = mode.select(cpu_smoke=False, simulator=False, backend=mode.jax_backend(),
+                    prog="P")
+    assert m == mode.Mode(smoke=False, header=None)
+    # The simulator switched on by mistake on a GPU machine: refused, status 2.
+    proc = run_cli(["-m", "numbax", "bench", "--quick"],
+                   env={"NUMBA_ENABLE_CUDASIM": "1"}, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "NUMBA_ENABLE_CUDASIM=1 while JAX runs on the GPU" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+# ---------------------------------------------------------------------------
+# Simulator on, no GPU: the smoke run by itself, said so, no ratios.
+
+@pytest.mark.parametrize("prog", COMMANDS)
+def test_simulator_without_gpu_runs_smoke_by_itself(prog, tmp_path):
+    out_json = tmp_path / "smoke.json"
+    # --quick asks for the quick GPU configuration: the smoke one replaces it.
+    # One row and one round keep the simulator's part to a few seconds.
+    proc = run_cli([*COMMANDS[prog], "--quick", "--only", "numbax_kernel",
+                    "--no-bandwidth", "--rounds", "1", "--no-progress",
+                    "--json", str(out_json)], env=SIM_ENV)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    lines = proc.stdout.rstrip().splitlines()
+    assert lines[0].startswith("cpu smoke run (chosen automatically: "
+                               "NUMBA_ENABLE_CUDASIM=1 and JAX sees no GPU)")
+
+    record = json.loads(out_json.read_text())
+    assert record["mode"] == {"smoke": True, "header": lines[0]}
+    want = dict(vars(timing.Config.cpu_smoke()), rounds=1)
+    assert record["config"] == want
+    rows = {r["name"]: r for r in record["results"]}
+    kernel = rows["numbax_kernel"]
+    assert kernel["status"] == "ok" and kernel["chain"]["rounds"] == 1
+    assert rows["native"]["status"] == "skipped (no GPU)"
+    for r in rows.values():
+        assert r["ratios"] and all(v is None for v in r["ratios"].values()), r
+
+    table = lines[lines.index("== table"):]
+    assert "cpu smoke run: Numba's CUDA simulator, not performance figures" in table
+    assert table[-1] == mode.SIMULATOR_NOTE
+    kernel_line = next(x for x in table if x.startswith("numbax kernel "))
+    # label (2 words), status, chain us, single us, BW "-": no ratio cells.
+    cells = kernel_line.split()
+    assert cells[:3] == ["numbax", "kernel", "ok"] and len(cells) == 6, kernel_line
+    assert float(cells[3]) > 0 and float(cells[4]) > 0 and cells[5] == "-"
+
+
+def test_ratios_stay_empty_for_simulator_timings():
+    def row(name, chain, single, bw=None):
+        return {"name": name, "label": name, "compare_to": "native",
+                "status": "ok", "chain": {"us_per_call": chain},
+                "single": {"us_per_call": single},
+                "bandwidth": None if bw is None else {"gb_per_s": bw}}
+
+    def rows():
+        return [row("native", 2.0, 10.0, 100.0), row("native_cmdbuf", 1.0, 8.0),
+                row("numbax_kernel", 3.0, 20.0, 50.0)]
+
+    real, sim = rows(), rows()
+    report.add_ratios(real)
+    report.add_ratios(sim, comparable=False)
+    assert real[2]["ratios"] == {"chain_vs_native": 1.5, "chain_vs_native_cmdbuf": 3.0,
+                                 "single_vs_native": 2.0, "bandwidth_vs_native": 0.5}
+    assert sim[2]["ratios"] == dict.fromkeys(real[2]["ratios"])   # same keys
+
+    shown = report.format_table(real).splitlines()
+    assert "1.50*" in shown[4] and "0.500" in shown[4]
+    blank = report.format_table(sim, note=mode.SIMULATOR_NOTE).splitlines()
+    assert blank[-1] == mode.SIMULATOR_NOTE
+    assert blank[4].split() == ["numbax_kernel", "ok", "3.00", "20.0", "50.0"]
+    assert blank[0] == shown[0]                   # the columns stay, empty
+
+
+# ---------------------------------------------------------------------------
+# Charts: --plot-from, the committed H200 chart, what the chart shows.
+
+def test_plot_from_redraws_a_saved_run_without_running(tmp_path, capsys):
+    out = tmp_path / "chart.png"
+    status = run.main(["--plot-from", str(H200_JSON), "--plot", str(out)])
+    assert status == 0
+    assert capsys.readouterr().out == f"wrote {out}\n"
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+def test_plot_from_defaults_to_the_json_path_with_png(tmp_path):
+    copy = tmp_path / "run.json"
+    copy.write_text(H200_JSON.read_text())
+    assert run.main(["--plot-from", str(copy)]) == 0
+    assert (tmp_path / "run.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_from_bad_input_is_one_line_and_status_2(tmp_path, capsys):
+    assert run.main(["--plot-from", str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err
+    assert "--plot-from: cannot read" in err and "missing.json" in err
+    assert len(err.strip().splitlines()) == 1
+
+    other = tmp_path / "other.json"
+    other.write_text('{"hello": 1}')
+    assert run.main(["--plot-from", str(other)]) == 2
+    assert "is not a record of this suite" in capsys.readouterr().err
+    assert not (tmp_path / "other.png").exists()
+
+
+def test_plot_from_refuses_run_options():
+    proc = run_cli(["-m", "numbax", "bench", "--plot-from", str(H200_JSON),
+                    "--cpu-smoke", "--rounds", "3"], timeout=120)
+    assert proc.returncode == 2
+    assert "--plot-from draws a saved record and runs nothing: leave out " \
+        "--rounds, --cpu-smoke" in proc.stderr
+
+
+def test_committed_chart_sits_next_to_its_json_and_docs_show_it():
+    assert H200_PNG.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    docs = (ROOT / "docs" / "benchmarks.md").read_text()
+    image = re.search(r"!\[[^\]]+\]\((images/[^)]+\.png)\)", docs).group(1)
+    # The page's image is the committed chart (a link into benchmarks/results).
+    assert (ROOT / "docs" / image).resolve() == H200_PNG.resolve()
+    readme = (ROOT / "README.md").read_text()
+    assert f"]({H200_PNG.relative_to(ROOT)})" in readme
+
+
+def test_documented_redraw_command_works(tmp_path):
+    docs = (ROOT / "docs" / "benchmarks.md").read_text()
+    m = re.search(r"python -m numbax bench --plot-from (\S+) \\\n\s+--plot (\S+)",
+                  docs)
+    assert m, "docs/benchmarks.md lost the command that redraws the chart"
+    json_path, png_path = m.groups()
+    assert ROOT / json_path == H200_JSON and ROOT / png_path == H200_PNG
+    out = tmp_path / "again.png"
+    assert run.main(["--plot-from", str(ROOT / json_path), "--plot", str(out)]) == 0
+    assert out.stat().st_size > 20_000
+
+
+def _bars(ax):
+    return [p for p in ax.patches if p.get_width() > 0]
+
+
+def test_chart_shows_every_row_coloured_with_its_ratio():
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+    record = json.loads(H200_JSON.read_text())
+    # A row added to the suite later is drawn too, coloured by its name.
+    extra = json.loads(json.dumps(record["results"][2]))
+    extra.update(name="numbax_new_row", label="numbax new row")
+    record["results"].append(extra)
+    fig = plot.figure(record)
+    try:
+        chain, single, bandwidth = fig.axes[:3]
+        labels = [t.get_text() for t in chain.get_yticklabels()]
+        assert labels[-1] == "numbax new row" and len(labels) == 9
+        assert len(_bars(chain)) == len(_bars(single)) == 9
+        assert len(_bars(bandwidth)) == 6     # rows of the bandwidth benchmark
+        colors = {to_hex(b.get_facecolor()) for b in _bars(chain)}
+        assert colors == {c for _, _, c in plot.KINDS}
+        assert chain.get_xscale() == "log"      # 2.3 to 160 us
+        assert single.get_xscale() == "linear"  # 62 to 359 us
+        texts = [t.get_text().strip() for t in chain.texts]
+        assert "2.32  (0.85x cmd-buf)" in texts     # numbax kernel
+        assert "30.2  (4.34x plain)" in texts       # plain callable
+        assert "6.97" in texts                      # a baseline: no ratio
+        assert "(0.996x)" in " ".join(t.get_text() for t in bandwidth.texts)
+        assert "simulator" not in " ".join(t.get_text() for t in fig.texts)
+    finally:
+        plt.close(fig)
+
+
+def test_chart_of_a_smoke_run_says_it_is_no_performance_figure():
+    import matplotlib.pyplot as plt
+    record = json.loads(H200_JSON.read_text())
+    record["mode"] = {"smoke": True, "header": "cpu smoke run"}
+    for r in record["results"]:
+        r["ratios"] = dict.fromkeys(r["ratios"])
+    fig = plot.figure(record)
+    try:
+        words = " ".join(t.get_text() for t in fig.texts)
+        assert "these timings show that each path runs, not how fast" in words
+        assert "x)" not in " ".join(t.get_text() for ax in fig.axes
+                                    for t in ax.texts)
+    finally:
+        plt.close(fig)
