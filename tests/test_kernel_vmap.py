@@ -421,3 +421,45 @@ def test_python_reads():
     assert _fold.axes_read_by_python(k2) == (frozenset({0, 1}), None)
     assert _fold.axes_read_by_python(k3) == (frozenset({1}), None)
     assert _fold.axes_read_by_python(k4) == (frozenset({0, 1, 2}), None)
+
+
+# -- issue 11 part 2: the launch configuration is checked first ----------------
+
+def _plain_python(x, out):
+    out[0] = x[0]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({}, "needs a launch configuration"),
+    ({"grid": 1, "block": 4, "launch_dims": 4}, "not both"),
+    ({"grid": 1}, "go together"),
+    ({"block": 4}, "go together"),
+    ({"grid": 1, "block": 4, "vmap_method": "expand_dims"},
+     "explicit grid cannot be combined with vmap_method"),
+    ({"launch_dims": 4, "vmap_method": "bogus"},
+     "vmap_method must be one of None, 'expand_dims'"),
+])
+def test_configuration_before_the_kernel_and_numba(monkeypatch, kwargs,
+                                                   match):
+    with pytest.raises(ValueError, match=match):
+        numbax.numba_cuda_kernel(_plain_python, spec(4), **kwargs)
+
+    def no_numba():
+        raise ImportError("numbax needs Numba with CUDA support (test)")
+
+    monkeypatch.setattr(numbax._numba, "require_cuda", no_numba)
+    with pytest.raises(ValueError, match=match):
+        numbax.numba_cuda_kernel(reverse, spec(4), **kwargs)
+
+
+def test_valid_configuration_then_type_error_or_import_error(monkeypatch):
+    with pytest.raises(TypeError, match="@cuda.jit"):
+        numbax.numba_cuda_kernel(_plain_python, spec(4), launch_dims=4,
+                                 vmap_method="broadcast_all")
+
+    def no_numba():
+        raise ImportError("numbax needs Numba with CUDA support (test)")
+
+    monkeypatch.setattr(numbax._numba, "require_cuda", no_numba)
+    with pytest.raises(ImportError, match="Numba with CUDA support"):
+        numbax.numba_cuda_kernel(_plain_python, spec(4), launch_dims=4)

@@ -44,6 +44,9 @@ def build_parser(prog: str, default_json: str | None) -> argparse.ArgumentParser
                    "--quick 4; --cpu-smoke 2)")
     p.add_argument("--no-bandwidth", action="store_true",
                    help="skip the bandwidth benchmark")
+    p.add_argument("--no-workloads", action="store_true",
+                   help="skip the workload benchmarks (vmap of a kernel, the "
+                   "spiking network)")
     p.add_argument("--plot", default=None, metavar="PNG",
                    help="also draw the results as a bar chart into this PNG "
                    "file (needs matplotlib)")
@@ -297,6 +300,21 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
     progress.close()
     del prepared
     report.add_ratios(rows)
+    workload_rows: dict[str, list] = {"vmap": [], "snn": []}
+    if not args.no_workloads:
+        from . import workloads
+        wcfg = (workloads.WorkloadConfig.cpu_smoke() if args.cpu_smoke else
+                workloads.WorkloadConfig.quick() if args.quick else
+                workloads.WorkloadConfig())
+        for key, run_rows in (
+                ("vmap", lambda: workloads.run_vmap(wcfg, rng, timing, log)),
+                ("snn", lambda: workloads.run_snn(wcfg, seed, timing, log))):
+            try:
+                workload_rows[key] = run_rows()
+            except Exception as exc:  # noqa: BLE001 - still print the rest
+                workload_rows[key] = [{"name": key, "status": "FAILED: "
+                                       f"{type(exc).__name__}: {exc}"}]
+                log(f"[{key}] FAILED:\n{traceback.format_exc().rstrip()}")
 
     record: dict[str, Any] = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -310,6 +328,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
         "environment": report.environment(device, env.native),
         "native_build_error": env.native_error,
         "results": rows,
+        "workloads": workload_rows,
     }
     if args.json:
         try:
@@ -336,7 +355,14 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
           f"{cfg.chain_length}, median of {cfg.rounds} interleaved rounds, "
           f"bandwidth over {cfg.bw_n * 4 / 2**20:g} MiB")
     print(report.format_table(rows), flush=True)
-    failed = any(r["status"].startswith("FAILED") for r in rows)
+    if not args.no_workloads:
+        from .workloads import format_tables
+        print(format_tables([r for r in workload_rows["vmap"] if "B" in r],
+                            [r for r in workload_rows["snn"]
+                             if "neurons" in r]), flush=True)
+    failed = any(r["status"].startswith("FAILED") for r in rows) or any(
+        r["status"].startswith("FAILED") for part in workload_rows.values()
+        for r in part)
     return 1 if failed or plot_failed else 0
 
 
