@@ -463,3 +463,29 @@ def test_valid_configuration_then_type_error_or_import_error(monkeypatch):
     monkeypatch.setattr(numbax._numba, "require_cuda", no_numba)
     with pytest.raises(ImportError, match="Numba with CUDA support"):
         numbax.numba_cuda_kernel(_plain_python, spec(4), launch_dims=4)
+
+
+# -- the workload benchmarks run (tiny in the simulator) -----------------------
+
+def test_workload_benchmarks_run_and_check(rng):
+    from numbax.bench import timing, workloads
+    cfg = (workloads.WorkloadConfig.cpu_smoke() if SIMULATOR else
+           workloads.WorkloadConfig(vmap_shapes=((16, 1024),), vmap_rounds=2,
+                                    vmap_runs=1, neurons=2000, fan_out=10,
+                                    steps=20, snn_rounds=2))
+    logged = []
+    vmap_rows = workloads.run_vmap(cfg, rng, timing, logged.append)
+    assert {r["status"] for r in vmap_rows} == {"ok"}, vmap_rows
+    folded = [r for r in vmap_rows if r["name"] == "numbax vmap, folded"]
+    sliced = [r for r in vmap_rows if r["name"] == "numbax vmap, per slice"]
+    assert all(r["vmap"].startswith("one launch per batch") for r in folded)
+    assert all(r["vmap"].startswith("one launch per slice") for r in sliced)
+    assert all(r["us_per_call"] > 0 for r in vmap_rows)
+    snn_rows = workloads.run_snn(cfg, 7, timing, logged.append)
+    assert len(snn_rows) == 4
+    for r in snn_rows:
+        assert r["status"] == "ok" and r["spikes_match_jax"], r
+        assert r["us_per_step"] > 0 and r["first_call_s"] > 0
+    assert snn_rows[0]["spikes_per_step"] > 0  # the network does spike
+    table = workloads.format_tables(vmap_rows, snn_rows)
+    assert "(d) numba_cuda_kernel, aliased zeros" in table

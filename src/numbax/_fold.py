@@ -237,6 +237,7 @@ def make_batched_kernel(kernel, num_args: int, broadcast: tuple, axis: int):
     py_func = getattr(kernel, "py_func", kernel)
     options = dict(getattr(kernel, "targetoptions", None) or {})
     options.pop("device", None)
+    options.pop("link", None)  # never folded: decide() falls back on links
     if getattr(kernel, "_fastmath", False):  # the simulator's kernels
         options["fastmath"] = True
     body = cuda.jit(device=True, **options)(py_func)

@@ -667,8 +667,8 @@ class XLACustomKernel:
         """The default rule when the backend is a numbax kernel: vmap it.
 
         ``numba_cuda_kernel``'s own batching then runs the batch in one
-        launch where that is the same as one per slice (docs/api.md,
-        "vmap"). Only where the result needs no rule of this op: under
+        launch where that is the same as one per slice (docs/quickstart.md,
+        "vmap of a kernel"). Only where the result needs no rule of this op: under
         ``jit`` or eagerly, not inside ``jvp``/``grad``/another ``vmap``,
         whose tracers need this op's JVP, transpose or batching rules (the
         loop keeps them). None where it does not apply.

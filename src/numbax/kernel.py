@@ -577,7 +577,7 @@ def numba_cuda_kernel(
     compiled kernel cannot tell the difference (a grid axis is free, the
     kernel never reads it, no grid sync) the whole batch runs in one launch;
     otherwise each slice is a launch of its own. ``op.vmap_fold(*args)`` and
-    ``repr(op)`` say which, and why (docs/api.md, "vmap").
+    ``repr(op)`` say which, and why (docs/quickstart.md, "vmap of a kernel").
     ``vmap_method='sequential'`` loops in XLA instead (and nests).
 
     Args:

@@ -19,7 +19,7 @@ def affine(x, y):
 @cuda.jit
 def affine_per_slice(x, y):
     """affine, plus a read of gridDim.y/z (both 1 in its own launch): the
-    read makes jax.vmap launch it once per slice (see docs/api.md, vmap)."""
+    read makes jax.vmap launch it once per slice (docs/quickstart.md, vmap)."""
     i = cuda.grid(1)
     if i < x.size and cuda.gridDim.y * cuda.gridDim.z == 1:
         y[i] = numba.float32(2.0) * x[i] + numba.float32(1.0)

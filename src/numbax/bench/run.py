@@ -348,6 +348,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
 
     env_info = record["environment"]
     v = env_info["versions"]
+    if not args.no_workloads:  # before the main table, which comes last
+        from .workloads import format_tables
+        print(format_tables([r for r in workload_rows["vmap"] if "B" in r],
+                            [r for r in workload_rows["snn"]
+                             if "neurons" in r]), flush=True)
     print()
     print("== table")
     print(f"{env_info['device']} | jax {v['jax']} jaxlib {v['jaxlib']} | numba "
@@ -355,11 +360,6 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
           f"{cfg.chain_length}, median of {cfg.rounds} interleaved rounds, "
           f"bandwidth over {cfg.bw_n * 4 / 2**20:g} MiB")
     print(report.format_table(rows), flush=True)
-    if not args.no_workloads:
-        from .workloads import format_tables
-        print(format_tables([r for r in workload_rows["vmap"] if "B" in r],
-                            [r for r in workload_rows["snn"]
-                             if "neurons" in r]), flush=True)
     failed = any(r["status"].startswith("FAILED") for r in rows) or any(
         r["status"].startswith("FAILED") for part in workload_rows.values()
         for r in part)

@@ -90,10 +90,9 @@ def run_vmap(cfg: WorkloadConfig, rng, timing, log) -> list[dict]:
                 continue
             table[name] = row
             rows.append(row)
-            tasks.append(timing.Task(name, lambda fn=fn: timing.single_sample(
-                fn, x, cfg.vmap_runs)))
+            tasks.append(timing.Task(name, lambda fn=fn, x=x: (
+                timing.single_sample(fn, x, cfg.vmap_runs))))
         samples = timing.interleave(tasks, cfg.vmap_rounds, warmup_rounds=1)
-        flat_us = None
         for name, values in samples.items():
             if values:
                 table[name].update(timing.summarize(values, "us"))
@@ -219,18 +218,20 @@ def _per_step(run, args, steps: int) -> float:
     return (time.perf_counter() - t0) / steps * 1e6
 
 
+def _num(value, digits: int, missing: str = "") -> str:
+    return missing if value is None else f"{value:.{digits}f}"
+
+
 def format_tables(vmap_rows: list[dict], snn_rows: list[dict]) -> str:
     lines = ["", "== vmap (y = 2x + 1 over B x n float32; us per jitted call; "
              "x flat = / one launch over B*n)",
              "| B x n | implementation | us | x flat | vmap launch |",
              "|---|---|---|---|---|"]
     for r in vmap_rows:
-        us = r.get("us_per_call")
         lines.append(
             f"| {r['B']} x {r['n']} | {r['name']} | "
-            f"{'%.1f' % us if us is not None else r['status']} | "
-            f"{'%.2f' % r['x_flat'] if 'x_flat' in r else ''} | "
-            f"{r.get('vmap', '')} |")
+            f"{_num(r.get('us_per_call'), 1, r['status'])} | "
+            f"{_num(r.get('x_flat'), 2)} | {r.get('vmap', '')} |")
     if snn_rows:
         r0 = snn_rows[0]
         lines += ["", f"== spiking network ({r0['neurons']} LIF neurons x "
@@ -238,11 +239,10 @@ def format_tables(vmap_rows: list[dict], snn_rows: list[dict]) -> str:
                   "| synaptic input | us/step | first call (s) | spikes/step "
                   "| counts = JAX |", "|---|---|---|---|---|"]
         for r in snn_rows:
-            us = r.get("us_per_step")
             lines.append(
                 f"| {r['name']} | "
-                f"{'%.1f' % us if us is not None else r['status']} | "
-                f"{'%.2f' % r['first_call_s'] if 'first_call_s' in r else ''} | "
-                f"{'%.0f' % r['spikes_per_step'] if 'spikes_per_step' in r else ''} | "
+                f"{_num(r.get('us_per_step'), 1, r['status'])} | "
+                f"{_num(r.get('first_call_s'), 2)} | "
+                f"{_num(r.get('spikes_per_step'), 0)} | "
                 f"{'yes' if r.get('spikes_match_jax') else 'NO'} |")
     return "\n".join(lines)
