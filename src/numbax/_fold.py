@@ -139,6 +139,7 @@ def axes_read_by_compiled(compiled) -> tuple[frozenset | None, str | None]:
 _AXIS_ATTRS = ("blockIdx", "gridDim")
 _GRID_CALLS = ("grid", "gridsize")
 _SAFE_MODULES = ("numba", "math", "cmath", "numpy", "operator")
+_CONST_OPS = ("LOAD_CONST", "LOAD_SMALL_INT")  # the latter: Python 3.14
 
 
 def axes_read_by_python(func) -> tuple[frozenset | None, str | None]:
@@ -185,7 +186,7 @@ def _scan_code(code, scope, read: set, seen: set) -> str | None:
                 else:
                     read.update((0, 1, 2))
             elif name in _GRID_CALLS:
-                if (nxt is not None and nxt.opname == "LOAD_CONST"
+                if (nxt is not None and nxt.opname in _CONST_OPS
                         and nxt.argval in (1, 2, 3)):
                     read.update(range(nxt.argval))
                 else:

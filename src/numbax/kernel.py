@@ -397,7 +397,8 @@ class NumbaCudaKernel:
 
         signature = ("kernel", tuple((s, d.str) for s, d in avals),
                      tuple((s, d.str) for s, d in out_avals), batch,
-                     broadcast, grid, block, self.shared_mem, fold_axis)
+                     broadcast, grid, block, self.shared_mem, fold_axis,
+                     max_slices if fold_axis >= 0 else None)
         return _registry.kernel_key(self, signature, plan, name=self.name)
 
     def _load(self, compiled, grid, block, ordinal):
@@ -422,24 +423,27 @@ class NumbaCudaKernel:
             self._argtypes(all_avals, batch), batch, broadcast)
         fold_axis = (-1 if batched is None
                      else _fold.AXIS_NAMES.index(decision.axis))
+        max_slices = _fold.MAX_SLICES_PER_LAUNCH if batched is not None \
+            else None
         signature = ("kernel-sim", tuple((s, d.str) for s, d in avals),
                      tuple((tuple(s), np.dtype(d).str) for s, d in out_shapes),
-                     batch, broadcast, grid, block, self.shared_mem, fold_axis)
+                     batch, broadcast, grid, block, self.shared_mem, fold_axis,
+                     max_slices)
         launcher = self._launchers.get(signature)
         if launcher is None:
             launcher = self._simulator_launcher(
-                n_in, grid, block, empty, batch, broadcast, batched, fold_axis)
+                n_in, grid, block, empty, batch, broadcast, batched, fold_axis,
+                max_slices)
             self._launchers[signature] = launcher
         return _registry.callable_key(
             launcher, signature, name=self.name and f"{self.name}.simulator",
             num_inputs=n_in, num_outputs=len(self.out_specs), num_scratch=0)
 
     def _simulator_launcher(self, n_in, grid, block, empty, batch, broadcast,
-                            batched, fold_axis):
+                            batched, fold_axis, max_slices):
         """The simulator's version of the C++ launch (same slicing, same
         chunks of at most MAX_SLICES_PER_LAUNCH slices when folded)."""
         kernel, shared_mem = self.kernel, self.shared_mem
-        max_slices = _fold.MAX_SLICES_PER_LAUNCH
 
         def launcher(*arrays):
             *arrays, stream = arrays
