@@ -286,6 +286,44 @@ def test_kernel_reading_both_free_axes_falls_back(rng):
     assert not op._batched_kernels
 
 
+@cuda.jit(device=True)
+def _block_yz():
+    return cuda.blockIdx.y + cuda.blockIdx.z
+
+
+@cuda.jit
+def plus_block_yz_via_device_function(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = x[i] + _block_yz()
+
+
+def test_reads_inside_device_functions_count(rng):
+    # The read is in a device function the kernel calls: the compiled code
+    # (GPU) or the followed bytecode (simulator) still shows it.
+    op = numbax.numba_cuda_kernel(plus_block_yz_via_device_function, spec(N),
+                                  launch_dims=N, threads_per_block=TPB)
+    x = random_array(rng, (B, N), np.float32)
+    np.testing.assert_array_equal(jax.jit(jax.vmap(op))(x), x)
+    decision = op.vmap_fold(x[0])
+    assert not decision.folds and "reads grid axis" in decision.reason
+
+
+def test_fastmath_kernel_folds_bit_identically(rng):
+    @cuda.jit(fastmath=True)
+    def poly(x, out):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            v = x[i]
+            out[i] = (v * v + numba.float32(0.5)) / (v + numba.float32(3.0))
+
+    op = numbax.numba_cuda_kernel(poly, spec(N), launch_dims=N,
+                                  threads_per_block=TPB)
+    x = random_array(rng, (B, N), np.float32)
+    np.testing.assert_array_equal(jax.jit(jax.vmap(op))(x), per_slice(op, x))
+    assert_folded(op, x[0])
+
+
 def test_three_axis_launch_falls_back(rng):
     @cuda.jit
     def scale3(x, out):
