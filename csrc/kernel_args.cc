@@ -2,6 +2,11 @@
 
 namespace numbax {
 
+namespace {
+// XLA arrays have at most a few dozen axes; Numba kernels far fewer.
+constexpr int64_t kMaxChunkRank = 64;
+}  // namespace
+
 void KernelArgs::Reset() { words_.clear(); }
 
 void KernelArgs::AddArray(void* data, const int64_t* dims, int64_t rank,
@@ -48,6 +53,28 @@ bool AddBatchSlice(const BufferView& view, int64_t batch, int64_t index,
       reuse ? 0 : static_cast<uintptr_t>(index) * slice_bytes;
   void* data = base ? reinterpret_cast<void*>(base + offset) : nullptr;
   args->AddArray(data, view.dims + 1, view.rank - 1, info->itemsize);
+  return true;
+}
+
+bool AddBatchChunk(const BufferView& view, int64_t batch, int64_t start,
+                   int64_t count, bool reuse, KernelArgs* args) {
+  const DTypeInfo* info = LookupDType(view.dtype);
+  if (info == nullptr || view.rank < 1 || view.rank > kMaxChunkRank ||
+      view.dims == nullptr || batch < 1 || start < 0 || count < 1 ||
+      start > batch - count) {
+    return false;
+  }
+  const int64_t slices = view.dims[0];
+  if (reuse ? slices < 1 : slices != batch) return false;
+  const size_t slice_bytes = view.nbytes / static_cast<size_t>(slices);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(view.data);
+  const uintptr_t offset =
+      reuse ? 0 : static_cast<uintptr_t>(start) * slice_bytes;
+  void* data = base ? reinterpret_cast<void*>(base + offset) : nullptr;
+  int64_t dims[kMaxChunkRank];
+  dims[0] = reuse ? 1 : count;
+  for (int64_t i = 1; i < view.rank; ++i) dims[i] = view.dims[i];
+  args->AddArray(data, dims, view.rank, info->itemsize);
   return true;
 }
 

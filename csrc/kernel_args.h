@@ -44,4 +44,12 @@ class KernelArgs {
 bool AddBatchSlice(const BufferView& view, int64_t batch, int64_t index,
                    bool reuse, KernelArgs* args);
 
+// Appends slices [start, start + count) of a buffer batched along axis 0,
+// as one array of `count` slices (the kernel keeps the batch axis), for a
+// folded launch. With `reuse` (a broadcast input) the array is slice 0 with
+// a batch axis of 1. Returns false, appending nothing, when the buffer
+// cannot be sliced so (see AddBatchSlice).
+bool AddBatchChunk(const BufferView& view, int64_t batch, int64_t start,
+                   int64_t count, bool reuse, KernelArgs* args);
+
 }  // namespace numbax

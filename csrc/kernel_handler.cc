@@ -1,4 +1,6 @@
 // Call frame -> device binding -> cuLaunchKernel, for numba_cuda_kernel.
+#include <algorithm>
+#include <array>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,12 +35,16 @@ std::string ParsePlan(PyObject* t, LaunchPlan* plan, PyObject** owner) {
   PyObject *functions, *grid, *block, *broadcast;
   long long shared_mem;
   int cooperative, empty_launch;
-  if (!PyArg_ParseTuple(t, "OOLLOOLppLO", owner, &functions, &plan->num_inputs,
-                        &plan->num_outputs, &grid, &block, &shared_mem,
-                        &cooperative, &empty_launch, &plan->batch,
-                        &broadcast)) {
+  if (!PyArg_ParseTuple(t, "OOLLOOLppLOiL", owner, &functions,
+                        &plan->num_inputs, &plan->num_outputs, &grid, &block,
+                        &shared_mem, &cooperative, &empty_launch, &plan->batch,
+                        &broadcast, &plan->fold_axis, &plan->max_slices)) {
     return TakePythonError();
   }
+  if (plan->fold_axis != -1 && plan->fold_axis != 1 && plan->fold_axis != 2) {
+    return "fold_axis must be -1, 1 or 2";
+  }
+  if (plan->max_slices < 1) return "max_slices must be >= 1";
   if (!PyTuple_Check(functions) || !PyTuple_Check(broadcast)) {
     return "functions and broadcast must be tuples";
   }
@@ -76,6 +82,49 @@ ffi::Error Fail(const KernelSite& site, const std::string& what) {
 ffi::Error LaunchError(const KernelSite& site, const cuda::Driver& driver,
                        cuda::CUresult r) {
   return Fail(site, "launch failed: " + cuda::ErrorText(driver, r));
+}
+
+cuda::CUresult Launch(const cuda::Driver& driver, const LaunchPlan& plan,
+                      cuda::CUfunction function, cuda::CUstream stream,
+                      const std::array<unsigned, 3>& grid, void** params) {
+  if (plan.cooperative) {
+    return driver.cuLaunchCooperativeKernel(
+        function, grid[0], grid[1], grid[2], plan.block[0], plan.block[1],
+        plan.block[2], plan.shared_mem, stream, params);
+  }
+  return driver.cuLaunchKernel(function, grid[0], grid[1], grid[2],
+                               plan.block[0], plan.block[1], plan.block[2],
+                               plan.shared_mem, stream, params, nullptr);
+}
+
+// vmap in one launch: the generated batched kernel gets whole batched
+// buffers and takes slice blockIdx.<fold_axis> of each; batches above the
+// axis's limit are split into chunks, each launched over its own slices.
+ffi::Error LaunchFolded(const KernelSite& site, const cuda::Driver& driver,
+                        cuda::CUfunction function, cuda::CUstream stream,
+                        const std::vector<BufferView>& buffers) {
+  const LaunchPlan& plan = site.plan();
+  thread_local KernelArgs packed;
+  for (int64_t start = 0; start < plan.batch; start += plan.max_slices) {
+    const int64_t count = std::min(plan.max_slices, plan.batch - start);
+    packed.Reset();
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      const bool reuse = i < plan.broadcast.size() && plan.broadcast[i];
+      if (!AddBatchChunk(buffers[i], plan.batch, start, count, reuse,
+                         &packed)) {
+        return Fail(site, "buffer " + std::to_string(i) + " (rank " +
+                              std::to_string(buffers[i].rank) +
+                              ") does not hold " + std::to_string(plan.batch) +
+                              " slices along axis 0 for a vmapped launch");
+      }
+    }
+    std::array<unsigned, 3> grid = plan.grid;
+    grid[plan.fold_axis] = static_cast<unsigned>(count);
+    cuda::CUresult r =
+        Launch(driver, plan, function, stream, grid, packed.params());
+    if (r != cuda::CUDA_SUCCESS) return LaunchError(site, driver, r);
+  }
+  return ffi::Error::Success();
 }
 
 ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
@@ -118,6 +167,9 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
   cuda::CUfunction function = plan.functions[device];
 
   thread_local KernelArgs packed;
+  if (plan.batch > 0 && plan.fold_axis >= 0) {
+    return LaunchFolded(*site, *driver, function, stream, buffers);
+  }
   const int64_t slices = plan.batch > 0 ? plan.batch : 1;
   for (int64_t s = 0; s < slices; ++s) {
     packed.Reset();
@@ -137,18 +189,8 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
                                " slices along axis 0 for a vmapped launch");
       }
     }
-    cuda::CUresult r;
-    if (plan.cooperative) {
-      r = driver->cuLaunchCooperativeKernel(
-          function, plan.grid[0], plan.grid[1], plan.grid[2], plan.block[0],
-          plan.block[1], plan.block[2], plan.shared_mem, stream,
-          packed.params());
-    } else {
-      r = driver->cuLaunchKernel(function, plan.grid[0], plan.grid[1],
-                                 plan.grid[2], plan.block[0], plan.block[1],
-                                 plan.block[2], plan.shared_mem, stream,
-                                 packed.params(), nullptr);
-    }
+    cuda::CUresult r =
+        Launch(*driver, plan, function, stream, plan.grid, packed.params());
     if (r != cuda::CUDA_SUCCESS) return LaunchError(*site, *driver, r);
   }
   return ffi::Error::Success();

@@ -30,6 +30,11 @@ struct LaunchPlan {
   // slice is one launch of the unbatched kernel.
   int64_t batch = 0;
   std::vector<uint8_t> broadcast;  // per input: reuse slice 0 for every slice
+  // vmap in one launch: the grid axis (1 or 2) that indexes the slice in
+  // the generated batched kernel, or -1 for one launch per slice. Batches
+  // above max_slices (CUDA's limit on that axis) take several launches.
+  int fold_axis = -1;
+  int64_t max_slices = 65535;
 };
 
 class KernelSite {
@@ -53,7 +58,8 @@ class KernelSite {
 
 // Sets the Python function that resolve keys of kernels:
 //   (key) -> (owner, functions, n_in, n_out, grid, block, shared_mem,
-//             cooperative, empty_launch, batch, broadcast)
+//             cooperative, empty_launch, batch, broadcast, fold_axis,
+//             max_slices)
 void SetKernelResolver(PyObject* resolver);
 
 }  // namespace numbax

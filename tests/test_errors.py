@@ -235,8 +235,10 @@ LAUNCH_CASES = [
     ({"launch_dims": 4, "shared_mem": 2**40}, r"below 2\*\*31"),
     ({"grid": 1, "block": 4, "vmap_method": "sequential"},
      "explicit grid cannot be combined with vmap_method"),
-    ({"launch_dims": 4, "vmap_method": "expand_dims"},
-     "vmap_method None .* or 'sequential'"),
+    # Issue 11: every ffi_call vmap_method is accepted; others name them.
+    ({"launch_dims": 4, "vmap_method": "expand_dimz"},
+     "vmap_method must be one of None, 'expand_dims', 'broadcast_all', "
+     "'legacy_vectorized', 'sequential'; got 'expand_dimz'"),
 ]
 
 

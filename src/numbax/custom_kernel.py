@@ -15,8 +15,10 @@ each with a rule the user may supply:
 * Differentiation uses the user's JVP rules; reverse mode transposes the
   linear calls of the JVP with the user's transpose rule. Both may call other
   numbax ops, e.g. a backward kernel written in Numba.
-* Batching loops over the batch by default (always correct); a user rule
-  replaces the loop.
+* Batching loops over the batch by default (always correct); when the
+  kernel is a ``numba_cuda_kernel`` it is vmapped instead, which runs the
+  batch in one launch where that is provably the same; a user rule replaces
+  both.
 
 See docs/custom_kernel.md for a worked example (a CSR sparse matrix-vector
 product with Numba forward and backward kernels).
@@ -655,7 +657,46 @@ class XLACustomKernel:
                     **dict(static))
             if result is not NotImplemented:
                 return self._check_batched(result, out_tree, len(outs))
+        folded = self._kernel_batch(args, axes, outs, out_tree, backends,
+                                    static)
+        if folded is not None:
+            return folded
         return self._loop_batch(args, axes, params)
+
+    def _kernel_batch(self, args, axes, outs, out_tree, backends, static):
+        """The default rule when the backend is a numbax kernel: vmap it.
+
+        ``numba_cuda_kernel``'s own batching then runs the batch in one
+        launch where that is the same as one per slice (docs/quickstart.md,
+        "vmap of a kernel"). Only where the result needs no rule of this op: under
+        ``jit`` or eagerly, not inside ``jvp``/``grad``/another ``vmap``,
+        whose tracers need this op's JVP, transpose or batching rules (the
+        loop keeps them). None where it does not apply.
+        """
+        from .kernel import NumbaCudaKernel
+        if not all(_plain_value(a) for a in args):
+            return None
+        fns = set()
+        for platform, backend in backends:
+            if backend is None:
+                continue
+            try:
+                fns.add(self._kernel_for(platform, backend, outs, out_tree,
+                                         static))
+            except Exception:  # lowering reports it, with its context
+                return None
+        if len(fns) != 1:
+            return None
+        fn = fns.pop()
+        if not isinstance(fn, NumbaCudaKernel) or \
+                fn.vmap_method == "sequential":
+            return None
+        result = jax.vmap(fn, in_axes=tuple(axes))(*args)
+        leaves = self._check_outputs(
+            result, tuple(((_batch_size(args, axes),) + tuple(s), d)
+                          for s, d in outs), out_tree,
+            f"the batched '{NUMBA_CUDA}' kernel")
+        return leaves, [0] * len(leaves)
 
     def _check_batched(self, result, out_tree, n_outs):
         try:
@@ -709,6 +750,17 @@ class XLACustomKernel:
             yield
         finally:
             _inherited_backends.reset(token)
+
+
+def _plain_value(x) -> bool:
+    """An array, or a tracer of jit: nothing that needs this op's rules."""
+    if not isinstance(x, jax.core.Tracer):
+        return True
+    return type(x).__name__ == "DynamicJaxprTracer"
+
+
+def _batch_size(args, axes) -> int:
+    return next(a.shape[ax] for a, ax in zip(args, axes) if ax is not None)
 
 
 def _abstract_eval(*avals, outs, **params):

@@ -18,7 +18,7 @@ try:  # jax >= 0.4.36
 except ImportError:  # pragma: no cover
     from jax.core import Primitive
 
-from . import _checks, _core, _numba, _registry
+from . import _checks, _core, _fold, _numba, _registry
 
 _DEFAULT_BLOCKS = {1: None, 2: (16, 16), 3: (8, 8, 4)}
 
@@ -79,6 +79,10 @@ def check_launch_limits(grid, block, origin: str) -> None:
                 f"{origin}: grid {grid} has {n} blocks on axis {axis}; CUDA "
                 f"allows at most {limit} there: use larger blocks, or loop "
                 "inside the kernel (a grid-stride loop)")
+
+
+def _signature_str(argtypes) -> str:
+    return "(" + ", ".join(str(t) for t in argtypes) + ")"
 
 
 def _is_device_function(kernel) -> bool:
@@ -150,11 +154,17 @@ mlir.register_lowering(numbax_kernel_p, partial(_lower, platform="cpu"),
 def _batch_rule(args, dims, *, op, out_shapes, batch, broadcast):
     if batch:
         raise ValueError(
-            f"{op!r}: nested jax.vmap is not supported by the per-slice launch; "
-            "create the op with vmap_method='sequential' to nest vmaps")
+            f"{op._label}: nested jax.vmap is not supported (the batched "
+            "launch covers one vmap axis); create the op with "
+            "vmap_method='sequential' to nest vmaps")
     size = next(a.shape[d] for a, d in zip(args, dims)
                 if d is not None)
+    if size == 0:  # no slice to launch: empty outputs
+        outs = [jnp.zeros((0,) + tuple(s), d) for s, d in out_shapes]
+        return outs, [0] * len(outs)
     if op.vmap_method == "sequential":
+        # XLA loops over the slices (and this nests, unlike the batched
+        # launch below).
         moved = [a if d is None else jnp.moveaxis(a, d, 0)
                  for a, d in zip(args, dims)]
         mapped = [d is not None for d in dims]
@@ -206,10 +216,104 @@ class NumbaCudaKernel:
         self.name = name
         self._launchers: dict = {}  # simulator launchers, kept alive here
         self._arities_checked: set = set()
+        # Unbatched argument types -> FoldDecision (see _fold.py), and the
+        # batched kernels compiled for folded launches.
+        self._fold_decisions: dict = {}
+        self._batched_kernels: dict = {}
         self.__name__ = getattr(kernel, "__name__", "numba_cuda_kernel")
 
-    def __repr__(self):
+    @property
+    def _label(self) -> str:
+        """How error messages name the op."""
         return f"numbax.numba_cuda_kernel({_registry.base_name(self._py_func)})"
+
+    def __repr__(self):
+        return f"{self._label[:-1]}, vmap: {self._vmap_summary()})"
+
+    def _vmap_summary(self) -> str:
+        static = self._static_fold()
+        if static is not None:
+            return str(static)
+        decisions = list(self._fold_decisions.values())
+        if not decisions:
+            return "one launch per batch if the compiled kernel allows " \
+                "(op.vmap_fold(*args) tells)"
+        if len(set(decisions)) == 1:
+            return str(decisions[0])
+        return "; ".join(f"{_signature_str(t)}: {d}"
+                         for t, d in self._fold_decisions.items())
+
+    def _static_fold(self):
+        """The decision when it does not depend on the compiled code."""
+        grid, _, _ = self._launch()
+        if self.vmap_method == "sequential" or all(
+                grid[a] != 1 for a in _fold.FOLD_AXES):
+            return _fold.decide(vmap_method=self.vmap_method, grid=grid,
+                                cooperative=False, axes_read=frozenset())
+        return None
+
+    def vmap_fold(self, *args) -> "_fold.FoldDecision":
+        """How ``jax.vmap`` launches this kernel for unbatched inputs like ``args``.
+
+        ``args`` are the inputs of one unbatched call (arrays or
+        ``jax.ShapeDtypeStruct``). Returns a :class:`FoldDecision`: ``folds``
+        (the batch runs in one launch), ``axis`` (the grid axis indexing the
+        slice) and ``reason``. On a GPU this compiles the kernel for those
+        types, as a call would.
+        """
+        avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in args]
+        outs = [(tuple(o.shape), np.dtype(o.dtype)) for o in self.out_specs]
+        return self._fold_for(self._argtypes(avals + outs, 0))
+
+    def _fold_for(self, argtypes, compiled=None):
+        """The FoldDecision for unbatched `argtypes`, decided once."""
+        decision = self._fold_decisions.get(argtypes)
+        if decision is not None:
+            return decision
+        decision = self._static_fold()
+        if decision is None:
+            grid, _, _ = self._launch()
+            if _numba.simulator_enabled():
+                cooperative = False
+                read, why = _fold.axes_read_by_python(self._py_func)
+            else:
+                compiled = compiled or self._compile(argtypes)
+                cooperative = bool(compiled.cooperative)
+                read, why = _fold.axes_read_by_compiled(compiled)
+            decision = _fold.decide(
+                vmap_method=self.vmap_method, grid=grid,
+                cooperative=cooperative, axes_read=read, unreadable=why)
+        self._fold_decisions[argtypes] = decision
+        return decision
+
+    def _batched_kernel(self, num_args, broadcast, decision):
+        """The generated kernel for a folded launch (one per broadcast pattern)."""
+        key = (num_args, broadcast, decision.axis)
+        kernel = self._batched_kernels.get(key)
+        if kernel is None:
+            kernel = _fold.make_batched_kernel(
+                self.kernel, num_args, broadcast,
+                _fold.AXIS_NAMES.index(decision.axis))
+            self._batched_kernels[key] = kernel
+        return kernel
+
+    def _folded(self, argtypes, batch, broadcast, compiled=None):
+        """(decision, batched kernel or None) for a batched call."""
+        if batch <= 0:
+            return None, None
+        decision = self._fold_for(argtypes, compiled)
+        if not decision.folds:
+            return decision, None
+        n_args = len(argtypes)
+        flags = tuple(broadcast) + (False,) * (n_args - len(broadcast))
+        try:
+            return decision, self._batched_kernel(n_args, flags, decision)
+        except Exception as exc:  # e.g. a body Numba refuses as a device fn
+            decision = _fold.fallback(
+                f"the batched kernel did not build ({type(exc).__name__}: "
+                f"{exc})")
+            self._fold_decisions[argtypes] = decision
+            return decision, None
 
     def __hash__(self):
         return id(self)
@@ -245,21 +349,33 @@ class NumbaCudaKernel:
             compiled = self.kernel.compile(argtypes)
         except Exception as exc:
             raise type(exc)(
-                f"{self!r}: Numba could not compile the kernel for argument "
+                f"{self._label}: Numba could not compile the kernel for argument "
                 f"types {argtypes}: {exc}") from exc
         if getattr(compiled, "debug", False):
             raise ValueError(
-                f"{self!r}: kernels compiled with debug=True report errors "
+                f"{self._label}: kernels compiled with debug=True report errors "
                 "through Numba's own launcher; launch them from a "
                 "numba_cuda_callable instead, or compile without debug")
         return compiled
 
     def _gpu_key(self, avals, out_avals, batch, broadcast):
         # The kernel's arguments are the inputs then the outputs.
-        argtypes = self._argtypes(list(avals) + list(out_avals), batch)
+        all_avals = list(avals) + list(out_avals)
+        argtypes = self._argtypes(all_avals, batch)
         compiled = self._compile(argtypes)
         grid, block, empty = self._launch()
+        decision, batched = self._folded(argtypes, batch, broadcast, compiled)
+        fold_axis = -1
+        if batched is not None:
+            try:
+                compiled = batched.compile(self._argtypes(all_avals, 0))
+                fold_axis = _fold.AXIS_NAMES.index(decision.axis)
+            except Exception as exc:
+                self._fold_decisions[argtypes] = _fold.fallback(
+                    f"the batched kernel did not compile "
+                    f"({type(exc).__name__}: {exc})")
         n_in = len(avals)
+        max_slices = _fold.MAX_SLICES_PER_LAUNCH
         # The registry keeps `plan` but must not keep the op alive: the plan
         # refers to it weakly, and the C++ call site that asks for the plan
         # holds the op (the first element) for as long as it lives.
@@ -276,11 +392,13 @@ class NumbaCudaKernel:
                     ordinal, lambda o=ordinal: op._load(compiled, grid, block, o)))
             return (op, tuple(functions), n_in, len(op.out_specs), grid,
                     block, op.shared_mem, bool(compiled.cooperative),
-                    empty or batch < 0, int(batch), tuple(broadcast))
+                    empty or batch < 0, int(batch), tuple(broadcast),
+                    fold_axis, max_slices)
 
         signature = ("kernel", tuple((s, d.str) for s, d in avals),
                      tuple((s, d.str) for s, d in out_avals), batch,
-                     broadcast, grid, block, self.shared_mem)
+                     broadcast, grid, block, self.shared_mem, fold_axis,
+                     max_slices if fold_axis >= 0 else None)
         return _registry.kernel_key(self, signature, plan, name=self.name)
 
     def _load(self, compiled, grid, block, ordinal):
@@ -289,7 +407,7 @@ class NumbaCudaKernel:
             limit = compiled.max_cooperative_grid_blocks(block, self.shared_mem)
             if math.prod(grid) > limit:
                 raise ValueError(
-                    f"{self!r}: the kernel synchronises its grid, so it is "
+                    f"{self._label}: the kernel synchronises its grid, so it is "
                     f"launched cooperatively, but grid {grid} has "
                     f"{math.prod(grid)} blocks and device {ordinal} can run "
                     f"at most {limit} at once; shrink the grid (or launch_dims)")
@@ -300,38 +418,65 @@ class NumbaCudaKernel:
     def _simulator_key(self, avals, out_shapes, batch, broadcast):
         grid, block, empty = self._launch()
         n_in = len(avals)
+        all_avals = list(avals) + [(tuple(s), np.dtype(d)) for s, d in out_shapes]
+        decision, batched = self._folded(
+            self._argtypes(all_avals, batch), batch, broadcast)
+        fold_axis = (-1 if batched is None
+                     else _fold.AXIS_NAMES.index(decision.axis))
+        max_slices = _fold.MAX_SLICES_PER_LAUNCH if batched is not None \
+            else None
         signature = ("kernel-sim", tuple((s, d.str) for s, d in avals),
                      tuple((tuple(s), np.dtype(d).str) for s, d in out_shapes),
-                     batch, broadcast, grid, block, self.shared_mem)
+                     batch, broadcast, grid, block, self.shared_mem, fold_axis,
+                     max_slices)
         launcher = self._launchers.get(signature)
         if launcher is None:
-            kernel, shared_mem = self.kernel, self.shared_mem
-
-            def launcher(*arrays):
-                *arrays, stream = arrays
-                if empty:
-                    for out in arrays[n_in:]:
-                        out._ary.fill(0)
-                    return None
-                slices = range(batch) if batch else [None]
-                for s in slices:
-                    if s is None:
-                        view = arrays
-                    else:
-                        view = [a[0] if (i < n_in and broadcast[i]) else a[s]
-                                for i, a in enumerate(arrays)]
-                    kernel[grid[:3], block[:3], stream, shared_mem](*view)
-                return None
-            launcher.__module__ = getattr(self._py_func, "__module__", None)
-            launcher.__qualname__ = (
-                getattr(self._py_func, "__qualname__", "kernel") + ".simulator")
+            launcher = self._simulator_launcher(
+                n_in, grid, block, empty, batch, broadcast, batched, fold_axis,
+                max_slices)
             self._launchers[signature] = launcher
         return _registry.callable_key(
             launcher, signature, name=self.name and f"{self.name}.simulator",
             num_inputs=n_in, num_outputs=len(self.out_specs), num_scratch=0)
 
+    def _simulator_launcher(self, n_in, grid, block, empty, batch, broadcast,
+                            batched, fold_axis, max_slices):
+        """The simulator's version of the C++ launch (same slicing, same
+        chunks of at most MAX_SLICES_PER_LAUNCH slices when folded)."""
+        kernel, shared_mem = self.kernel, self.shared_mem
+
+        def launcher(*arrays):
+            *arrays, stream = arrays
+            if empty:
+                for out in arrays[n_in:]:
+                    out._ary.fill(0)
+                return None
+            if batched is not None:
+                for start in range(0, batch, max_slices):
+                    count = min(max_slices, batch - start)
+                    view = [a[0:1] if (i < n_in and broadcast[i])
+                            else a[start:start + count]
+                            for i, a in enumerate(arrays)]
+                    chunk_grid = list(grid)
+                    chunk_grid[fold_axis] = count
+                    batched[tuple(chunk_grid), block, stream, shared_mem](*view)
+                return None
+            slices = range(batch) if batch else [None]
+            for s in slices:
+                if s is None:
+                    view = arrays
+                else:
+                    view = [a[0] if (i < n_in and broadcast[i]) else a[s]
+                            for i, a in enumerate(arrays)]
+                kernel[grid[:3], block[:3], stream, shared_mem](*view)
+            return None
+        launcher.__module__ = getattr(self._py_func, "__module__", None)
+        launcher.__qualname__ = (
+            getattr(self._py_func, "__qualname__", "kernel") + ".simulator")
+        return launcher
+
     def __call__(self, *args):
-        op = repr(self)
+        op = self._label
         inputs = _checks.as_input_arrays(args, op)
         nargs = len(inputs) + len(self.out_specs)
         if nargs not in self._arities_checked:
@@ -349,6 +494,61 @@ class NumbaCudaKernel:
                              for s in self.out_specs),
             batch=0, broadcast=tuple(False for _ in inputs))
         return jax.tree_util.tree_unflatten(self.out_tree, list(outs))
+
+
+#: The vmap_method values numba_cuda_kernel accepts: those of
+#: jax.ffi.ffi_call, and None. All but 'sequential' batch the same way.
+VMAP_METHODS = (None, "expand_dims", "broadcast_all", "legacy_vectorized",
+                "sequential")
+
+
+def check_launch_configuration(*, grid, block, launch_dims, threads_per_block,
+                               shared_mem, vmap_method):
+    """(grid, block, launch_dims) checked; ValueError for a bad configuration.
+
+    Pure: needs neither the kernel nor Numba.
+    """
+    if not isinstance(vmap_method, (str, type(None))) or \
+            vmap_method not in VMAP_METHODS:
+        raise ValueError(
+            f"numba_cuda_kernel: vmap_method must be one of "
+            f"{', '.join(map(repr, VMAP_METHODS))}; got {vmap_method!r}")
+    if isinstance(threads_per_block, bool) or not isinstance(
+            threads_per_block, (int, np.integer)) or not (
+                1 <= threads_per_block <= MAX_THREADS_PER_BLOCK):
+        raise ValueError(
+            f"threads_per_block must be an int from 1 to "
+            f"{MAX_THREADS_PER_BLOCK} (CUDA's limit), got {threads_per_block!r}")
+    if isinstance(shared_mem, bool) or not isinstance(
+            shared_mem, (int, np.integer)) or not (
+                0 <= shared_mem <= MAX_SHARED_MEM):
+        raise ValueError(
+            f"shared_mem must be an int >= 0 bytes (below 2**31), got "
+            f"{shared_mem!r}")
+    explicit = grid is not None or block is not None
+    if explicit and launch_dims is not None:
+        raise ValueError(
+            "give either grid and block, or launch_dims, not both")
+    if explicit and (grid is None or block is None):
+        raise ValueError(
+            "grid and block go together: give both (or use launch_dims)")
+    if not explicit and launch_dims is None:
+        raise ValueError(
+            "numba_cuda_kernel needs a launch configuration: grid=..., "
+            "block=... or launch_dims=...")
+    if explicit:
+        if vmap_method is not None:
+            raise ValueError(
+                "an explicit grid cannot be combined with vmap_method: use "
+                "launch_dims, or leave vmap_method=None")
+        grid, block = _as_dims(grid, "grid"), _as_dims(block, "block")
+        check_launch_limits(grid, block, "numba_cuda_kernel")
+    else:
+        launch_dims = _as_dims(launch_dims, "launch_dims")
+        dims_grid, dims_block = launch_config(launch_dims, threads_per_block)
+        check_launch_limits(dims_grid, dims_block,
+                            f"numba_cuda_kernel(launch_dims={launch_dims})")
+    return grid, block, launch_dims
 
 
 def numba_cuda_kernel(
@@ -375,8 +575,14 @@ def numba_cuda_kernel(
     ``launch_dims`` (1-3 extents; 1-D blocks of ``min(threads_per_block, n)``,
     2-D 16x16, 3-D 8x8x4, grid rounded up). A zero extent launches nothing and
     the outputs are zero-filled. ``shared_mem`` is dynamic shared memory in
-    bytes. Under ``jax.vmap`` each slice of the added axis is one launch of
-    the unbatched kernel (``vmap_method='sequential'`` loops in XLA instead).
+    bytes.
+
+    Under ``jax.vmap`` every slice runs the unbatched kernel. When the
+    compiled kernel cannot tell the difference (a grid axis is free, the
+    kernel never reads it, no grid sync) the whole batch runs in one launch;
+    otherwise each slice is a launch of its own. ``op.vmap_fold(*args)`` and
+    ``repr(op)`` say which, and why (docs/quickstart.md, "vmap of a kernel").
+    ``vmap_method='sequential'`` loops in XLA instead (and nests).
 
     Args:
       kernel: a ``@cuda.jit`` kernel (a Numba CUDA dispatcher, not a device
@@ -390,8 +596,10 @@ def numba_cuda_kernel(
       threads_per_block: the 1-D block size used with ``launch_dims``
         (default 256).
       shared_mem: bytes of dynamic shared memory per block (default 0).
-      vmap_method: ``None`` (one launch per vmapped slice) or
-        ``'sequential'`` (XLA loops over the slices; also nests).
+      vmap_method: ``None``, ``'expand_dims'``, ``'broadcast_all'`` or
+        ``'legacy_vectorized'`` (all batch as described above), or
+        ``'sequential'`` (XLA loops over the slices; also nests). Needs
+        ``launch_dims`` unless ``None``.
       input_output_aliases: ``{input index: output index}``: the output is
         written in the input's buffer (same shape and dtype).
       name: optional stable name for the op's key (default: the kernel's
@@ -402,16 +610,23 @@ def numba_cuda_kernel(
       eagerly and inside ``jax.jit`` and ``jax.vmap``.
 
     Raises:
-      ImportError: Numba with CUDA support is not installed.
-      TypeError: ``kernel`` is not a Numba CUDA dispatcher, or is a device
-        function.
       ValueError: an invalid launch configuration (both or neither of
         ``grid``/``block`` and ``launch_dims``, extents out of CUDA's limits,
         a bad ``threads_per_block`` or ``shared_mem``, an explicit grid with
-        a ``vmap_method``, or an unsupported ``vmap_method``); and, when
+        a ``vmap_method``, or an unknown ``vmap_method``), checked first,
+        before the kernel or Numba; and, when
         called, a 0-d input, a dtype Numba cannot use, or aliased buffers of
         different shapes or dtypes.
+      ImportError: Numba with CUDA support is not installed.
+      TypeError: ``kernel`` is not a Numba CUDA dispatcher, or is a device
+        function.
     """
+    # The launch configuration first, purely (as the reference system does):
+    # its errors do not depend on the kernel or on Numba being installed.
+    grid, block, launch_dims = check_launch_configuration(
+        grid=grid, block=block, launch_dims=launch_dims,
+        threads_per_block=threads_per_block, shared_mem=shared_mem,
+        vmap_method=vmap_method)
     _numba.require_cuda()
     if not _is_dispatcher(kernel):
         raise TypeError(
@@ -423,46 +638,6 @@ def numba_cuda_kernel(
             "numba_cuda_kernel: kernel is a device function "
             "(@cuda.jit(device=True)), which cannot be launched; wrap it in a "
             "@cuda.jit kernel that calls it")
-    if isinstance(threads_per_block, bool) or not isinstance(
-            threads_per_block, (int, np.integer)) or not (
-                1 <= threads_per_block <= MAX_THREADS_PER_BLOCK):
-        raise ValueError(
-            f"threads_per_block must be an int from 1 to "
-            f"{MAX_THREADS_PER_BLOCK} (CUDA's limit), got {threads_per_block!r}")
-    if isinstance(shared_mem, bool) or not isinstance(
-            shared_mem, (int, np.integer)) or not (
-                0 <= shared_mem <= MAX_SHARED_MEM):
-        raise ValueError(
-            f"shared_mem must be an int >= 0 bytes (below 2**31), got "
-            f"{shared_mem!r}")
-    explicit = grid is not None or block is not None
-    if explicit and launch_dims is not None:
-        raise ValueError(
-            "give either grid and block, or launch_dims, not both")
-    if explicit and (grid is None or block is None):
-        raise ValueError(
-            "grid and block go together: give both (or use launch_dims)")
-    if not explicit and launch_dims is None:
-        raise ValueError(
-            "numba_cuda_kernel needs a launch configuration: grid=..., "
-            "block=... or launch_dims=...")
-    if explicit:
-        grid, block = _as_dims(grid, "grid"), _as_dims(block, "block")
-        if vmap_method is not None:
-            raise ValueError(
-                "an explicit grid cannot be combined with vmap_method: use "
-                "launch_dims, or leave vmap_method=None for one launch per "
-                "vmapped slice")
-        check_launch_limits(grid, block, "numba_cuda_kernel")
-    else:
-        launch_dims = _as_dims(launch_dims, "launch_dims")
-        dims_grid, dims_block = launch_config(launch_dims, threads_per_block)
-        check_launch_limits(dims_grid, dims_block,
-                            f"numba_cuda_kernel(launch_dims={launch_dims})")
-    if vmap_method not in (None, "sequential"):
-        raise ValueError(
-            f"numba_cuda_kernel supports vmap_method None (one launch per "
-            f"slice) or 'sequential'; got {vmap_method!r}")
     return NumbaCudaKernel(
         kernel, outs, grid=grid, block=block, launch_dims=launch_dims,
         threads_per_block=int(threads_per_block), shared_mem=int(shared_mem),

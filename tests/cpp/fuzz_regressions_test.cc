@@ -13,6 +13,7 @@
 namespace {
 
 namespace ffi = ::xla::ffi;
+using numbax::AddBatchChunk;
 using numbax::AddBatchSlice;
 using numbax::BufferView;
 using numbax::DecodeBuffer;
@@ -122,6 +123,47 @@ TEST(AddBatchSlice, SlicesAndBroadcasts) {
   KernelArgs args;
   ASSERT_TRUE(AddBatchSlice(one, 7, 6, true, &args));  // slice 0, reused
   EXPECT_EQ(args.words(), (std::vector<int64_t>{0, 0, 5, 8, base, 5, 8}));
+}
+
+// A folded vmap launch passes consecutive slices as one array that keeps
+// the batch axis: [start, start + count) at the start slice's address.
+TEST(AddBatchChunk, ChunksKeepTheBatchAxis) {
+  const std::vector<int64_t> dims = {7, 5}, one_dims = {1, 5};
+  BufferView view;
+  ASSERT_TRUE(Decode(ffi::DataType::F64, dims, &view).success());
+  const int64_t base =
+      static_cast<int64_t>(reinterpret_cast<uintptr_t>(FakeDevicePtr(1)));
+  KernelArgs args;
+  ASSERT_TRUE(AddBatchChunk(view, 7, 0, 7, false, &args));
+  EXPECT_EQ(args.words(),
+            (std::vector<int64_t>{0, 0, 35, 8, base, 7, 5, 40, 8}));
+  args.Reset();
+  ASSERT_TRUE(AddBatchChunk(view, 7, 3, 4, false, &args));
+  EXPECT_EQ(args.words(),
+            (std::vector<int64_t>{0, 0, 20, 8, base + 3 * 40, 4, 5, 40, 8}));
+  // A broadcast input: slice 0 with a batch axis of 1, for every chunk.
+  BufferView one;
+  ASSERT_TRUE(Decode(ffi::DataType::F64, one_dims, &one).success());
+  args.Reset();
+  ASSERT_TRUE(AddBatchChunk(one, 7, 3, 4, true, &args));
+  EXPECT_EQ(args.words(), (std::vector<int64_t>{0, 0, 5, 8, base, 1, 5, 40, 8}));
+}
+
+TEST(AddBatchChunk, RefusesChunksOutsideTheBuffer) {
+  const std::vector<int64_t> scalar_dims, dims = {3, 5}, none_dims = {0, 5};
+  KernelArgs args;
+  BufferView scalar, three, none;
+  ASSERT_TRUE(Decode(ffi::DataType::F32, scalar_dims, &scalar).success());
+  ASSERT_TRUE(Decode(ffi::DataType::F32, dims, &three).success());
+  ASSERT_TRUE(Decode(ffi::DataType::F32, none_dims, &none).success());
+  EXPECT_FALSE(AddBatchChunk(scalar, 1, 0, 1, false, &args));
+  EXPECT_FALSE(AddBatchChunk(three, 3, 2, 2, false, &args));  // past the end
+  EXPECT_FALSE(AddBatchChunk(three, 3, -1, 2, false, &args));
+  EXPECT_FALSE(AddBatchChunk(three, 3, 0, 0, false, &args));  // no slice
+  EXPECT_FALSE(AddBatchChunk(three, 4, 0, 4, false, &args));  // not the batch
+  EXPECT_FALSE(AddBatchChunk(three, 3, kInt64Max, 2, false, &args));
+  EXPECT_FALSE(AddBatchChunk(none, 2, 0, 2, true, &args));  // nothing to reuse
+  EXPECT_EQ(args.size(), 0u);
 }
 
 }  // namespace

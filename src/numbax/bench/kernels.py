@@ -14,3 +14,40 @@ def affine(x, y):
     i = cuda.grid(1)
     if i < x.size:
         y[i] = numba.float32(2.0) * x[i] + numba.float32(1.0)
+
+
+@cuda.jit
+def affine_per_slice(x, y):
+    """affine, plus a read of gridDim.y/z (both 1 in its own launch): the
+    read makes jax.vmap launch it once per slice (docs/quickstart.md, vmap)."""
+    i = cuda.grid(1)
+    if i < x.size and cuda.gridDim.y * cuda.gridDim.z == 1:
+        y[i] = numba.float32(2.0) * x[i] + numba.float32(1.0)
+
+
+@cuda.jit
+def zero_fill(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = numba.float32(0.0)
+
+
+@cuda.jit
+def spike_scatter(spikes, post, weight, out):
+    """Event-driven synaptic input: a thread per presynaptic neuron; a neuron
+    that spiked adds each synapse's weight to its target (atomics)."""
+    i = cuda.grid(1)
+    if i < spikes.size and spikes[i]:
+        fan_out = post.shape[1]
+        for k in range(fan_out):
+            cuda.atomic.add(out, post[i, k], weight[i, k])
+
+
+@cuda.jit
+def spike_scatter_into(spikes, post, weight, zeros, out):
+    """spike_scatter into an aliased zero buffer (zeros and out share it)."""
+    i = cuda.grid(1)
+    if i < spikes.size and spikes[i]:
+        fan_out = post.shape[1]
+        for k in range(fan_out):
+            cuda.atomic.add(out, post[i, k], weight[i, k])

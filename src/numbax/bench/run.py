@@ -50,6 +50,9 @@ def build_parser(prog: str, default_json: str | None) -> argparse.ArgumentParser
                    "--quick 4; --cpu-smoke 2)")
     p.add_argument("--no-bandwidth", action="store_true",
                    help="skip the bandwidth benchmark")
+    p.add_argument("--no-workloads", action="store_true",
+                   help="skip the workload benchmarks (vmap of a kernel, the "
+                   "spiking network)")
     p.add_argument("--plot", default=None, metavar="PNG",
                    help="also draw the results as a bar chart into this PNG "
                    "file (needs matplotlib)")
@@ -368,6 +371,21 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
     # Simulator timings say nothing about speed: ratios of them would read as
     # performance figures, so every ratio stays empty (whatever the rows).
     report.add_ratios(rows, comparable=not mode.smoke)
+    workload_rows: dict[str, list] = {"vmap": [], "snn": []}
+    if not args.no_workloads:
+        from . import workloads
+        wcfg = (workloads.WorkloadConfig.cpu_smoke() if mode.smoke else
+                workloads.WorkloadConfig.quick() if args.quick else
+                workloads.WorkloadConfig())
+        for key, run_rows in (
+                ("vmap", lambda: workloads.run_vmap(wcfg, rng, timing, log)),
+                ("snn", lambda: workloads.run_snn(wcfg, seed, timing, log))):
+            try:
+                workload_rows[key] = run_rows()
+            except Exception as exc:  # noqa: BLE001 - still print the rest
+                workload_rows[key] = [{"name": key, "status": "FAILED: "
+                                       f"{type(exc).__name__}: {exc}"}]
+                log(f"[{key}] FAILED:\n{traceback.format_exc().rstrip()}")
 
     record: dict[str, Any] = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -382,6 +400,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
         "environment": report.environment(device, env.native),
         "native_build_error": env.native_error,
         "results": rows,
+        "workloads": workload_rows,
     }
     if args.json:
         try:
@@ -401,6 +420,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
 
     env_info = record["environment"]
     v = env_info["versions"]
+    if not args.no_workloads:  # before the main table, which comes last
+        from .workloads import format_tables
+        print(format_tables([r for r in workload_rows["vmap"] if "B" in r],
+                            [r for r in workload_rows["snn"]
+                             if "neurons" in r]), flush=True)
     print()
     print("== table")
     print(f"{env_info['device']} | jax {v['jax']} jaxlib {v['jaxlib']} | numba "
@@ -412,7 +436,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
         print("cpu smoke run: Numba's CUDA simulator, not performance figures")
     print(report.format_table(rows, note=SIMULATOR_NOTE if mode.smoke else None),
           flush=True)
-    failed = any(r["status"].startswith("FAILED") for r in rows)
+    failed = any(r["status"].startswith("FAILED") for r in rows) or any(
+        r["status"].startswith("FAILED") for part in workload_rows.values()
+        for r in part)
     return 1 if failed or plot_failed else 0
 
 

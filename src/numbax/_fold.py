@@ -1,0 +1,252 @@
+"""vmap of a numba_cuda_kernel in one launch: the rule, and the batched kernel.
+
+Under ``jax.vmap`` numbax can launch the unbatched kernel once per slice
+(always correct), or once for the whole batch: a generated kernel takes the
+batched arrays, picks slice ``blockIdx.<axis>`` of each (slice 0 of a
+broadcast input) and calls the user's kernel body, compiled as a device
+function, on those slices. The two are the same computation exactly when
+nothing in the body can tell the slices' blocks apart from one launch's:
+
+* the unbatched launch leaves a grid axis at extent 1 (``z``, else ``y``)
+  for the batch to use;
+* the body never reads that axis (``blockIdx``/``gridDim`` of it, through
+  ``cuda.grid``/``cuda.gridsize`` or directly), so every slice sees the
+  block indices of its own launch;
+* the kernel does not synchronise its grid (a cooperative launch would then
+  wait on every slice's blocks, and is limited to what fits at once);
+* the op was not made with ``vmap_method='sequential'``, which asks for an
+  XLA loop.
+
+:func:`decide` applies that rule and returns a :class:`FoldDecision` with
+the reason. On a GPU it reads the kernel's compiled PTX (which includes every
+device function it calls); in Numba's simulator, where kernels are Python,
+it reads their bytecode, and counts anything it cannot follow as a read of
+every axis (no fold). Slices run in one launch share nothing but the
+read-only inputs: outputs and aliased buffers are per slice.
+"""
+
+from __future__ import annotations
+
+import dis
+import re
+import types
+from dataclasses import dataclass
+
+# Grid axes the batch may take, in order of preference; CUDA allows 65535
+# blocks on each, so larger batches are split into several launches.
+FOLD_AXES = (2, 1)
+AXIS_NAMES = "xyz"
+MAX_SLICES_PER_LAUNCH = 65535
+
+
+@dataclass(frozen=True)
+class FoldDecision:
+    """How ``jax.vmap`` launches a kernel for one signature.
+
+    Attributes:
+      folds: True when the whole batch runs in one launch (or one per
+        65535 slices); False when each slice is a launch of its own.
+      axis: the grid axis (``'y'`` or ``'z'``) that indexes the slice when
+        ``folds``, else None.
+      reason: why, in words.
+    """
+    folds: bool
+    axis: str | None
+    reason: str
+
+    def __str__(self):
+        if self.folds:
+            return f"one launch per batch (slice = blockIdx.{self.axis})"
+        return f"one launch per slice: {self.reason}"
+
+
+def fallback(reason: str) -> FoldDecision:
+    return FoldDecision(False, None, reason)
+
+
+def decide(*, vmap_method, grid, cooperative: bool,
+           axes_read: frozenset | None, unreadable: str | None = None
+           ) -> FoldDecision:
+    """Fold or fall back, and why: the whole rule, in order.
+
+    Args:
+      vmap_method: the op's ``vmap_method``.
+      grid: the unbatched launch's grid, 3 ints.
+      cooperative: the kernel synchronises its grid.
+      axes_read: grid axes (0-2) whose ``blockIdx``/``gridDim`` the compiled
+        code reads; None when they could not be determined.
+      unreadable: why the code could not be read (with ``axes_read=None``).
+    """
+    if vmap_method == "sequential":
+        return fallback("vmap_method='sequential' asks for an XLA loop")
+    if cooperative:
+        return fallback("the kernel synchronises its grid (cooperative "
+                        "launch): the batch's blocks would wait on each other")
+    free = [a for a in FOLD_AXES if grid[a] == 1]
+    if not free:
+        return fallback(f"the launch uses all three grid axes {tuple(grid)}")
+    if axes_read is None:
+        return fallback(f"numbax cannot read the compiled code ({unreadable})")
+    for axis in free:
+        if axis not in axes_read:
+            return FoldDecision(True, AXIS_NAMES[axis],
+                                f"grid axis {AXIS_NAMES[axis]} is free and "
+                                "the kernel never reads it")
+    names = "/".join(AXIS_NAMES[a] for a in free)
+    return fallback(f"the kernel reads grid axis {names} itself "
+                    "(blockIdx, gridDim, cuda.grid or cuda.gridsize)")
+
+
+# -- what the compiled code reads --------------------------------------------
+
+# %ctaid.z / %nctaid.y / the vector form %ctaid, and clusters (never used by
+# Numba, but they index blocks too).
+_PTX_SREG = re.compile(r"%(n?ctaid|cluster_n?ctaid|n?clusterid)(\.[xyz])?\b")
+
+
+def axes_read_by_ptx(ptx: str) -> frozenset:
+    """Grid axes whose block index or count the PTX reads."""
+    read = set()
+    for m in _PTX_SREG.finditer(ptx):
+        if m.group(1).startswith(("ctaid", "nctaid")) and m.group(2):
+            read.add("xyz".index(m.group(2)[1]))
+        else:
+            read.update((0, 1, 2))
+    return frozenset(read)
+
+
+def axes_read_by_compiled(compiled) -> tuple[frozenset | None, str | None]:
+    """(axes, None) for a compiled Numba CUDA kernel, or (None, why not)."""
+    library = getattr(compiled, "_codelibrary", None)
+    if library is None:
+        return None, "no code library"
+    linked = [p for p in getattr(library, "_linking_files", ())
+              if "cooperative" not in str(p) and "cudadevrt" not in str(p)]
+    if linked:
+        return None, f"it links external code {sorted(map(str, linked))}"
+    try:
+        ptx = library.get_asm_str()
+    except Exception as exc:  # LTO-only builds, odd toolkits: be safe
+        return None, f"no PTX ({type(exc).__name__}: {exc})"
+    if isinstance(ptx, (list, tuple)):
+        ptx = "\n".join(map(str, ptx))
+    return axes_read_by_ptx(str(ptx)), None
+
+
+# The simulator runs Python: read the bytecode of the kernel and of every
+# function it calls. Reading blockIdx.x / gridDim.x / cuda.grid(1) /
+# cuda.gridsize(1) touches axis 0 only; anything else touches every axis.
+_AXIS_ATTRS = ("blockIdx", "gridDim")
+_GRID_CALLS = ("grid", "gridsize")
+_SAFE_MODULES = ("numba", "math", "cmath", "numpy", "operator")
+_CONST_OPS = ("LOAD_CONST", "LOAD_SMALL_INT")  # the latter: Python 3.14
+
+
+def axes_read_by_python(func) -> tuple[frozenset | None, str | None]:
+    read: set = set()
+    seen: set = set()
+    try:
+        why = _scan_function(func, read, seen)
+    except Exception as exc:  # anything odd: no fold
+        return None, f"{type(exc).__name__}: {exc}"
+    if why:
+        return None, why
+    return frozenset(read), None
+
+
+def _scan_function(func, read: set, seen: set) -> str | None:
+    func = getattr(func, "py_func", func)  # a simulated kernel
+    if id(func) in seen:
+        return None
+    seen.add(id(func))
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return f"{func!r} has no Python code"
+    scope = dict(getattr(func, "__globals__", {}))
+    cells = getattr(func, "__closure__", None) or ()
+    for name, cell in zip(code.co_freevars, cells):
+        try:
+            scope[name] = cell.cell_contents
+        except ValueError:
+            pass
+    return _scan_code(code, scope, read, seen)
+
+
+def _scan_code(code, scope, read: set, seen: set) -> str | None:
+    ins = list(dis.get_instructions(code))
+    for i, op in enumerate(ins):
+        name = op.argval
+        nxt = ins[i + 1] if i + 1 < len(ins) else None
+        if op.opname in ("LOAD_ATTR", "LOAD_METHOD", "LOAD_GLOBAL",
+                         "LOAD_DEREF", "LOAD_NAME"):
+            if name in _AXIS_ATTRS:
+                if (nxt is not None and nxt.opname == "LOAD_ATTR"
+                        and nxt.argval in ("x", "y", "z")):
+                    read.add("xyz".index(nxt.argval))
+                else:
+                    read.update((0, 1, 2))
+            elif name in _GRID_CALLS:
+                if (nxt is not None and nxt.opname in _CONST_OPS
+                        and nxt.argval in (1, 2, 3)):
+                    read.update(range(nxt.argval))
+                else:
+                    read.update((0, 1, 2))
+            elif name == "this_grid":
+                read.update((0, 1, 2))
+        if op.opname in ("LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME") \
+                and name in scope:
+            why = _scan_value(scope[name], read, seen)
+            if why:
+                return why
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            why = _scan_code(const, scope, read, seen)
+            if why:
+                return why
+    return None
+
+
+def _scan_value(value, read: set, seen: set) -> str | None:
+    if isinstance(value, types.ModuleType):
+        if value.__name__.split(".")[0] in _SAFE_MODULES:
+            return None
+        return (f"it uses module {value.__name__}, whose functions numbax "
+                "does not follow")
+    if isinstance(value, types.FunctionType) or hasattr(value, "py_func"):
+        return _scan_function(value, read, seen)
+    return None  # numbers, dtypes, arrays, classes: they index no blocks
+
+
+# -- the batched kernel --------------------------------------------------------
+
+def batched_source(num_args: int, broadcast: tuple, axis: int) -> str:
+    """Source of the generated kernel: slice `blockIdx.<axis>` of each array.
+
+    Broadcast inputs (a leading axis of 1 shared by every slice) give slice 0.
+    """
+    params = [f"a{i}" for i in range(num_args)]
+    picks = [f"a{i}[0]" if i < len(broadcast) and broadcast[i]
+             else f"a{i}[s]" for i in range(num_args)]
+    return (f"def batched({', '.join(params)}):\n"
+            f"    s = cuda.blockIdx.{AXIS_NAMES[axis]}\n"
+            f"    body({', '.join(picks)})\n")
+
+
+def make_batched_kernel(kernel, num_args: int, broadcast: tuple, axis: int):
+    """A @cuda.jit kernel running `kernel`'s body on one slice per block row."""
+    from numba import cuda
+    py_func = getattr(kernel, "py_func", kernel)
+    options = dict(getattr(kernel, "targetoptions", None) or {})
+    options.pop("device", None)
+    options.pop("link", None)  # never folded: decide() falls back on links
+    if getattr(kernel, "_fastmath", False):  # the simulator's kernels
+        options["fastmath"] = True
+    body = cuda.jit(device=True, **options)(py_func)
+    scope = {"cuda": cuda, "body": body}
+    exec(compile(batched_source(num_args, broadcast, axis),
+                 f"<numbax batched {getattr(py_func, '__qualname__', '')}>",
+                 "exec"), scope)
+    batched = scope["batched"]
+    batched.__qualname__ = (
+        getattr(py_func, "__qualname__", "kernel") + ".batched")
+    return cuda.jit(**options)(batched)
