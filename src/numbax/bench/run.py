@@ -386,6 +386,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
                 workload_rows[key] = [{"name": key, "status": "FAILED: "
                                        f"{type(exc).__name__}: {exc}"}]
                 log(f"[{key}] FAILED:\n{traceback.format_exc().rstrip()}")
+        if mode.smoke:  # the same rule as the main table: no simulator ratios
+            for r in workload_rows["vmap"]:
+                r.pop("x_flat", None)
 
     record: dict[str, Any] = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
