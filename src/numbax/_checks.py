@@ -81,7 +81,7 @@ def _extent(d, what: str, i: int, shape) -> int:
             " ...), dtype)")
     raise TypeError(
         f"{what}[{i}] has a non-static shape {shape!r}: numbax "
-        "outputs need concrete int shapes")
+        "outputs need concrete shapes of ints")
 
 
 def normalize_outs(outs: Any, what: str = "outs", op: str | None = None):

@@ -79,13 +79,52 @@ def device_array_hook(ptr: int, shape: tuple, dtype: str, device: int):
     # The C++ handler made the primary context of `device` current.
     ctx = cuda.current_context()
     nbytes = math.prod(shape) * dt.itemsize
-    memory = driver.MemoryPointer(ctx, driver.binding.CUdeviceptr(ptr), nbytes)
+    # Every view Numba makes of this memory refers to its owner strongly,
+    # so the owner's reference count tells numbax whether func kept one.
+    owner = _XlaBuffer()
+    memory = driver.MemoryPointer(ctx, driver.binding.CUdeviceptr(ptr), nbytes,
+                                  owner=owner)
     strides = _c_strides(shape, dt.itemsize)
-    return DeviceNDArray(shape, strides, dt, gpu_data=memory)
+    return DeviceNDArray(shape, strides, dt, gpu_data=memory), owner
 
 
-def host_array_hook(ptr: int, shape: tuple, dtype: str):
-    """A simulator array over XLA's host buffer: zero copy, written in place."""
+class _XlaBuffer:
+    """The owner of a device array over XLA's memory (it frees nothing)."""
+    __slots__ = ("__weakref__",)
+
+
+class _HostBuffer(np.ndarray):
+    """A simulator array over XLA's host buffer.
+
+    A subclass stops numpy's base collapsing here, so every view of it
+    refers to this array: its reference count tells numbax whether func kept
+    a view after returning.
+    """
+
+
+class _ReadOnlyInput(_HostBuffer):
+    """An input in the simulator: XLA's input buffers are immutable values."""
+
+    numbax_input = -1
+
+    def __array_finalize__(self, obj):
+        self.numbax_input = getattr(obj, "numbax_input", -1)
+
+    def __setitem__(self, index, value):
+        raise ValueError(
+            f"func wrote to input {self.numbax_input}, which is read-only: "
+            "an input is an immutable JAX value that other ops (and the "
+            "caller) may still read. Write results into an output, or alias "
+            "the input to an output with input_output_aliases={"
+            f"{self.numbax_input}: output index}} to update it in place")
+
+
+def host_array_hook(ptr: int, shape: tuple, dtype: str, read_only_input=-1):
+    """A simulator array over XLA's host buffer: zero copy, written in place.
+
+    ``read_only_input`` >= 0: the buffer is that (non-aliased) input, handed
+    out read-only. Returns (array, root) as device_array_hook does.
+    """
     if not simulator_enabled():
         raise RuntimeError(
             "this numbax op runs on JAX's CPU backend, which needs Numba's "
@@ -100,7 +139,13 @@ def host_array_hook(ptr: int, shape: tuple, dtype: str):
     else:
         raw = (ctypes.c_char * nbytes).from_address(ptr)
         array = np.frombuffer(raw, dtype=dt).reshape(shape)
-    return FakeCUDAArray(array)
+    if read_only_input >= 0:
+        array = array.view(_ReadOnlyInput)
+        array.numbax_input = read_only_input
+        array.flags.writeable = False
+    else:
+        array = array.view(_HostBuffer)
+    return FakeCUDAArray(array), array
 
 
 def device_stream_hook(ptr: int, device: int):
@@ -114,7 +159,11 @@ def host_stream_hook():
 
 
 def format_exception_hook(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    text = "".join(
+        traceback.format_exception(type(exc), exc, exc.__traceback__))
+    # C++ needs UTF-8: a lone surrogate in the message would otherwise make
+    # the whole text (and its traceback) unprintable.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _c_strides(shape, itemsize):

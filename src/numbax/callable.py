@@ -7,7 +7,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from . import _checks, _numba, _registry
+from . import _checks, _inputcheck, _numba, _registry
 
 
 class NumbaCudaCallable:
@@ -24,6 +24,12 @@ class NumbaCudaCallable:
             self.scratch_specs, _ = _checks.normalize_outs(
                 scratch, "scratch", op=op)
         self.has_side_effect = bool(has_side_effect)
+        # What XLA calls: func itself, or func checked for writes to its
+        # inputs (NUMBAX_CHECK_INPUTS=1, read when the op is created).
+        self._called = func
+        if _inputcheck.enabled() and not capture:
+            self._called = _inputcheck.checked(
+                func, len(self.out_specs) + len(self.scratch_specs), op)
         self.vmap_method = vmap_method
         self.input_output_aliases = input_output_aliases
         self.name = name
@@ -55,7 +61,7 @@ class NumbaCudaCallable:
                                    len(self.scratch_specs), stream=True))
             self._arities_checked.add(nargs)
         key = _registry.callable_key(
-            self.func, self._signature(inputs), name=self.name,
+            self._called, self._signature(inputs), name=self.name,
             num_inputs=len(inputs), num_outputs=len(self.out_specs),
             num_scratch=len(self.scratch_specs))
         target = (_registry.CAPTURE_TARGET if self.capture
