@@ -85,6 +85,17 @@ PyObject* ShapeTuple(const BufferView& view) {
   return shape;
 }
 
+void CollectGarbage() {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyObject* gc = PyImport_ImportModule("gc");
+  PyObject* r = gc ? PyObject_CallMethod(gc, "collect", nullptr) : nullptr;
+  Py_XDECREF(r);
+  Py_XDECREF(gc);
+  PyErr_Clear();
+  PyErr_Restore(type, value, traceback);
+}
+
 }  // namespace
 
 ffi::TypeId CpuCallSite::id = {};
@@ -344,8 +355,10 @@ ffi::Error CallSite::CheckNothingKept(PyObject* const* args, size_t n) {
                   (c.root && Py_REFCNT(c.root) > c.root_refs);
       if (kept) {
         // A reference cycle (a caught exception's traceback) may hold it
-        // only until the collector runs: rule that out before failing.
-        PyGC_Collect();
+        // only until the collector runs: rule that out before failing
+        // (gc.collect() runs even where the program disabled automatic
+        // collection, unlike PyGC_Collect).
+        CollectGarbage();
         kept = Py_REFCNT(c.array) > c.array_refs + 1 ||
                (c.root && Py_REFCNT(c.root) > c.root_refs);
       }
