@@ -93,17 +93,13 @@ class _XlaBuffer:
     __slots__ = ("__weakref__",)
 
 
-class _HostBuffer(np.ndarray):
-    """A simulator array over XLA's host buffer.
+class _ReadOnlyInput(np.ndarray):
+    """An input in the simulator: XLA's input buffers are immutable values.
 
-    A subclass stops numpy's base collapsing here, so every view of it
-    refers to this array: its reference count tells numbax whether func kept
-    a view after returning.
+    Being a subclass also stops numpy's base collapsing here, so every view
+    of the input refers to this array (numbax's kept-view check counts its
+    references).
     """
-
-
-class _ReadOnlyInput(_HostBuffer):
-    """An input in the simulator: XLA's input buffers are immutable values."""
 
     numbax_input = -1
 
@@ -143,9 +139,32 @@ def host_array_hook(ptr: int, shape: tuple, dtype: str, read_only_input=-1):
         array = array.view(_ReadOnlyInput)
         array.numbax_input = read_only_input
         array.flags.writeable = False
-    else:
-        array = array.view(_HostBuffer)
-    return FakeCUDAArray(array), array
+        return _input_array_type()(array), array
+    # Every view of `array` refers to its base (numpy collapses view chains
+    # to the array over the foreign buffer): the root numbax counts.
+    root = array if array.base is None else array.base
+    return FakeCUDAArray(array), root
+
+
+_InputArray = None
+
+
+def _input_array_type():
+    """FakeCUDAArray for read-only inputs, whose slices stay simulator
+    arrays (FakeCUDAArray wraps only exact ndarrays, not subclasses)."""
+    global _InputArray
+    if _InputArray is None:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        class InputArray(FakeCUDAArray):
+            def __getitem__(self, idx):
+                ret = self._ary[idx]
+                if isinstance(ret, np.ndarray):
+                    return InputArray(ret, stream=self.stream)
+                return ret
+
+        _InputArray = InputArray
+    return _InputArray
 
 
 def device_stream_hook(ptr: int, device: int):

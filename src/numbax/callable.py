@@ -98,11 +98,8 @@ class NumbaCudaCallable:
                 )(*xs, key=key)
             return list(results)[:len(self.out_specs)]
 
-        if not self.has_side_effect:
-            # JAX refuses effects inside custom_jvp; elsewhere this makes
-            # grad name the user's op instead of numbax's shared FFI target.
-            bind = _not_differentiable(bind, op)
-        results = bind(*inputs)
+        # Makes grad name the user's op instead of numbax's shared target.
+        results = _not_differentiable(bind, op)(*inputs)
         return jax.tree_util.tree_unflatten(self.out_tree, list(results))
 
 
@@ -178,7 +175,9 @@ def numba_cuda_callable(
     The arrays and stream are views valid for one call only: numbax caches
     them per buffer address and hands the same objects to later calls, and
     XLA reuses the memory, so ``func`` must not keep them after it returns
-    (docs/quickstart.md, "What func may keep").
+    (the call then fails, naming the argument) nor write its non-aliased
+    inputs (read-only in the simulator; ``NUMBAX_CHECK_INPUTS=1`` checks on
+    a GPU). See docs/quickstart.md, "What func may keep".
 
     Returns:
       A function of JAX arrays that works eagerly and inside ``jax.jit``.

@@ -57,7 +57,7 @@ def set_graph_cache_size(size: int) -> None:
     if isinstance(size, bool) or not isinstance(size, int) or not (
             1 <= size <= MAX_GRAPH_CACHE_SIZE):
         raise ValueError(
-            f"the graph cache size must be an int from 1 to "
+            f"the graph cache size must be an int >= 1 and <= "
             f"{MAX_GRAPH_CACHE_SIZE}, got {size!r}")
     _core.set_graph_cache_size(size)
 
