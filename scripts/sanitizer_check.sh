@@ -22,8 +22,9 @@ PY=${PYTHON:-python3}
 site=/tmp/numbax-site
 
 tool=${1:-}
-part=${2:-1/1}
-shift $(( $# >= 2 ? 2 : $# ))
+[ $# -gt 0 ] && shift
+part=1/1
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then part=$1; shift; fi
 [ "${1:-}" = "--" ] && shift
 pytest_args=("$@")
 
