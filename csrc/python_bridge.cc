@@ -216,9 +216,9 @@ std::string TakePythonError() {
   if (text.empty() && value) {
     PyObject* str = PyObject_Str(value);
     // backslashreplace: a lone surrogate must not make it unprintable.
-    PyObject* s = str ? PyUnicode_AsEncodedString(str, "utf-8",
-                                                   "backslashreplace")
-                      : nullptr;
+    PyObject* s =
+        str ? PyUnicode_AsEncodedString(str, "utf-8", "backslashreplace")
+            : nullptr;
     Py_XDECREF(str);
     const char* utf8 = s ? PyBytes_AsString(s) : nullptr;
     text = std::string(type ? reinterpret_cast<PyTypeObject*>(type)->tp_name
@@ -310,14 +310,12 @@ PyObject* CallSite::ArrayFor(size_t slot_index, const BufferView& view,
       static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(view.data));
   // The simulator's inputs are read-only views (a write raises, naming the
   // input); the slot index names it.
-  const int read_only_input =
-      writable ? -1 : static_cast<int>(slot_index);
-  PyObject* made =
-      platform == Platform::kCuda
-          ? PyObject_CallFunction(g_hooks.device_array, "KOsi", ptr, shape,
-                                  dtype, device)
-          : PyObject_CallFunction(g_hooks.host_array, "KOsi", ptr, shape, dtype,
-                                  read_only_input);
+  const int read_only_input = writable ? -1 : static_cast<int>(slot_index);
+  PyObject* made = platform == Platform::kCuda
+                       ? PyObject_CallFunction(g_hooks.device_array, "KOsi",
+                                               ptr, shape, dtype, device)
+                       : PyObject_CallFunction(g_hooks.host_array, "KOsi", ptr,
+                                               shape, dtype, read_only_input);
   Py_DECREF(shape);
   if (!made) return nullptr;
   // A hook returns the array, or (array, root): see CachedArray::root.

@@ -53,7 +53,7 @@ def checked(func, num_results: int, op: str):
         num_inputs = len(arrays) - num_results  # outputs, scratch follow
         outputs = {_address(a) for a in arrays[num_inputs:]}
         before = []
-        for i, x in enumerate(arrays[:num_inputs]):
+        for x in arrays[:num_inputs]:
             aliased = _address(x) in outputs  # func may write it
             before.append(None if aliased else _snapshot(x, stream))
         result = func(*args)

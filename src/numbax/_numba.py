@@ -136,10 +136,10 @@ def host_array_hook(ptr: int, shape: tuple, dtype: str, read_only_input=-1):
         raw = (ctypes.c_char * nbytes).from_address(ptr)
         array = np.frombuffer(raw, dtype=dt).reshape(shape)
     if read_only_input >= 0:
-        array = array.view(_ReadOnlyInput)
-        array.numbax_input = read_only_input
-        array.flags.writeable = False
-        return _input_array_type()(array), array
+        view = array.view(_ReadOnlyInput)
+        view.numbax_input = read_only_input
+        view.flags.writeable = False
+        return _input_array_type()(view), view
     # Every view of `array` refers to its base (numpy collapses view chains
     # to the array over the foreign buffer): the root numbax counts.
     root = array if array.base is None else array.base
