@@ -79,18 +79,12 @@ def device_array_hook(ptr: int, shape: tuple, dtype: str, device: int):
     # The C++ handler made the primary context of `device` current.
     ctx = cuda.current_context()
     nbytes = math.prod(shape) * dt.itemsize
-    # Every view Numba makes of this memory refers to its owner strongly,
-    # so the owner's reference count tells numbax whether func kept one.
-    owner = _XlaBuffer()
-    memory = driver.MemoryPointer(ctx, driver.binding.CUdeviceptr(ptr), nbytes,
-                                  owner=owner)
+    memory = driver.MemoryPointer(ctx, driver.binding.CUdeviceptr(ptr), nbytes)
     strides = _c_strides(shape, dt.itemsize)
-    return DeviceNDArray(shape, strides, dt, gpu_data=memory), owner
-
-
-class _XlaBuffer:
-    """The owner of a device array over XLA's memory (it frees nothing)."""
-    __slots__ = ("__weakref__",)
+    # Every view Numba makes of the array refers to `memory` strongly (a
+    # reshape shares it; a slice's MemoryPointer keeps it as its owner), so
+    # its reference count tells numbax whether func kept one.
+    return DeviceNDArray(shape, strides, dt, gpu_data=memory), memory
 
 
 class _ReadOnlyInput(np.ndarray):
