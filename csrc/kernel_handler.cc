@@ -1,6 +1,7 @@
 // Call frame -> device binding -> cuLaunchKernel, for numba_cuda_kernel.
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,7 +24,11 @@ bool ParseTriple(PyObject* seq, std::array<T, N>* out) {
     return false;
   for (size_t i = 0; i < N; ++i) {
     long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(seq, i));
-    if (v < 0 || PyErr_Occurred()) return false;
+    // Out of T's range would be truncated into a different launch.
+    if (v < 0 || PyErr_Occurred() ||
+        static_cast<unsigned long long>(v) > std::numeric_limits<T>::max()) {
+      return false;
+    }
     (*out)[i] = static_cast<T>(v);
   }
   return true;
@@ -56,7 +61,7 @@ std::string ParsePlan(PyObject* t, LaunchPlan* plan, PyObject** owner) {
   }
   if (!ParseTriple(grid, &plan->grid) || !ParseTriple(block, &plan->block)) {
     PyErr_Clear();
-    return "grid and block must be 3-tuples of non-negative ints";
+    return "grid and block must be 3-tuples of ints in [0, 2**32)";
   }
   if (PyTuple_GET_SIZE(broadcast) != plan->num_inputs) {
     return "broadcast needs one flag per input";
@@ -65,6 +70,10 @@ std::string ParsePlan(PyObject* t, LaunchPlan* plan, PyObject** owner) {
     plan->broadcast.push_back(PyObject_IsTrue(PyTuple_GET_ITEM(broadcast, i)));
   }
   if (shared_mem < 0 || plan->batch < 0) return "negative launch parameter";
+  if (static_cast<unsigned long long>(shared_mem) >
+      std::numeric_limits<unsigned>::max()) {
+    return "shared_mem does not fit in 32 bits";
+  }
   plan->shared_mem = static_cast<unsigned>(shared_mem);
   plan->cooperative = cooperative != 0;
   plan->empty_launch = empty_launch != 0;

@@ -85,6 +85,17 @@ PyObject* ShapeTuple(const BufferView& view) {
   return shape;
 }
 
+void CollectGarbage() {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyObject* gc = PyImport_ImportModule("gc");
+  PyObject* r = gc ? PyObject_CallMethod(gc, "collect", nullptr) : nullptr;
+  Py_XDECREF(r);
+  Py_XDECREF(gc);
+  PyErr_Clear();
+  PyErr_Restore(type, value, traceback);
+}
+
 }  // namespace
 
 ffi::TypeId CpuCallSite::id = {};
@@ -203,8 +214,13 @@ std::string TakePythonError() {
     PyErr_Clear();  // the formatter itself must not leave an error behind
   }
   if (text.empty() && value) {
-    PyObject* s = PyObject_Str(value);
-    const char* utf8 = s ? PyUnicode_AsUTF8(s) : nullptr;
+    PyObject* str = PyObject_Str(value);
+    // backslashreplace: a lone surrogate must not make it unprintable.
+    PyObject* s =
+        str ? PyUnicode_AsEncodedString(str, "utf-8", "backslashreplace")
+            : nullptr;
+    Py_XDECREF(str);
+    const char* utf8 = s ? PyBytes_AsString(s) : nullptr;
     text = std::string(type ? reinterpret_cast<PyTypeObject*>(type)->tp_name
                             : "Exception") +
            ": " + (utf8 ? utf8 : "<unprintable>");
@@ -267,16 +283,20 @@ CallSite::~CallSite() {
 
 void CallSite::ClearCache() {
   for (auto& slot : slots_) {
-    for (auto& c : slot) Py_DECREF(c.array);
+    for (auto& c : slot) {
+      Py_DECREF(c.array);
+      Py_XDECREF(c.root);
+    }
     slot.clear();
   }
 }
 
 PyObject* CallSite::ArrayFor(size_t slot_index, const BufferView& view,
-                             Platform platform, int device) {
+                             Platform platform, int device, bool writable) {
   auto& slot = slots_[slot_index];
   for (size_t i = 0; i < slot.size(); ++i) {
-    if (slot[i].data == view.data && slot[i].device == device) {
+    if (slot[i].data == view.data && slot[i].device == device &&
+        slot[i].writable == writable) {
       ++Counters().array_hits;
       if (i != 0) std::swap(slot[i], slot[0]);  // keep the hottest first
       return slot[0].array;
@@ -288,19 +308,84 @@ PyObject* CallSite::ArrayFor(size_t slot_index, const BufferView& view,
   const char* dtype = LookupDType(view.dtype)->name;
   const auto ptr =
       static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(view.data));
-  PyObject* array =
-      platform == Platform::kCuda
-          ? PyObject_CallFunction(g_hooks.device_array, "KOsi", ptr, shape,
-                                  dtype, device)
-          : PyObject_CallFunction(g_hooks.host_array, "KOs", ptr, shape, dtype);
+  // The simulator's inputs are read-only views (a write raises, naming the
+  // input); the slot index names it.
+  const int read_only_input = writable ? -1 : static_cast<int>(slot_index);
+  PyObject* made = platform == Platform::kCuda
+                       ? PyObject_CallFunction(g_hooks.device_array, "KOsi",
+                                               ptr, shape, dtype, device)
+                       : PyObject_CallFunction(g_hooks.host_array, "KOsi", ptr,
+                                               shape, dtype, read_only_input);
   Py_DECREF(shape);
-  if (!array) return nullptr;
+  if (!made) return nullptr;
+  // A hook returns the array, or (array, root): see CachedArray::root.
+  PyObject* array = made;
+  PyObject* root = nullptr;
+  if (PyTuple_Check(made) && PyTuple_GET_SIZE(made) == 2) {
+    array = PyTuple_GET_ITEM(made, 0);
+    root = PyTuple_GET_ITEM(made, 1);
+    Py_INCREF(array);
+    Py_INCREF(root);
+    Py_DECREF(made);
+  }
   if (slot.size() == kArraysPerSlot) {
     Py_DECREF(slot.back().array);
+    Py_XDECREF(slot.back().root);
     slot.pop_back();
   }
-  slot.insert(slot.begin(), CachedArray{view.data, device, array});
+  slot.insert(slot.begin(),
+              CachedArray{view.data, device, writable, array, root,
+                          Py_REFCNT(array), root ? Py_REFCNT(root) : 0});
   return array;
+}
+
+ffi::Error CallSite::CheckNothingKept(PyObject* const* args, size_t n) {
+  // Only this call holds its arrays now (no other thread runs this site):
+  // otherwise the counts include the other calls' references.
+  if (active_calls_ != 1) return ffi::Error::Success();
+  for (size_t i = 0; i < n && i < slots_.size(); ++i) {
+    auto& slot = slots_[i];
+    for (size_t j = 0; j < slot.size(); ++j) {
+      CachedArray& c = slot[j];
+      if (c.array != args[i]) continue;
+      // +1: the reference this call holds in its argument vector.
+      bool kept = Py_REFCNT(c.array) > c.array_refs + 1 ||
+                  (c.root && Py_REFCNT(c.root) > c.root_refs);
+      if (kept) {
+        // A reference cycle (a caught exception's traceback) may hold it
+        // only until the collector runs: rule that out before failing
+        // (gc.collect() runs even where the program disabled automatic
+        // collection, unlike PyGC_Collect).
+        CollectGarbage();
+        kept = Py_REFCNT(c.array) > c.array_refs + 1 ||
+               (c.root && Py_REFCNT(c.root) > c.root_refs);
+      }
+      if (!kept) break;
+      // Never hand the kept object to a later call: it would then alias
+      // that call's buffer under the name func kept.
+      PyObject* array = c.array;
+      PyObject* root = c.root;
+      slot.erase(slot.begin() + static_cast<std::ptrdiff_t>(j));
+      Py_DECREF(array);  // argv still holds it
+      Py_XDECREF(root);
+      const int64_t in = num_inputs_, out = num_outputs_;
+      const int64_t k = static_cast<int64_t>(i);
+      const std::string name =
+          k < in         ? "input " + std::to_string(k)
+          : k < in + out ? "output " + std::to_string(k - in)
+                         : "scratch buffer " + std::to_string(k - in - out);
+      return ffi::Error::InvalidArgument(
+          "numbax op '" + key_ + "': func kept a reference to its " + name +
+          " (argument " + std::to_string(k) +
+          ") or a view of it after returning. The arrays numbax passes "
+          "are views of XLA's buffers, valid only during the call: XLA "
+          "frees or reuses the memory afterwards, so reading the kept "
+          "array later reads freed memory. Copy what you need "
+          "(arr.copy_to_host()) or return it as an output instead "
+          "(docs/reliability.md)");
+    }
+  }
+  return ffi::Error::Success();
 }
 
 PyObject* StreamFor(Platform platform, int device, void* stream) {
@@ -354,8 +439,25 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
       for (PyObject*& o : held) Py_CLEAR(o);
     }
   } release{argv};
+  // Counts this call while it holds references to cached arrays (destroyed
+  // before `release`, still under the GIL): see CheckNothingKept.
+  struct Active {
+    int& n;
+    explicit Active(int& count) : n(count) { ++n; }
+    ~Active() { --n; }
+  } active{active_calls_};
+  const size_t num_inputs = static_cast<size_t>(num_inputs_);
   for (size_t i = 0; i < buffers.size(); ++i) {
-    PyObject* array = ArrayFor(i, buffers[i], platform, device);
+    // In the simulator an input is read-only unless it is aliased to an
+    // output (then it shares that output's buffer, which func may write).
+    bool writable = true;
+    if (platform == Platform::kCpu && i < num_inputs) {
+      writable = false;
+      for (size_t o = num_inputs; o < buffers.size(); ++o) {
+        if (buffers[o].data == buffers[i].data) writable = true;
+      }
+    }
+    PyObject* array = ArrayFor(i, buffers[i], platform, device, writable);
     if (!array) {
       ++Counters().errors;
       return ffi::Error::Internal(
@@ -409,6 +511,11 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
         "numbax op '" + key_ +
         "': func returned a value; it must write its results into the output "
         "arrays it is given and return None");
+  }
+  if (ffi::Error kept = CheckNothingKept(argv.data() + 1, buffers.size());
+      kept.failure()) {
+    ++Counters().errors;
+    return kept;
   }
   return ffi::Error::Success();
 }

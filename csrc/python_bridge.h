@@ -145,14 +145,25 @@ class CallSite {
   struct CachedArray {
     void* data;
     int device;
+    bool writable;
     PyObject* array;  // strong reference
+    // The object every view of `array` refers to (the simulator's numpy
+    // array, the device memory's owner), or null; strong reference.
+    PyObject* root;
+    // Reference counts with only numbax holding them: more after func
+    // returns means func kept the array or a view of it.
+    Py_ssize_t array_refs;
+    Py_ssize_t root_refs;
   };
   // A few arrays per buffer slot: XLA rotates among a handful of addresses
   // for the same call site, so a tiny most-recently-used list hits.
   static constexpr size_t kArraysPerSlot = 8;
 
   PyObject* ArrayFor(size_t slot, const BufferView& view, Platform platform,
-                     int device);
+                     int device, bool writable);
+  // After func returned: the error naming the first argument func kept a
+  // reference to (and drops that array from the cache), or success.
+  ::xla::ffi::Error CheckNothingKept(PyObject* const* args, size_t n);
 
   std::string key_;
   PyObject* func_ = nullptr;  // strong reference
@@ -160,6 +171,7 @@ class CallSite {
   int64_t num_outputs_ = 0;
   int64_t num_scratch_ = 0;
   std::vector<std::vector<CachedArray>> slots_;
+  int active_calls_ = 0;  // Invoke calls running func now (under the GIL)
 };
 
 // One state type per platform. XLA's CPU runtime and the CUDA plugin keep

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import math
+import operator
 from typing import Any, Sequence
 
 import jax
@@ -47,8 +49,45 @@ def is_shape_dtype(obj: Any) -> bool:
     return hasattr(obj, "shape") and hasattr(obj, "dtype")
 
 
-def normalize_outs(outs: Any, what: str = "outs"):
+# XLA refuses (by aborting the process, from inside jaxlib) a shape whose
+# element count, or byte size, does not fit in int64; numbax checks first.
+_MAX_SIZE = 2**63 - 1
+
+
+def check_extent_product(shape, itemsize: int, what: str) -> None:
+    """ValueError if `shape`'s element count or byte size overflows int64."""
+    elements = math.prod(shape)
+    if elements > _MAX_SIZE or elements * itemsize > _MAX_SIZE:
+        raise ValueError(
+            f"{what} has shape {tuple(shape)}: {elements} elements"
+            f" ({elements * itemsize} bytes), more than XLA can address "
+            f"(2**63 - 1); use a smaller shape")
+
+
+def _extent(d, what: str, i: int, shape) -> int:
+    # A float like 4.7 must not be truncated silently to 4.
+    if isinstance(d, (bool, np.bool_)):
+        raise TypeError(f"{what}[{i}] has a bool extent in shape {shape!r}; "
+                        "extents must be ints")
+    try:
+        return operator.index(d)
+    except TypeError:
+        pass
+    if isinstance(d, (float, np.floating)):
+        raise TypeError(
+            f"{what}[{i}] has a non-integer extent {d!r} in shape "
+            f"{tuple(shape)!r}: extents must be ints, e.g. "
+            f"jax.ShapeDtypeStruct(({int(d) if float(d).is_integer() else 'n'},"
+            " ...), dtype)")
+    raise TypeError(
+        f"{what}[{i}] has a non-static shape {shape!r}: numbax "
+        "outputs need concrete shapes of ints")
+
+
+def normalize_outs(outs: Any, what: str = "outs", op: str | None = None):
     """(flat list of ShapeDtypeStruct, treedef) from a struct or pytree of them."""
+    if op:
+        what = f"{op}: {what}"
     if isinstance(outs, (tuple, list)) and outs and all(
             isinstance(d, (int, np.integer)) for d in outs):
         raise TypeError(
@@ -71,11 +110,12 @@ def normalize_outs(outs: Any, what: str = "outs"):
                 f"{what}[{i}] must be a jax.ShapeDtypeStruct (or have .shape "
                 f"and .dtype); got {type(leaf).__name__}: {leaf!r}")
         try:
-            shape = tuple(int(d) for d in leaf.shape)
+            raw = tuple(leaf.shape)
         except TypeError as exc:
             raise TypeError(
                 f"{what}[{i}] has a non-static shape {leaf.shape!r}: numbax "
                 "outputs need concrete shapes") from exc
+        shape = tuple(_extent(d, what, i, raw) for d in raw)
         if any(d < 0 for d in shape):
             raise ValueError(f"{what}[{i}] has a negative dimension: {shape}")
         if len(shape) == 0:
@@ -83,6 +123,7 @@ def normalize_outs(outs: Any, what: str = "outs"):
                 f"{what}[{i}] is 0-d (a scalar); Numba CUDA device arrays must "
                 "have at least one dimension: use shape (1,)")
         dtype = check_dtype(leaf.dtype, f"{what}[{i}]")
+        check_extent_product(shape, dtype.itemsize, f"{what}[{i}]")
         specs.append(jax.ShapeDtypeStruct(shape, dtype))
     return specs, tree
 
@@ -94,9 +135,15 @@ def as_input_arrays(args: Sequence[Any], op: str) -> list:
         if isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer):
             x = a
         else:
+            if a is None or isinstance(a, dict):
+                raise TypeError(
+                    f"{op}: input {i} is {type(a).__name__} ({a!r:.60}), not "
+                    "an array; pass a numeric jax or numpy array for each "
+                    "input (numbax inputs are buffers; bake Python values "
+                    "into func instead)")
             try:
                 x = jnp.asarray(a)
-            except TypeError as exc:
+            except (TypeError, ValueError) as exc:
                 raise TypeError(
                     f"{op}: input {i} is not an array JAX can hold "
                     f"({type(a).__name__}): {exc} Pass a numeric jax or "
@@ -178,7 +225,9 @@ def check_arity(func, nargs: int, op: str, layout: str,
     """TypeError now, at trace time, if `func` cannot take `nargs` positional
     arguments; silent where Python cannot tell (builtins, C callables)."""
     try:
-        sig = inspect.signature(func)
+        # What numbax calls is func itself: a functools.wraps wrapper taking
+        # *args must be judged by its own signature, not the wrapped one's.
+        sig = inspect.signature(func, follow_wrapped=False)
     except (TypeError, ValueError):
         return
     try:

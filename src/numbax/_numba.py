@@ -81,11 +81,40 @@ def device_array_hook(ptr: int, shape: tuple, dtype: str, device: int):
     nbytes = math.prod(shape) * dt.itemsize
     memory = driver.MemoryPointer(ctx, driver.binding.CUdeviceptr(ptr), nbytes)
     strides = _c_strides(shape, dt.itemsize)
-    return DeviceNDArray(shape, strides, dt, gpu_data=memory)
+    # Every view Numba makes of the array refers to `memory` strongly (a
+    # reshape shares it; a slice's MemoryPointer keeps it as its owner), so
+    # its reference count tells numbax whether func kept one.
+    return DeviceNDArray(shape, strides, dt, gpu_data=memory), memory
 
 
-def host_array_hook(ptr: int, shape: tuple, dtype: str):
-    """A simulator array over XLA's host buffer: zero copy, written in place."""
+class _ReadOnlyInput(np.ndarray):
+    """An input in the simulator: XLA's input buffers are immutable values.
+
+    Being a subclass also stops numpy's base collapsing here, so every view
+    of the input refers to this array (numbax's kept-view check counts its
+    references).
+    """
+
+    numbax_input = -1
+
+    def __array_finalize__(self, obj):
+        self.numbax_input = getattr(obj, "numbax_input", -1)
+
+    def __setitem__(self, index, value):
+        raise ValueError(
+            f"func wrote to input {self.numbax_input}, which is read-only: "
+            "an input is an immutable JAX value that other ops (and the "
+            "caller) may still read. Write results into an output, or alias "
+            "the input to an output with input_output_aliases={"
+            f"{self.numbax_input}: output index}} to update it in place")
+
+
+def host_array_hook(ptr: int, shape: tuple, dtype: str, read_only_input=-1):
+    """A simulator array over XLA's host buffer: zero copy, written in place.
+
+    ``read_only_input`` >= 0: the buffer is that (non-aliased) input, handed
+    out read-only. Returns (array, root) as device_array_hook does.
+    """
     if not simulator_enabled():
         raise RuntimeError(
             "this numbax op runs on JAX's CPU backend, which needs Numba's "
@@ -100,7 +129,36 @@ def host_array_hook(ptr: int, shape: tuple, dtype: str):
     else:
         raw = (ctypes.c_char * nbytes).from_address(ptr)
         array = np.frombuffer(raw, dtype=dt).reshape(shape)
-    return FakeCUDAArray(array)
+    if read_only_input >= 0:
+        view = array.view(_ReadOnlyInput)
+        view.numbax_input = read_only_input
+        view.flags.writeable = False
+        return _input_array_type()(view), view
+    # Every view of `array` refers to its base (numpy collapses view chains
+    # to the array over the foreign buffer): the root numbax counts.
+    root = array if array.base is None else array.base
+    return FakeCUDAArray(array), root
+
+
+_InputArray = None
+
+
+def _input_array_type():
+    """FakeCUDAArray for read-only inputs, whose slices stay simulator
+    arrays (FakeCUDAArray wraps only exact ndarrays, not subclasses)."""
+    global _InputArray
+    if _InputArray is None:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        class InputArray(FakeCUDAArray):
+            def __getitem__(self, idx):
+                ret = self._ary[idx]
+                if isinstance(ret, np.ndarray):
+                    return InputArray(ret, stream=self.stream)
+                return ret
+
+        _InputArray = InputArray
+    return _InputArray
 
 
 def device_stream_hook(ptr: int, device: int):
@@ -114,7 +172,11 @@ def host_stream_hook():
 
 
 def format_exception_hook(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    text = "".join(
+        traceback.format_exception(type(exc), exc, exc.__traceback__))
+    # C++ needs UTF-8: a lone surrogate in the message would otherwise make
+    # the whole text (and its traceback) unprintable.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _c_strides(shape, itemsize):

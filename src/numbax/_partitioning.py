@@ -62,19 +62,35 @@ def check_leading_axis(inputs, out_specs, op: str) -> None:
 
 
 def bind(target: str, inputs, result_specs, *, key: str, aliases,
-         vmap_method):
+         vmap_method, partitionable: bool = True,
+         has_side_effect: bool = False):
+    """Binds the call; partitionable=False only borrows this primitive's
+    batching rule (which broadcasts unbatched aliased operands)."""
     out_shapes = tuple((tuple(int(d) for d in s.shape), np.dtype(s.dtype))
                        for s in result_specs)
     return numbax_callable_batch_p.bind(
         *inputs, target=target, key=key, out_shapes=out_shapes,
         aliases=tuple(sorted((aliases or {}).items())),
-        vmap_method=vmap_method, partitionable=True)
+        vmap_method=vmap_method, partitionable=partitionable,
+        has_side_effect=bool(has_side_effect))
 
 
-@numbax_callable_batch_p.def_abstract_eval
+def _ffi_effect():
+    try:
+        from jax._src.ffi import _FfiEffect
+        return _FfiEffect
+    except ImportError:  # pragma: no cover - moved in a later jax
+        return None
+
+
+@numbax_callable_batch_p.def_effectful_abstract_eval
 def _abstract_eval(*avals, target, key, out_shapes, aliases, vmap_method,
-                   partitionable):
-    return [ShapedArray(s, d) for s, d in out_shapes]
+                   partitionable, has_side_effect=False):
+    # The same effect ffi_call gives has_side_effect=True: XLA then neither
+    # merges two identical calls nor drops one whose result is unused.
+    effect = _ffi_effect() if has_side_effect else None
+    return ([ShapedArray(s, d) for s, d in out_shapes],
+            {effect} if effect is not None else set())
 
 
 def _shardy_on() -> bool:
@@ -114,10 +130,11 @@ def _sharding_rule_attr(op):
 
 
 def _lower(ctx, *args, target, key, out_shapes, aliases, vmap_method,
-           partitionable):
+           partitionable, has_side_effect=False):
     name = _registry.BATCH_TARGETS[target] if partitionable else target
     results = jax.ffi.ffi_lowering(
-        name, operand_output_aliases=dict(aliases))(ctx, *args, key=key)
+        name, operand_output_aliases=dict(aliases),
+        has_side_effect=has_side_effect)(ctx, *args, key=key)
     if partitionable:
         op = results[0].owner
         op = getattr(op, "operation", op)
@@ -132,13 +149,13 @@ mlir.register_lowering(numbax_callable_batch_p, _lower)
 
 
 def _batch_rule(args, dims, *, target, key, out_shapes, aliases, vmap_method,
-                partitionable):
+                partitionable, has_side_effect=False):
     """jax.vmap, with the meaning ffi_call gives ``vmap_method``."""
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
     moved = [a if d is None else jnp.moveaxis(a, d, 0)
              for a, d in zip(args, dims)]
     params = dict(target=target, key=key, aliases=aliases,
-                  vmap_method=vmap_method)
+                  vmap_method=vmap_method, has_side_effect=has_side_effect)
     if vmap_method in ("sequential", "sequential_unrolled"):
         mapped = [d is not None for d in dims]
 

@@ -7,19 +7,29 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from . import _checks, _numba, _registry
+from . import _checks, _inputcheck, _numba, _registry
 
 
 class NumbaCudaCallable:
     """The function of JAX arrays returned by :func:`numba_cuda_callable`."""
 
     def __init__(self, func, outs, *, vmap_method, input_output_aliases,
-                 scratch, capture, name, batch_partitionable=False):
+                 scratch, capture, name, batch_partitionable=False,
+                 has_side_effect=False):
         self.func = func  # strong: the registry refers to it weakly
-        self.out_specs, self.out_tree = _checks.normalize_outs(outs)
+        op = f"numba_cuda_callable({_registry.base_name(func)})"
+        self.out_specs, self.out_tree = _checks.normalize_outs(outs, op=op)
         self.scratch_specs = []
         if scratch is not None:
-            self.scratch_specs, _ = _checks.normalize_outs(scratch, "scratch")
+            self.scratch_specs, _ = _checks.normalize_outs(
+                scratch, "scratch", op=op)
+        self.has_side_effect = bool(has_side_effect)
+        # What XLA calls: func itself, or func checked for writes to its
+        # inputs (NUMBAX_CHECK_INPUTS=1, read when the op is created).
+        self._called = func
+        if _inputcheck.enabled() and not capture:
+            self._called = _inputcheck.checked(
+                func, len(self.out_specs) + len(self.scratch_specs), op)
         self.vmap_method = vmap_method
         self.input_output_aliases = input_output_aliases
         self.name = name
@@ -51,34 +61,66 @@ class NumbaCudaCallable:
                                    len(self.scratch_specs), stream=True))
             self._arities_checked.add(nargs)
         key = _registry.callable_key(
-            self.func, self._signature(inputs), name=self.name,
+            self._called, self._signature(inputs), name=self.name,
             num_inputs=len(inputs), num_outputs=len(self.out_specs),
             num_scratch=len(self.scratch_specs))
         target = (_registry.CAPTURE_TARGET if self.capture
                   else _registry.CALLABLE_TARGET)
+        # ffi_call's own 'expand_dims' batching gives an unbatched aliased
+        # operand a size-1 axis, which XLA's verifier then refuses against
+        # the batched output; numbax's primitive broadcasts it instead.
+        own_batching = bool(aliases) and self.vmap_method == "expand_dims"
         if self.batch_partitionable:
             from . import _partitioning
             _partitioning.check_leading_axis(
                 inputs, self.out_specs + self.scratch_specs, op)
-            results = _partitioning.bind(
-                target, inputs, self.out_specs + self.scratch_specs, key=key,
-                aliases=aliases, vmap_method=self.vmap_method)
-            results = list(results)[:len(self.out_specs)]
-            return jax.tree_util.tree_unflatten(self.out_tree, results)
-        results = jax.ffi.ffi_call(
-            target,
-            self.out_specs + self.scratch_specs,
-            # None pins XLA's default row-major layout on every buffer:
-            # Numba's arrays are C-contiguous views.
-            input_layouts=[None] * len(inputs),
-            output_layouts=[None] * (len(self.out_specs) +
-                                     len(self.scratch_specs)),
-            vmap_method=self.vmap_method,
-            input_output_aliases=aliases,
-            has_side_effect=False,
-        )(*inputs, key=key)
-        results = list(results)[:len(self.out_specs)]
-        return jax.tree_util.tree_unflatten(self.out_tree, results)
+
+        def bind(*xs):
+            if self.batch_partitionable or own_batching:
+                from . import _partitioning
+                results = _partitioning.bind(
+                    target, xs, self.out_specs + self.scratch_specs, key=key,
+                    aliases=aliases, vmap_method=self.vmap_method,
+                    partitionable=self.batch_partitionable,
+                    has_side_effect=self.has_side_effect)
+            else:
+                results = jax.ffi.ffi_call(
+                    target,
+                    self.out_specs + self.scratch_specs,
+                    # None pins XLA's default row-major layout on every
+                    # buffer: Numba's arrays are C-contiguous views.
+                    input_layouts=[None] * len(xs),
+                    output_layouts=[None] * (len(self.out_specs) +
+                                             len(self.scratch_specs)),
+                    vmap_method=self.vmap_method,
+                    input_output_aliases=aliases,
+                    has_side_effect=self.has_side_effect,
+                )(*xs, key=key)
+            return list(results)[:len(self.out_specs)]
+
+        if any(isinstance(x, jax.core.Tracer) for x in inputs):
+            # Makes grad name the user's op instead of numbax's shared
+            # target. Only when tracing (grad and jit both trace): eager
+            # calls of concrete arrays cannot be differentiated, and
+            # custom_jvp costs an eager call about 0.25 ms.
+            bind = _not_differentiable(bind, op)
+        results = bind(*inputs)
+        return jax.tree_util.tree_unflatten(self.out_tree, list(results))
+
+
+def _not_differentiable(bind, op: str):
+    guarded = jax.custom_jvp(bind)
+
+    def jvp(primals, tangents):
+        raise ValueError(
+            f"{op} cannot be differentiated: numbax cannot see what func "
+            "computes. Give it a derivative with jax.custom_jvp or "
+            "jax.custom_vjp around the call, or build the op with "
+            "numbax.XLACustomKernel and def_jvp_rule (docs/custom_kernel.md);"
+            " wrap an input in jax.lax.stop_gradient if no derivative flows "
+            "through it")
+    guarded.defjvp(jvp)
+    return guarded
 
 
 def numba_cuda_callable(
@@ -91,6 +133,7 @@ def numba_cuda_callable(
     capture: bool = False,
     name: str | None = None,
     batch_partitionable: bool = False,
+    has_side_effect: bool = False,
 ) -> Callable[..., Any]:
     """Create a JAX-callable from a Python function that launches Numba CUDA kernels.
 
@@ -127,11 +170,19 @@ def numba_cuda_callable(
         around the call, so ``func`` must take its sizes from the arrays it
         is given. Wrong for anything that mixes rows (a sum, a scan, a
         shift): leave it False there. See docs/multi_gpu.md.
+      has_side_effect: declare that ``func`` does more than write its
+        outputs (it counts calls, draws host-seeded random numbers, logs,
+        or writes memory other than its outputs). Passed to XLA, which then
+        never merges two identical calls into one and never drops a call
+        whose result is unused. Leave it False for pure functions of their
+        inputs, which XLA may then deduplicate and prune.
 
     The arrays and stream are views valid for one call only: numbax caches
     them per buffer address and hands the same objects to later calls, and
     XLA reuses the memory, so ``func`` must not keep them after it returns
-    (docs/quickstart.md, "What func may keep").
+    (the call then fails, naming the argument) nor write its non-aliased
+    inputs (read-only in the simulator; ``NUMBAX_CHECK_INPUTS=1`` checks on
+    a GPU). See docs/quickstart.md, "What func may keep".
 
     Returns:
       A function of JAX arrays that works eagerly and inside ``jax.jit``.
@@ -155,6 +206,16 @@ def numba_cuda_callable(
         raise TypeError(
             f"numba_cuda_callable: capture must be True or False, got "
             f"{type(capture).__name__}: {capture!r}")
+    if not isinstance(has_side_effect, (bool, np.bool_)):
+        raise TypeError(
+            f"numba_cuda_callable: has_side_effect must be True or False, "
+            f"got {type(has_side_effect).__name__}: {has_side_effect!r}")
+    if batch_partitionable and vmap_method == "legacy_vectorized":
+        raise ValueError(
+            "numba_cuda_callable: batch_partitionable=True cannot be combined "
+            "with vmap_method='legacy_vectorized' (deprecated in JAX, and not "
+            "a batching numbax's partitionable call implements); use "
+            "'expand_dims', 'broadcast_all' or 'sequential'")
     if name is not None and not isinstance(name, str):
         raise TypeError(
             f"numba_cuda_callable: name must be a str (a stable name for the "
@@ -162,4 +223,5 @@ def numba_cuda_callable(
     return NumbaCudaCallable(func, outs, vmap_method=vmap_method,
                              input_output_aliases=input_output_aliases,
                              scratch=scratch, capture=capture, name=name,
-                             batch_partitionable=batch_partitionable)
+                             batch_partitionable=batch_partitionable,
+                             has_side_effect=has_side_effect)

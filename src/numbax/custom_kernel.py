@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import inspect
 import threading
 import warnings
 from functools import partial
@@ -403,7 +404,7 @@ class XLACustomKernel:
             raise TypeError(
                 f"{self!r}: pass outs=jax.ShapeDtypeStruct(...) (or a pytree "
                 "of them) describing the outputs")
-        specs, out_tree = _checks.normalize_outs(outs)
+        specs, out_tree = _checks.normalize_outs(outs, op=repr(self))
         static = []
         for key in sorted(static_kwargs):
             value = static_kwargs[key]
@@ -435,12 +436,42 @@ class XLACustomKernel:
                 backends = inherited if inherited is not None else tuple(
                     (p, self._default(p)) for p in _USER_PLATFORMS)
         args = [x if isinstance(x, (jax.Array, jax.core.Tracer))
-                else jnp.asarray(x) for x in inputs]
+                else self._as_array(i, x) for i, x in enumerate(inputs)]
         results = self.primitive.bind(
             *args,
             outs=tuple((tuple(s.shape), np.dtype(s.dtype)) for s in specs),
             out_tree=out_tree, backends=backends, static=tuple(static))
         return jax.tree_util.tree_unflatten(out_tree, list(results))
+
+    def _as_array(self, i: int, x):
+        if x is None or isinstance(x, dict):
+            raise TypeError(
+                f"{self!r}: input {i} is {type(x).__name__}, not an array; "
+                "pass a jax or numpy array per input (static values go in "
+                "keyword arguments)")
+        try:
+            return jnp.asarray(x)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"{self!r}: input {i} ({type(x).__name__}) is not an array "
+                f"JAX can hold: {exc}") from exc
+
+    def _check_rule_call(self, rule, what: str, args, kwargs) -> None:
+        """TypeError naming the op and the rule if `rule` cannot take the
+        arguments numbax passes (instead of a bare TypeError from inside)."""
+        try:
+            sig = inspect.signature(rule)
+        except (TypeError, ValueError):
+            return
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as exc:
+            passed = ", ".join([f"<{len(args)} positional>"] +
+                               [f"{k}=..." for k in kwargs])
+            raise TypeError(
+                f"{self!r}: {what} {getattr(rule, '__name__', rule)}{sig} "
+                f"cannot take the arguments numbax passes ({passed}): {exc}. "
+                f"docs/custom_kernel.md gives each rule's signature") from None
 
     # -- kernel tables -----------------------------------------------------
 
@@ -576,6 +607,9 @@ class XLACustomKernel:
                 for i, (rule, t) in enumerate(zip(rules, tangents)):
                     if rule is None or type(t) is ad.Zero or _is_float0(t):
                         continue
+                    self._check_rule_call(
+                        rule, f"the JVP rule of input {i}", (t, *primals),
+                        dict(outs=outs_struct, **kwargs))
                     contributions.append(
                         (i, rule(t, *primals, outs=outs_struct, **kwargs)))
             else:
@@ -583,6 +617,9 @@ class XLACustomKernel:
                 # None for integer inputs, whose float0 tangents are unusable.
                 ts = [None if _is_float0(t) else ad.instantiate_zeros(t)
                       for t in tangents]
+                self._check_rule_call(rules[0], "the JVP rule",
+                                      (ts, *primals),
+                                      dict(outs=outs_struct, **kwargs))
                 contributions.append(
                     (None, rules[0](ts, *primals, outs=outs_struct, **kwargs)))
         sums: list = [None] * len(outs)
@@ -620,9 +657,14 @@ class XLACustomKernel:
             return [None] * len(args)
         cts = [None if _is_float0(ct) else ad.instantiate_zeros(ct)
                for ct in cts]
+        ct_tree = jax.tree_util.tree_unflatten(out_tree, cts)
+        self._check_rule_call(self._transpose_rule, "the transpose rule",
+                              (ct_tree, *args),
+                              dict(outs=_outs_struct(outs, out_tree),
+                                   **dict(static)))
         with self._inherit(backends):
             result = self._transpose_rule(
-                jax.tree_util.tree_unflatten(out_tree, cts), *args,
+                ct_tree, *args,
                 outs=_outs_struct(outs, out_tree), **dict(static))
         if not isinstance(result, (tuple, list)) or len(result) != len(args):
             raise TypeError(
@@ -651,12 +693,18 @@ class XLACustomKernel:
         params = dict(outs=outs, out_tree=out_tree, backends=backends,
                       static=static)
         if self._batching_rule is not None:
+            self._check_rule_call(
+                self._batching_rule, "the batching rule",
+                (list(args), list(axes)),
+                dict(outs=_outs_struct(outs, out_tree), **dict(static)))
             with self._inherit(backends):
                 result = self._batching_rule(
                     list(args), list(axes), outs=_outs_struct(outs, out_tree),
                     **dict(static))
             if result is not NotImplemented:
-                return self._check_batched(result, out_tree, len(outs))
+                size = next(a.shape[ax] for a, ax in zip(args, axes)
+                            if ax is not None)
+                return self._check_batched(result, out_tree, outs, size)
         folded = self._kernel_batch(args, axes, outs, out_tree, backends,
                                     static)
         if folded is not None:
@@ -698,7 +746,8 @@ class XLACustomKernel:
             f"the batched '{NUMBA_CUDA}' kernel")
         return leaves, [0] * len(leaves)
 
-    def _check_batched(self, result, out_tree, n_outs):
+    def _check_batched(self, result, out_tree, outs, size):
+        n_outs = len(outs)
         try:
             outputs, out_axes = result
         except (TypeError, ValueError):
@@ -722,6 +771,34 @@ class XLACustomKernel:
                 raise TypeError(
                     f"{self!r}: the batching rule's out_axes {out_axes!r} "
                     "must be an int, None, or have the structure of outs")
+        # Each output must be one unbatched output with the batch axis (of
+        # the vmapped size) at its out_axis, as JVP and transpose results
+        # are checked against outs.
+        for j, (leaf, ax, (shape, dtype)) in enumerate(
+                zip(leaves, axes, outs)):
+            got = tuple(np.shape(leaf))
+            if ax is None:
+                want = tuple(shape)
+            else:
+                ax = int(ax)
+                if not -len(shape) - 1 <= ax <= len(shape):
+                    raise TypeError(
+                        f"{self!r}: the batching rule gave output {j} "
+                        f"out_axis {ax}, outside the output's "
+                        f"{len(shape) + 1} axes")
+                ax = ax % (len(shape) + 1)
+                want = tuple(shape[:ax]) + (int(size),) + tuple(shape[ax:])
+            if got != want:
+                raise TypeError(
+                    f"{self!r}: the batching rule returned output {j} of "
+                    f"shape {got}, but outs declares {list(shape)} and the "
+                    f"batch of {size} at axis {ax} makes that {want}")
+            got_dtype = np.dtype(jnp.result_type(leaf))
+            if got_dtype != np.dtype(dtype):
+                raise TypeError(
+                    f"{self!r}: the batching rule returned output {j} of "
+                    f"dtype {got_dtype.name}, but outs declares "
+                    f"{np.dtype(dtype).name}")
         return list(leaves), list(axes)
 
     def _loop_batch(self, args, axes, params):

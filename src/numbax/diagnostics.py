@@ -35,6 +35,11 @@ def clear_caches() -> None:
     _core.clear_graph_caches()
 
 
+# Far beyond any useful number of CUDA graphs per call site, and within the
+# C++ size type on every platform.
+MAX_GRAPH_CACHE_SIZE = 2**31 - 1
+
+
 def set_graph_cache_size(size: int) -> None:
     """How many CUDA graphs each capture-mode call site keeps (LRU, default 16).
 
@@ -44,13 +49,16 @@ def set_graph_cache_size(size: int) -> None:
     site, existing and future.
 
     Args:
-      size: the number of graphs per call site, an int >= 1.
+      size: the number of graphs per call site, an int from 1 to 2**31 - 1.
 
     Raises:
-      ValueError: ``size`` is not an int >= 1.
+      ValueError: ``size`` is not an int in that range.
     """
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"the graph cache size must be an int >= 1, got {size!r}")
+    if isinstance(size, bool) or not isinstance(size, int) or not (
+            1 <= size <= MAX_GRAPH_CACHE_SIZE):
+        raise ValueError(
+            f"the graph cache size must be an int >= 1 and <= "
+            f"{MAX_GRAPH_CACHE_SIZE}, got {size!r}")
     _core.set_graph_cache_size(size)
 
 

@@ -205,7 +205,9 @@ class NumbaCudaKernel:
                  threads_per_block, shared_mem, vmap_method,
                  input_output_aliases, name):
         self.kernel = kernel
-        self.out_specs, self.out_tree = _checks.normalize_outs(outs)
+        self.out_specs, self.out_tree = _checks.normalize_outs(
+            outs, op=f"numba_cuda_kernel("
+            f"{_registry.base_name(getattr(kernel, 'py_func', kernel))})")
         self.launch_dims = launch_dims
         self.grid = grid
         self.block = block
@@ -221,6 +223,7 @@ class NumbaCudaKernel:
         self._fold_decisions: dict = {}
         self._batched_kernels: dict = {}
         self.__name__ = getattr(kernel, "__name__", "numba_cuda_kernel")
+        self._identity = self._value_identity()
 
     @property
     def _label(self) -> str:
@@ -315,11 +318,41 @@ class NumbaCudaKernel:
             self._fold_decisions[argtypes] = decision
             return decision, None
 
+    def _value_identity(self):
+        """What makes two ops the same op, or None where it is unhashable.
+
+        The op is a static parameter of numbax_kernel_p, so JAX's caches key
+        compiled programs on it: ops re-created with the same kernel, outs
+        and launch configuration (a helper that builds the op per call) must
+        compare equal, or every call compiles, and keeps, a new program.
+        """
+        aliases = self.input_output_aliases
+        if isinstance(aliases, dict):
+            aliases = tuple(sorted(aliases.items(), key=repr))
+        identity = (
+            self.kernel,
+            tuple((tuple(s.shape), np.dtype(s.dtype).str)
+                  for s in self.out_specs),
+            self.out_tree, self.launch_dims, self.grid, self.block,
+            self.threads_per_block, self.shared_mem, self.vmap_method,
+            aliases, self.name)
+        try:
+            hash(identity)
+        except TypeError:
+            return None
+        return identity
+
     def __hash__(self):
-        return id(self)
+        if self._identity is None:
+            return id(self)
+        return hash(self._identity)
 
     def __eq__(self, other):
-        return self is other
+        if self is other:
+            return True
+        if not isinstance(other, NumbaCudaKernel) or self._identity is None:
+            return False
+        return self._identity == other._identity
 
     @property
     def _py_func(self):
@@ -638,8 +671,18 @@ def numba_cuda_kernel(
             "numba_cuda_kernel: kernel is a device function "
             "(@cuda.jit(device=True)), which cannot be launched; wrap it in a "
             "@cuda.jit kernel that calls it")
-    return NumbaCudaKernel(
+    op = NumbaCudaKernel(
         kernel, outs, grid=grid, block=block, launch_dims=launch_dims,
         threads_per_block=int(threads_per_block), shared_mem=int(shared_mem),
         vmap_method=vmap_method, input_output_aliases=input_output_aliases,
         name=name)
+    if op._identity is None:
+        return op
+    # One object per distinct op while it lives: its compiled kernels,
+    # simulator launchers and registry entries are shared by every re-creation.
+    return _interned.setdefault(op._identity, op)
+
+
+# Ops by value (see NumbaCudaKernel._value_identity); an entry goes with its op.
+_interned: "weakref.WeakValueDictionary[tuple, NumbaCudaKernel]" = \
+    weakref.WeakValueDictionary()
