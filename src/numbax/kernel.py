@@ -134,6 +134,9 @@ def _lower(ctx, *args, op, out_shapes, batch, broadcast, platform):
     else:
         key = op._simulator_key(avals, out_shapes, batch, broadcast)
         target = _registry.CALLABLE_TARGET
+    if (getattr(ctx.module_context.lowering_parameters, "for_export", False)
+            and _registry.is_ambiguous(key)):
+        raise _registry.ambiguous_export_error(repr(op), key)
     aliases = op.input_output_aliases or {}
     return jax.ffi.ffi_lowering(
         target,
@@ -207,6 +210,12 @@ class NumbaCudaKernel:
         self._launchers: dict = {}  # simulator launchers, kept alive here
         self._arities_checked: set = set()
         self.__name__ = getattr(kernel, "__name__", "numba_cuda_kernel")
+        # Registered now, not when first traced: a process that only
+        # creates the op can run a deserialised program that calls it (the
+        # kernel is compiled then, from the shapes and dtypes in the key).
+        self._group = _registry.register_op(
+            self, kernel, name=name, config=self._config(),
+            num_outputs=len(self.out_specs))
 
     def __repr__(self):
         return f"numbax.numba_cuda_kernel({_registry.base_name(self._py_func)})"
@@ -254,9 +263,54 @@ class NumbaCudaKernel:
                 "numba_cuda_callable instead, or compile without debug")
         return compiled
 
-    def _gpu_key(self, avals, out_avals, batch, broadcast):
+    def _config(self) -> str:
+        """What the op was created with, as its key spells it."""
+        grid, block, _ = self._launch()
+        outs = _registry.avals_text(
+            (tuple(o.shape), o.dtype) for o in self.out_specs)
+        dims = lambda d: "x".join(map(str, d))  # noqa: E731
+        return (f"kernel;outs={outs};grid={dims(grid)};block={dims(block)}"
+                f";smem={self.shared_mem}")
+
+    @staticmethod
+    def _call_spec(avals, batch, broadcast) -> str:
+        flags = "".join("1" if b else "0" for b in broadcast)
+        return (f"in={_registry.avals_text(avals)};batch={int(batch)}"
+                f";bcast={flags}")
+
+    def _parse_call(self, call: str):
+        fields = _registry.spec_fields(call)
+        avals = _registry.parse_avals(fields.get("in", ""))
+        batch = int(fields.get("batch", "0") or 0)
+        broadcast = tuple(c == "1" for c in fields.get("bcast", ""))
+        if len(broadcast) != len(avals):
+            raise ValueError(f"{self!r}: malformed call spec {call!r}")
+        return avals, batch, broadcast
+
+    def _out_avals(self, batch):
+        lead = (batch,) if batch else ()
+        return [(lead + tuple(o.shape), np.dtype(o.dtype))
+                for o in self.out_specs]
+
+    def _entry_for_call(self, key, call, platform):
+        """The registry entry of a key this process did not trace (a
+        deserialised or cached program): built from the call spec, the
+        kernel compiled here once per key."""
+        avals, batch, broadcast = self._parse_call(call)
+        if platform == "cpu":
+            launcher = self._simulator_launcher(len(avals), batch, broadcast)
+            return _registry.CallableEntry(
+                key, _registry._func_ref(launcher), len(avals),
+                len(self.out_specs), 0)
+        return self._kernel_entry(key, avals, batch, broadcast)
+
+    def _kernel_entry(self, key, avals, batch, broadcast):
+        out_avals = self._out_avals(batch)
+        dtypes = [d for _, d in list(avals) + out_avals]
+        if _numba.has_bfloat16(dtypes):
+            _numba.check_bfloat16_devices(repr(self))
         # The kernel's arguments are the inputs then the outputs.
-        argtypes = self._argtypes(list(avals) + list(out_avals), batch)
+        argtypes = self._argtypes(list(avals) + out_avals, batch)
         compiled = self._compile(argtypes)
         grid, block, empty = self._launch()
         n_in = len(avals)
@@ -278,10 +332,22 @@ class NumbaCudaKernel:
                     block, op.shared_mem, bool(compiled.cooperative),
                     empty or batch < 0, int(batch), tuple(broadcast))
 
-        signature = ("kernel", tuple((s, d.str) for s, d in avals),
-                     tuple((s, d.str) for s, d in out_avals), batch,
-                     broadcast, grid, block, self.shared_mem)
-        return _registry.kernel_key(self, signature, plan, name=self.name)
+        return _registry.KernelEntry(key, plan, op_ref)
+
+    def _gpu_key(self, avals, out_avals, batch, broadcast):
+        if [tuple(s) for s, _ in out_avals] != [
+                s for s, _ in self._out_avals(batch)]:
+            raise ValueError(f"{self!r}: outputs {out_avals} do not match "
+                             f"outs {self.out_specs} (batch {batch})")
+        # Compiled now, at trace time, so that compile errors surface here.
+        entry = self._kernel_entry("", avals, batch, broadcast)
+
+        def make_entry(key):
+            entry.key = key
+            return entry
+        return _registry.program_key(
+            self.kernel, self._group, self._call_spec(avals, batch, broadcast),
+            make_entry)
 
     def _load(self, compiled, grid, block, ordinal):
         cufunc = compiled._codelibrary.get_cufunc()
@@ -297,12 +363,10 @@ class NumbaCudaKernel:
                                      self.shared_mem)
 
     # -- CPU: the same launch through Numba's simulator -------------------
-    def _simulator_key(self, avals, out_shapes, batch, broadcast):
+    def _simulator_launcher(self, n_in, batch, broadcast):
+        """The function the CPU handler calls: the launch(es) in the simulator."""
         grid, block, empty = self._launch()
-        n_in = len(avals)
-        signature = ("kernel-sim", tuple((s, d.str) for s, d in avals),
-                     tuple((tuple(s), np.dtype(d).str) for s, d in out_shapes),
-                     batch, broadcast, grid, block, self.shared_mem)
+        signature = (n_in, batch, tuple(broadcast))
         launcher = self._launchers.get(signature)
         if launcher is None:
             kernel, shared_mem = self.kernel, self.shared_mem
@@ -325,10 +389,21 @@ class NumbaCudaKernel:
             launcher.__module__ = getattr(self._py_func, "__module__", None)
             launcher.__qualname__ = (
                 getattr(self._py_func, "__qualname__", "kernel") + ".simulator")
-            self._launchers[signature] = launcher
-        return _registry.callable_key(
-            launcher, signature, name=self.name and f"{self.name}.simulator",
-            num_inputs=n_in, num_outputs=len(self.out_specs), num_scratch=0)
+            # Kept alive here: the registry refers to it weakly.
+            launcher = self._launchers.setdefault(signature, launcher)
+        return launcher
+
+    def _simulator_key(self, avals, out_shapes, batch, broadcast):
+        n_in = len(avals)
+        launcher = self._simulator_launcher(n_in, batch, broadcast)
+
+        def make_entry(key):
+            return _registry.CallableEntry(
+                key, _registry._func_ref(launcher), n_in,
+                len(self.out_specs), 0)
+        return _registry.program_key(
+            self.kernel, self._group, self._call_spec(avals, batch, broadcast),
+            make_entry)
 
     def __call__(self, *args):
         op = repr(self)
