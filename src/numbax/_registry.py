@@ -421,7 +421,8 @@ def _missing(key: str, kind: str, why: str = "") -> KeyError:
         f"Create the same op (numbax.{maker}(...) with the same function or "
         "name=, outs, scratch, capture and launch configuration; creating it "
         "is enough) before running a compiled or deserialised program that "
-        "uses it, and keep it alive while the program may run "
+        "uses it, and keep it alive while the program may run; an op whose "
+        "function was garbage-collected must be recreated too "
         "(docs/export.md)")
 
 
