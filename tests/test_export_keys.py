@@ -89,3 +89,23 @@ def test_named_factory_ops_export_and_run_in_any_creation_order(
         loaded = child(mode, "load", kind, blob, order, 1)
         assert loaded["ok"], (order, loaded)
         assert loaded["factor"] == pytest.approx(2.0), loaded
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_unique_key_meeting_two_closures_at_load_is_refused(
+        mode, kind, tmp_path):
+    # Exported while only the x*2 closure existed: a plain key. A process
+    # holding both closures cannot tell which one it names, and refuses; one
+    # holding only the x*2 closure runs it.
+    blob = tmp_path / "program.bin"
+    exported = child(mode, "export", kind, blob, 0, 1)
+    assert exported["ok"], exported
+    assert "~" not in exported["text"].split("key = ")[1].split('"')[1]
+    for order in ("3,2", "2,3"):
+        loaded = child(mode, "load", kind, blob, order, 0)
+        assert not loaded["ok"], (order, loaded)
+        assert "ambiguous in this process" in loaded["message"], loaded
+        assert "name=" in loaded["message"], loaded
+    loaded = child(mode, "load", kind, blob, "2", 0)
+    assert loaded["ok"], loaded
+    assert loaded["factor"] == pytest.approx(2.0), loaded
