@@ -111,3 +111,39 @@ def test_unique_key_meeting_two_closures_at_load_is_refused(
     loaded = child(mode, "load", kind, blob, "2", 0)
     assert loaded["ok"], loaded
     assert loaded["factor"] == pytest.approx(2.0), loaded
+
+
+def test_recreated_kernel_op_serves_a_program_of_a_collected_one(mode):
+    # The helper pattern: a numba_cuda_kernel re-created per call. A program
+    # lowered by an op that was then collected still runs, served by the op
+    # of the same kernel created later (not refused as collected).
+    code = (
+        "import gc, json, jax, jax.numpy as jnp, numpy as np\n"
+        "from numba import cuda\n"
+        "import numbax\n"
+        "@cuda.jit\n"
+        "def add1(x, out):\n"
+        "    i = cuda.grid(1)\n"
+        "    if i < x.shape[0]:\n"
+        "        out[i] = x[i] + 1\n"
+        "spec = jax.ShapeDtypeStruct((16,), jnp.float32)\n"
+        "x = np.arange(16, dtype=np.float32)\n"
+        "first = numbax.numba_cuda_kernel(add1, spec, launch_dims=16)\n"
+        "exp = jax.export.export(jax.jit(first),\n"
+        "    disabled_checks=numbax.export_disabled_checks())(spec)\n"
+        "del first; gc.collect()\n"
+        "again = numbax.numba_cuda_kernel(add1, spec, launch_dims=16)\n"
+        "out = np.asarray(jax.export.deserialize(exp.serialize()).call(x))\n"
+        "print('RESULT ' + json.dumps(dict(ok=bool((out == x + 1).all()))))\n")
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    if mode == "sim":
+        env.update(NUMBA_ENABLE_CUDASIM="1", JAX_PLATFORMS="cpu")
+    else:
+        env.pop("NUMBA_ENABLE_CUDASIM", None)
+        env.pop("JAX_PLATFORMS", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, env=env, timeout=TIMEOUT)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
+    assert json.loads(lines[-1][len("RESULT "):])["ok"]

@@ -383,6 +383,13 @@ def program_key(func, group_key: str, call: str,
     with _lock:
         key = _memo.get(memo_key)
         if key is not None and key in _entries:
+            if _alive(_entries[key]):
+                return key
+            # The op that traced it was collected, the function lives on (a
+            # re-created op): the same key, now served by this op.
+            entry = make_entry(key)
+            entry.func_id = id(func)
+            _entries[key] = entry
             return key
         key = f"{group_key}/{call}"
         member = _groups[group_key][id(func)]
@@ -394,6 +401,12 @@ def program_key(func, group_key: str, call: str,
         _entries[key] = entry
         _memo[memo_key] = key
         return key
+
+
+def _alive(entry) -> bool:
+    if isinstance(entry, KernelEntry):
+        return entry.owner_ref() is not None
+    return entry.func_ref() is not None
 
 
 def is_ambiguous(key: str) -> bool:
@@ -442,15 +455,22 @@ def _lookup(key: str, platform: str):
     """The entry of `key`: traced here, or built now from the op created here."""
     with _lock:
         entry = _entries.get(key)
-    if entry is not None:
+    if entry is not None and _alive(entry):
         return entry
+    # Not traced here (a deserialised or cached program), or traced by an
+    # op since collected: build the entry from the op created here.
     parsed = split_key(key)
     if parsed is None:
         raise _missing(key, "callable")
     group_key, call, mark = parsed
     kind = "kernel" if _config(group_key).startswith("kernel;") else "callable"
     if mark is not None:
-        if mark[1:].split(".")[0] != _PROCESS_TOKEN:
+        token, _, serial = mark[1:].partition(".")
+        with _lock:
+            live = [m for m in _live(group_key) if str(m.serial) == serial]
+        if token == _PROCESS_TOKEN and live:
+            return _build_entry(key, group_key, call, live[0], kind, platform)
+        if token != _PROCESS_TOKEN:
             raise KeyError(
                 f"numbax op key '{key}' was made in a process where several "
                 f"different functions shared '{group_key}' (closures made by "
@@ -471,7 +491,10 @@ def _lookup(key: str, platform: str):
             f"'{group_key}' ({names}), e.g. closures made by one factory, and "
             "a program's key cannot say which one it means. Give each op its "
             "own name= (here and in the process that exported the program)")
-    member = live[0]
+    return _build_entry(key, group_key, call, live[0], kind, platform)
+
+
+def _build_entry(key, group_key, call, member, kind, platform):
     func = member.func_ref()
     op = member.live_op()
     if kind == "kernel":
@@ -488,7 +511,11 @@ def _lookup(key: str, platform: str):
                               _config(group_key))
     entry.func_id = id(func)
     with _lock:
-        return _entries.setdefault(key, entry)
+        existing = _entries.get(key)
+        if existing is not None and _alive(existing):
+            return existing  # another thread built it meanwhile
+        _entries[key] = entry
+        return entry
 
 
 def _resolve_callable(key: str, platform: str):

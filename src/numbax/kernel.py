@@ -302,7 +302,11 @@ class NumbaCudaKernel:
             return _registry.CallableEntry(
                 key, _registry._func_ref(launcher), len(avals),
                 len(self.out_specs), 0)
-        return self._kernel_entry(key, avals, batch, broadcast)
+        # On XLA's instantiating thread: compile with device 0's primary
+        # context bound for the call (as a trace on the main thread would),
+        # so that Numba does not push a context of its own onto XLA's thread.
+        return _core.call_on_device(
+            0, lambda: self._kernel_entry(key, avals, batch, broadcast))
 
     def _kernel_entry(self, key, avals, batch, broadcast):
         out_avals = self._out_avals(batch)
