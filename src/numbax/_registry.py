@@ -250,7 +250,9 @@ def base_name(obj: Any) -> str:
     return f"{module}.{qualname}"
 
 
-def _func_ref(func):
+def weak_ref_to(func):
+    """A weak reference to `func`, or a strong one where Python allows no
+    weak one: the registry must not keep functions (or ops) alive."""
     try:
         return weakref.ref(func)
     except TypeError:  # not weak-referenceable: keep it alive
@@ -336,7 +338,7 @@ def register_op(op, func, *, name: str | None, config: str,
         members = _groups.setdefault(group_key, {})
         member = members.get(id(func))
         if member is None or member.func_ref() is not func:
-            member = Member(_func_ref(func), next(_serials), num_outputs,
+            member = Member(weak_ref_to(func), next(_serials), num_outputs,
                             num_scratch)
             members[id(func)] = member
             try:
@@ -504,7 +506,7 @@ def _build_entry(key, group_key, call, member, kind, platform):
     else:
         fields = spec_fields(call)
         avals = parse_avals(fields.get("in", ""))
-        entry = CallableEntry(key, _func_ref(func), len(avals),
+        entry = CallableEntry(key, weak_ref_to(func), len(avals),
                               member.num_outputs, member.num_scratch,
                               bfloat16=_numba.has_bfloat16(
                                   [d for _, d in avals]) or "bfloat16" in

@@ -54,7 +54,7 @@ class NumbaCudaCallable:
 
         def entry(key):
             return _registry.CallableEntry(
-                key, _registry._func_ref(self.func), n_in,
+                key, _registry.weak_ref_to(self.func), n_in,
                 len(self.out_specs), len(self.scratch_specs), bfloat16=bf16)
         return _registry.program_key(self.func, self._group, call, entry)
 

@@ -300,7 +300,7 @@ class NumbaCudaKernel:
         if platform == "cpu":
             launcher = self._simulator_launcher(len(avals), batch, broadcast)
             return _registry.CallableEntry(
-                key, _registry._func_ref(launcher), len(avals),
+                key, _registry.weak_ref_to(launcher), len(avals),
                 len(self.out_specs), 0)
         # On XLA's instantiating thread: compile with device 0's primary
         # context bound for the call (as a trace on the main thread would),
@@ -403,7 +403,7 @@ class NumbaCudaKernel:
 
         def make_entry(key):
             return _registry.CallableEntry(
-                key, _registry._func_ref(launcher), n_in,
+                key, _registry.weak_ref_to(launcher), n_in,
                 len(self.out_specs), 0)
         return _registry.program_key(
             self.kernel, self._group, self._call_spec(avals, batch, broadcast),
