@@ -172,3 +172,23 @@ def test_old_gpu_refused_at_trace_time(rng, monkeypatch, gpu_only):
     x = bf16_data(rng, N)
     with pytest.raises(ValueError, match="compute capability 7.5"):
         jax.jit(op).lower(x, x)
+
+
+@cuda.jit
+def product_into(x, y, poisoned, out):
+    # `out` is `poisoned`'s buffer (aliased): every element left unwritten
+    # stays NaN.
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = float32(x[i]) * float32(y[i])
+
+
+def test_kernel_bfloat16_writes_every_element_of_a_poisoned_output(rng, where):
+    op = numbax.numba_cuda_kernel(
+        product_into, jax.ShapeDtypeStruct((N,), jnp.float32), launch_dims=N,
+        input_output_aliases={2: 0})
+    x, y = bf16_data(rng, N), bf16_data(rng, N)
+    poisoned = jnp.full((N,), jnp.nan, jnp.float32)
+    got = np.asarray(jax.jit(op)(x, y, poisoned))
+    assert not np.isnan(got).any()
+    np.testing.assert_array_equal(got, as_f32(x) * as_f32(y))
