@@ -1,8 +1,9 @@
 """A fresh process for tests/test_export.py: run an exported or cached program.
 
-    python tests/export_child.py run BLOB DATA       create the ops, deserialise, run
+    python tests/export_child.py run BLOB DATA       create the ops (only), deserialise, run
     python tests/export_child.py missing BLOB DATA   deserialise and run, no op created
     python tests/export_child.py partial BLOB DATA   only some ops created
+    python tests/export_child.py mismatch BLOB DATA  one op created with other outs
     python tests/export_child.py cache DIR DATA      jit through the persistent cache
 
 DATA is an .npz with the inputs (x, m, s) and the expected outputs (y0..y2).
@@ -38,18 +39,26 @@ def run_exported(path, data, create):
     import jax
     from jax import export
 
+    # Creating the ops is all this process does before deserialising: no
+    # call and no trace of them here.
     if create == "all":
-        import export_ops
-        export_ops.create_ops()
+        os.environ["EXPORT_OPS_CREATE"] = "all"
+        import export_ops  # noqa: F401 - creates every op
     elif create == "some":
-        import export_ops
         # Only the plain callable: the kernel and the others stay unknown.
-        jax.jit(export_ops.callable_op).lower(export_ops.SPECS[0])
+        os.environ["EXPORT_OPS_CREATE"] = "callable"
+        import export_ops  # noqa: F401
+    elif create == "mismatch":
+        os.environ["EXPORT_OPS_CREATE"] = "none"
+        import export_ops
+        kept = export_ops.mismatched_callable_op()  # noqa: F841
     else:
         import numbax  # noqa: F401  - numbax imported, no op created
     with open(path, "rb") as f:
         exp = export.deserialize(bytearray(f.read()))
     args, want = load(data)
+    import numbax
+    before = numbax.bridge_counters()["resolves"]
     try:
         out = exp.call(*args)
         out = [np.asarray(o) for o in out]
@@ -57,7 +66,9 @@ def run_exported(path, data, create):
         report(ok=False, error_type=type(exc).__name__, message=str(exc))
         return
     err = compare(out, want)
-    report(ok=err < 1e-5, max_err=err)
+    report(ok=err < 1e-5, max_err=err,
+           resolves=numbax.bridge_counters()["resolves"] - before,
+           registry=list(numbax.registry_size()))
 
 
 def run_cached(cache_dir, data):
@@ -89,7 +100,8 @@ def main():
         run_cached(path, data)
     else:
         run_exported(path, data,
-                     {"run": "all", "missing": None, "partial": "some"}[mode])
+                     {"run": "all", "missing": None, "partial": "some",
+                      "mismatch": "mismatch"}[mode])
 
 
 if __name__ == "__main__":

@@ -89,8 +89,13 @@ def test_exported_module_names_ops_by_stable_key(exported):
     # Keys name module.qualname (or the explicit name=) and a digest: no
     # address or counter of this process.
     assert 'key = "export_ops.affine_launch/' in text
-    assert 'key = "export_ops.square_kernel.simulator/' in text
+    assert 'key = "export_ops.square_kernel/kernel;' in text
     assert 'key = "export_ops_named/' in text
+    # Readable parts: what the op was created with, then the call's arrays.
+    assert ('key = "export_ops.affine_launch/callable;outs=float32[64];'
+            'scratch=;capture=0/in=float32[64]"') in text
+    assert 'export_ops.captured_launch/callable;outs=float32[64];' \
+        'scratch=;capture=1/' in text
     assert "num_batch_dims" in text  # the partitionable declaration survives
 
 
@@ -102,9 +107,25 @@ def test_round_trip_in_this_process(exported):
 
 
 def test_round_trip_in_a_fresh_process(exported):
+    # The child only creates the ops (a plain callable, a kernel, a captured
+    # callable, a named and a batch-partitionable one); it never calls or
+    # traces them: the keys carry the shapes, and the kernel is compiled at
+    # XLA's instantiate stage.
     _, blob, data, _, _ = exported
     result = run_child("run", blob, data)
     assert result["ok"], result
+    assert result["resolves"] == 5, result  # one per call site
+    assert result["registry"] == [5, 0], result  # the kernel runs simulated
+
+
+def test_op_created_with_other_outs_is_a_clear_error_naming_both(exported):
+    _, blob, data, _, _ = exported
+    result = run_child("mismatch", blob, data)
+    assert not result["ok"]
+    message = result["message"]
+    assert "export_ops.affine_launch" in message, message
+    assert "callable;outs=float32[64]" in message, message  # the program's
+    assert "callable;outs=float32[32]" in message, message  # this process's
 
 
 def test_missing_op_in_a_fresh_process_is_a_clear_error(exported):
@@ -126,8 +147,8 @@ def test_partly_created_ops_name_the_missing_key(exported):
     # The callable was created; what is missing is one of the others.
     assert "export_ops.affine_launch/" not in message
     assert any(k in message for k in (
-        "export_ops.square_kernel.simulator/", "export_ops.row_scale_launch/",
-        "export_ops_named/")), message
+        "export_ops.square_kernel/", "export_ops.row_scale_launch/",
+        "export_ops_named/", "export_ops.captured_launch/")), message
 
 
 def test_persistent_compilation_cache_across_processes(tmp_path):

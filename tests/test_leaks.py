@@ -130,12 +130,19 @@ def test_registry_holds_kernel_owners_weakly():
     owners = [Owner() for _ in range(50)]
     for i, owner in enumerate(owners):
         owner_ref = weakref.ref(owner)
-        _registry.kernel_key(owner, ("leak-test", i),
-                             lambda r=owner_ref: (r(),), name=f"leak.k{i}")
+        group = _registry.register_op(owner, owner, name=f"leak.k{i}",
+                                      config="kernel;leak-test",
+                                      num_outputs=1)
+        _registry.program_key(
+            owner, group, f"in=float32[{i + 1}];batch=0;bcast=0",
+            lambda key, r=owner_ref: _registry.KernelEntry(
+                key, lambda: (r(),), r))
     assert numbax.registry_size()[1] == base[1] + 50
+    groups = len(_registry._groups)
     del owners, owner
     gc.collect()
     assert numbax.registry_size() == base
+    assert len(_registry._groups) == groups - 50
 
 
 def test_retracing_registers_nothing_new():
@@ -170,7 +177,7 @@ def test_stale_program_after_func_collected():
     gc.collect()
     assert func_ref() is None
     with pytest.raises(RuntimeFailure,
-                       match="numbax callable 'leaks.stale/[0-9a-f]+' is not "
+                       match="numbax callable 'leaks.stale/callable;[^']+' is not "
                              "registered in this process.*garbage-collected "
                              "must be recreated"):
         lowered.compile()

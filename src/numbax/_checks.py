@@ -13,8 +13,8 @@ import numpy as np
 
 from . import _numba
 
-# The element types the C++ bridge can hand to Numba (bfloat16 only where
-# the installed Numba can type it).
+# The element types the C++ bridge can hand to Numba; bfloat16 too, where
+# the installed numba-cuda types it (0.30 and newer, see _numba.numba_type_for).
 _SUPPORTED = {np.dtype(t) for t in (
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
     np.uint32, np.uint64, np.float16, np.float32, np.float64, np.complex64,
@@ -37,12 +37,14 @@ def check_dtype(dtype: Any, what: str) -> np.dtype:
         if _numba.numba_type_for(dt) is not None:
             return dt
         raise ValueError(
-            f"{what} has dtype bfloat16, which the installed Numba cannot "
-            "type; convert it with .astype(jnp.float32) (or float16) first")
+            f"{what} has dtype bfloat16, which the installed numba-cuda "
+            "cannot type (numba-cuda 0.30 or newer can: pip install -U "
+            "numba-cuda); or convert it with .astype(jnp.float32) (or "
+            "float16) first")
     raise ValueError(
         f"{what} has dtype {dt.name}, which Numba CUDA kernels cannot use. "
         "Supported: bool, int8-64, uint8-64, float16/32/64, complex64/128"
-        " (and bfloat16 where Numba types it); convert with .astype(...)")
+        ", bfloat16; convert with .astype(...)")
 
 
 def is_shape_dtype(obj: Any) -> bool:

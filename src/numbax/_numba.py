@@ -58,12 +58,60 @@ def _check_numpy() -> None:
 
 
 def numba_type_for(dtype: np.dtype):
-    """The Numba scalar type for a numpy dtype, or None if Numba lacks one."""
+    """The Numba scalar type for a numpy dtype, or None if Numba lacks one.
+
+    numba-cuda's own numpy support comes first: it types
+    ``ml_dtypes.bfloat16`` (as ``types.bfloat16``), which core Numba's does
+    not. Core Numba's is the fallback for numba-cuda releases without it.
+    """
+    dt = np.dtype(dtype)
+    try:
+        from numba.cuda.np import numpy_support as cuda_support
+        return cuda_support.from_dtype(dt)
+    except Exception:
+        pass
     from numba.np import numpy_support
     try:
-        return numpy_support.from_dtype(np.dtype(dtype))
+        return numpy_support.from_dtype(dt)
     except Exception:
         return None
+
+
+# bfloat16 arithmetic needs compute capability 8.0 (Ampere) or newer.
+BFLOAT16_MIN_CC = (8, 0)
+
+
+def has_bfloat16(dtypes) -> bool:
+    return any(np.dtype(d).name == "bfloat16" for d in dtypes)
+
+
+def bfloat16_problem(capabilities: dict) -> str | None:
+    """Why bfloat16 cannot run on these devices ({ordinal: (major, minor)}),
+    or None when every one can."""
+    old = {d: cc for d, cc in capabilities.items()
+           if tuple(cc) < BFLOAT16_MIN_CC}
+    if not old:
+        return None
+    listed = ", ".join(f"GPU {d} (compute capability {cc[0]}.{cc[1]})"
+                       for d, cc in sorted(old.items()))
+    return (f"bfloat16 needs compute capability >= "
+            f"{BFLOAT16_MIN_CC[0]}.{BFLOAT16_MIN_CC[1]} (Ampere or newer), "
+            f"but {listed} is older; convert the bfloat16 arrays with "
+            ".astype(jnp.float32) (or float16) before the op, or run on a "
+            "newer GPU")
+
+
+def check_bfloat16_devices(op: str) -> None:
+    """ValueError naming `op` if a visible GPU cannot run bfloat16 code."""
+    if simulator_enabled():
+        return
+    from numba import cuda
+    caps = {}
+    for ordinal in range(len(cuda.gpus)):
+        caps[ordinal] = tuple(cuda.gpus[ordinal].compute_capability)
+    why = bfloat16_problem(caps)
+    if why is not None:
+        raise ValueError(f"{op}: {why}")
 
 
 # ---------------------------------------------------------------------------

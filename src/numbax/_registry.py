@@ -1,22 +1,34 @@
 """Stable keys for user functions, and the one-time FFI target registration.
 
 A compiled program names the Python function (or kernel) it calls by a
-string key built from the function's module, qualified name and call
-signature: no pointer, id or counter of this process. Running the program in
-another process works once the same op has been created there.
+readable string key, ``identity/configuration/call``: the function's module
+and qualified name (or the op's ``name=``), what the op was created with
+(outs, scratch, capture, launch configuration) and the shapes and dtypes of
+the call. No pointer, id or counter of this process. Creating the same op is
+all another process needs to run the program: it finds the op by identity
+and configuration, and builds what the call needs (for a kernel, compiles
+it) from the call part, at XLA's instantiate stage.
+
+Several live functions under one identity and configuration (closures made
+by one factory) are ambiguous across processes: their keys carry this
+process's mark, resolve exactly here, and are refused elsewhere (and at
+export), with an error asking for name=.
 """
 
 from __future__ import annotations
 
 import atexit
-import hashlib
+import itertools
 import logging
+import re
+import secrets
 import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import jax
+import numpy as np
 
 from . import _core, _guard, _numba
 
@@ -177,6 +189,8 @@ class CallableEntry:
     num_inputs: int
     num_outputs: int
     num_scratch: int = 0
+    func_id: int = 0
+    bfloat16: bool = False
 
 
 @dataclass
@@ -189,12 +203,44 @@ class KernelEntry:
     # either); the C++ call site holds what the plan returns.
     owner_ref: Callable[[], Any] = lambda: None
     extra: dict = field(default_factory=dict)
+    func_id: int = 0
 
 
-_callables: dict[str, CallableEntry] = {}
-_kernels: dict[str, KernelEntry] = {}
-# (id(func), signature) -> key; cleaned when func is collected.
+@dataclass
+class Member:
+    """One function registered under a group key (identity/configuration).
+
+    Two live members under one group key are ambiguous across processes: a
+    program key names the group, not the function object.
+    """
+    func_ref: Callable[[], Any]
+    serial: int
+    num_outputs: int
+    num_scratch: int
+    # Weak references to the ops created for this function: a kernel op
+    # builds its launch plan (or simulator launcher) from the call spec.
+    ops: list = field(default_factory=list)
+
+    def live_op(self):
+        for ref in reversed(self.ops):
+            op = ref()
+            if op is not None:
+                return op
+        return None
+
+
+# Program key -> what it runs, for the keys this process traced or has
+# already resolved: the in-process lookup is exact, never by group.
+_entries: dict[str, Any] = {}
+# Group key ("identity/configuration") -> {id(func): Member}.
+_groups: dict[str, dict[int, Member]] = {}
+# (id(func), group key, call spec) -> program key; cleaned when func dies.
 _memo: dict[tuple, str] = {}
+_serials = itertools.count(1)
+# Marks the keys of ambiguous groups: a process that did not trace such a
+# key refuses it instead of guessing which function it meant.
+_PROCESS_TOKEN = secrets.token_hex(6)
+AMBIGUOUS_MARK = "~"
 
 
 def base_name(obj: Any) -> str:
@@ -204,93 +250,286 @@ def base_name(obj: Any) -> str:
     return f"{module}.{qualname}"
 
 
-def signature_digest(signature: Any) -> str:
-    return hashlib.sha256(repr(signature).encode()).hexdigest()[:16]
-
-
-def _func_ref(func):
+def weak_ref_to(func):
+    """A weak reference to `func`, or a strong one where Python allows no
+    weak one: the registry must not keep functions (or ops) alive."""
     try:
         return weakref.ref(func)
     except TypeError:  # not weak-referenceable: keep it alive
         return lambda: func
 
 
-def _forget(func_id: int) -> None:
+# ---------------------------------------------------------------------------
+# Readable specs: the parts of a key numbax writes itself. They never hold
+# "/" (which separates the parts), so a name= holding one still parses.
+
+def dtype_from_name(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def avals_text(avals) -> str:
+    """'float32[64],int32[16x4]' for [(shape, dtype), ...]."""
+    return ",".join(f"{np.dtype(d).name}[{'x'.join(str(int(n)) for n in s)}]"
+                    for s, d in avals)
+
+
+_AVAL = re.compile(r"([A-Za-z0-9_]+)\[([0-9x]*)\]")
+
+
+def parse_avals(text: str) -> list:
+    avals = []
+    for part in filter(None, text.split(",")):
+        m = _AVAL.fullmatch(part)
+        if m is None:
+            raise ValueError(f"malformed array spec {part!r}")
+        shape = tuple(int(n) for n in m.group(2).split("x")) if m.group(2) \
+            else ()
+        avals.append((shape, dtype_from_name(m.group(1))))
+    return avals
+
+
+def spec_fields(text: str) -> dict:
+    """{'in': ..., 'batch': ...} from 'in=...;batch=...'."""
+    out = {}
+    for part in text.split(";"):
+        k, _, v = part.partition("=")
+        out[k] = v
+    return out
+
+
+def split_key(key: str):
+    """(group key, call spec, ambiguity mark or None) of a program key."""
+    parts = key.rsplit("/", 3)
+    mark = None
+    if len(parts) == 4 and parts[3].startswith(AMBIGUOUS_MARK):
+        mark = parts.pop()
+    else:
+        parts = key.rsplit("/", 2)
+    if len(parts) != 3:
+        return None
+    identity, config, call = parts
+    return f"{identity}/{config}", call, mark
+
+
+def _identity(group_key: str) -> str:
+    return group_key.rsplit("/", 1)[0]
+
+
+def _config(group_key: str) -> str:
+    return group_key.rsplit("/", 1)[1]
+
+
+# ---------------------------------------------------------------------------
+# Registration (when an op is created) and keys (when it is traced).
+
+def register_op(op, func, *, name: str | None, config: str,
+                num_outputs: int, num_scratch: int = 0) -> str:
+    """Records that `op` runs `func` under `config`; returns its group key.
+
+    Creating an op is all a process needs to run a deserialised program that
+    calls it: the program's key names this group and carries the call's
+    shapes and dtypes.
+    """
+    group_key = f"{name or base_name(func)}/{config}"
+    with _lock:
+        members = _groups.setdefault(group_key, {})
+        member = members.get(id(func))
+        if member is None or member.func_ref() is not func:
+            member = Member(weak_ref_to(func), next(_serials), num_outputs,
+                            num_scratch)
+            members[id(func)] = member
+            try:
+                weakref.finalize(func, _forget, id(func), group_key)
+            except TypeError:
+                pass
+        member.ops = [r for r in member.ops if r() is not None]
+        member.ops.append(weakref.ref(op))
+    return group_key
+
+
+def _live(group_key: str) -> list:
+    members = _groups.get(group_key, {})
+    return [m for m in members.values() if m.func_ref() is not None]
+
+
+def _forget(func_id: int, group_key: str | None = None) -> None:
     with _lock:
         for memo_key in [k for k in _memo if k[0] == func_id]:
-            key = _memo.pop(memo_key)
-            _callables.pop(key, None)
-            _kernels.pop(key, None)
+            _entries.pop(_memo.pop(memo_key), None)
+        for key in [k for k, e in _entries.items() if e.func_id == func_id]:
+            del _entries[key]
+        if group_key is not None:
+            members = _groups.get(group_key)
+            if members is not None:
+                member = members.get(func_id)
+                if member is not None and member.func_ref() is None:
+                    del members[func_id]
+                if not members:
+                    del _groups[group_key]
 
 
-def _unique_key(base: str, taken: dict) -> str:
-    key, n = base, 1
-    while key in taken:
-        n += 1
-        key = f"{base}#{n}"
-    return key
+def program_key(func, group_key: str, call: str,
+                make_entry: Callable[[str], Any]) -> str:
+    """The key a traced program names (func, call) by; registers its entry.
 
-
-def callable_key(func, signature, *, name: str | None, num_inputs: int,
-                 num_outputs: int, num_scratch: int) -> str:
-    """The key of (func, signature), registering it on first use."""
+    Unique groups get the plain key ``group/call``, which any process that
+    created the op resolves. When several live functions share the group
+    (closures made by one factory, with no name=), the key also carries this
+    process's mark: it resolves exactly here, and is refused elsewhere.
+    """
     ensure_targets()
-    memo_key = (id(func), signature, name)
+    memo_key = (id(func), group_key, call)
     with _lock:
         key = _memo.get(memo_key)
-        if key is not None and key in _callables:
+        if key is not None and key in _entries:
+            if _alive(_entries[key]):
+                return key
+            # The op that traced it was collected, the function lives on (a
+            # re-created op): the same key, now served by this op.
+            entry = make_entry(key)
+            entry.func_id = id(func)
+            _entries[key] = entry
             return key
-        base = f"{name or base_name(func)}/{signature_digest(signature)}"
-        key = _unique_key(base, _callables)
-        _callables[key] = CallableEntry(key, _func_ref(func), num_inputs,
-                                        num_outputs, num_scratch)
+        key = f"{group_key}/{call}"
+        member = _groups[group_key][id(func)]
+        if len(_live(group_key)) > 1 or (
+                key in _entries and _entries[key].func_id != id(func)):
+            key += f"/{AMBIGUOUS_MARK}{_PROCESS_TOKEN}.{member.serial}"
+        entry = make_entry(key)
+        entry.func_id = id(func)
+        _entries[key] = entry
         _memo[memo_key] = key
-        try:
-            weakref.finalize(func, _forget, id(func))
-        except TypeError:
-            pass
         return key
 
 
-def kernel_key(owner, signature, plan, *, name: str | None) -> str:
-    ensure_targets()
-    memo_key = (id(owner), signature, name)
-    with _lock:
-        key = _memo.get(memo_key)
-        if key is not None and key in _kernels:
-            return key
-        base = f"{name or base_name(owner)}/{signature_digest(signature)}"
-        key = _unique_key(base, _kernels)
-        _kernels[key] = KernelEntry(key, plan, _func_ref(owner))
-        _memo[memo_key] = key
-        try:
-            weakref.finalize(owner, _forget, id(owner))
-        except TypeError:
-            pass
-        return key
+def _alive(entry) -> bool:
+    if isinstance(entry, KernelEntry):
+        return entry.owner_ref() is not None
+    return entry.func_ref() is not None
 
 
-def _missing(key: str, kind: str) -> KeyError:
-    if ".simulator/" in key:  # a numba_cuda_kernel run through the simulator
-        kind = "kernel"
+def is_ambiguous(key: str) -> bool:
+    parsed = split_key(key)
+    return parsed is not None and parsed[2] is not None
+
+
+def ambiguous_export_error(op: str, key: str) -> ValueError:
+    group_key = split_key(key)[0]
+    return ValueError(
+        f"{op}: cannot export it: several different functions in this "
+        f"process share the op key '{group_key}' (closures made by one "
+        "factory, with the same module, qualified name and configuration), "
+        "so a program naming it could run the wrong one in another process. "
+        "Give each op its own name= (numba_cuda_callable(..., name='...') or "
+        "numba_cuda_kernel(..., name='...')), in this process and in the one "
+        "that loads the program")
+
+
+def _missing(key: str, kind: str, why: str = "") -> KeyError:
+    maker = ("numba_cuda_callable" if kind == "callable"
+             else "numba_cuda_kernel")
     return KeyError(
-        f"numbax {kind} '{key}' is not registered in this process. Create the "
-        f"same op (numbax.{'numba_cuda_callable' if kind == 'callable' else 'numba_cuda_kernel'}"
-        "(...) with the same function and signature) and call it once, or "
-        "trace it, before running a compiled or deserialised program that "
-        "uses it; an op whose function was garbage-collected must be "
-        "recreated too (docs/export.md)")
+        f"numbax {kind} '{key}' is not registered in this process. {why}"
+        f"Create the same op (numbax.{maker}(...) with the same function or "
+        "name=, outs, scratch, capture and launch configuration; creating it "
+        "is enough) before running a compiled or deserialised program that "
+        "uses it, and keep it alive while the program may run; an op whose "
+        "function was garbage-collected must be recreated too "
+        "(docs/export.md)")
+
+
+def _describe_others(group_key: str) -> str:
+    identity = _identity(group_key)
+    others = sorted(_config(g) for g in _groups
+                    if _identity(g) == identity and g != group_key
+                    and _live(g))
+    if not others:
+        return ""
+    return (f"The program expects '{identity}' with {_config(group_key)}, "
+            f"but the op of that name created here has "
+            f"{' / '.join(others)}. ")
+
+
+def _lookup(key: str, platform: str):
+    """The entry of `key`: traced here, or built now from the op created here."""
+    with _lock:
+        entry = _entries.get(key)
+    if entry is not None and _alive(entry):
+        return entry
+    # Not traced here (a deserialised or cached program), or traced by an
+    # op since collected: build the entry from the op created here.
+    parsed = split_key(key)
+    if parsed is None:
+        raise _missing(key, "callable")
+    group_key, call, mark = parsed
+    kind = "kernel" if _config(group_key).startswith("kernel;") else "callable"
+    if mark is not None:
+        token, _, serial = mark[1:].partition(".")
+        with _lock:
+            live = [m for m in _live(group_key) if str(m.serial) == serial]
+        if token == _PROCESS_TOKEN and live:
+            return _build_entry(key, group_key, call, live[0], kind, platform)
+        if token != _PROCESS_TOKEN:
+            raise KeyError(
+                f"numbax op key '{key}' was made in a process where several "
+                f"different functions shared '{group_key}' (closures made by "
+                "one factory, with the same module, qualified name and "
+                "configuration), so it cannot say which one to run here. "
+                "Give each op its own name= and export the program again "
+                "(docs/export.md)")
+        raise _missing(key, kind, "Its function was garbage-collected. ")
+    with _lock:
+        live = _live(group_key)
+    if not live:
+        raise _missing(key, kind, _describe_others(group_key))
+    if len(live) > 1:
+        names = ", ".join(sorted({repr(m.func_ref()) for m in live}))
+        raise KeyError(
+            f"numbax op key '{key}' is ambiguous in this process: "
+            f"{len(live)} different functions were created under "
+            f"'{group_key}' ({names}), e.g. closures made by one factory, and "
+            "a program's key cannot say which one it means. Give each op its "
+            "own name= (here and in the process that exported the program)")
+    return _build_entry(key, group_key, call, live[0], kind, platform)
+
+
+def _build_entry(key, group_key, call, member, kind, platform):
+    func = member.func_ref()
+    op = member.live_op()
+    if kind == "kernel":
+        if op is None:
+            raise _missing(key, kind, "The op was garbage-collected. ")
+        entry = op._entry_for_call(key, call, platform)
+    else:
+        fields = spec_fields(call)
+        avals = parse_avals(fields.get("in", ""))
+        entry = CallableEntry(key, weak_ref_to(func), len(avals),
+                              member.num_outputs, member.num_scratch,
+                              bfloat16=_numba.has_bfloat16(
+                                  [d for _, d in avals]) or "bfloat16" in
+                              _config(group_key))
+    entry.func_id = id(func)
+    with _lock:
+        existing = _entries.get(key)
+        if existing is not None and _alive(existing):
+            return existing  # another thread built it meanwhile
+        _entries[key] = entry
+        return entry
 
 
 def _resolve_callable(key: str, platform: str):
     """Called by C++ at XLA's instantiate stage."""
-    with _lock:
-        entry = _callables.get(key)
-    if entry is None:
+    entry = _lookup(key, platform)
+    if not isinstance(entry, CallableEntry):
         raise _missing(key, "callable")
     func = entry.func_ref()
     if func is None:
-        raise _missing(key, "callable")
+        raise _missing(key, "callable", "Its function was garbage-collected. ")
+    if platform == "cuda" and entry.bfloat16:
+        _numba.check_bfloat16_devices(f"numbax op '{key}'")
     if platform == "cpu" and not _numba.simulator_enabled():
         raise RuntimeError(
             f"numbax op '{key}' was placed on JAX's CPU backend, which runs "
@@ -320,9 +559,8 @@ def _one_simulated_launch_at_a_time(func):
 
 def _resolve_kernel(key: str):
     """Called by C++ at XLA's instantiate stage: the launch plan."""
-    with _lock:
-        entry = _kernels.get(key)
-    if entry is None or entry.owner_ref() is None:
+    entry = _lookup(key, "cuda")
+    if not isinstance(entry, KernelEntry) or entry.owner_ref() is None:
         raise _missing(key, "kernel")
     return entry.plan()
 
@@ -330,4 +568,5 @@ def _resolve_kernel(key: str):
 def registry_size() -> tuple[int, int]:
     """(callables, kernels) registered now: for tests and diagnostics."""
     with _lock:
-        return len(_callables), len(_kernels)
+        kernels = sum(isinstance(e, KernelEntry) for e in _entries.values())
+        return len(_entries) - kernels, kernels

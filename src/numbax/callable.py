@@ -38,15 +38,36 @@ class NumbaCudaCallable:
         self.__name__ = getattr(func, "__name__", "numba_cuda_callable")
         self.__doc__ = getattr(func, "__doc__", None)
         self._arities_checked: set = set()
+        # Registered now, not when first traced: a process that only
+        # creates the op can run a deserialised program that calls it.
+        self._group = _registry.register_op(
+            self, func, name=name, config=self._config(),
+            num_outputs=len(self.out_specs),
+            num_scratch=len(self.scratch_specs))
 
     def __repr__(self):
         return f"numbax.numba_cuda_callable({_registry.base_name(self.func)})"
 
-    def _signature(self, inputs):
-        spec = lambda s: (tuple(s.shape), np.dtype(s.dtype).str)  # noqa: E731
-        return ("callable", self.capture, tuple(spec(x) for x in inputs),
-                tuple(spec(s) for s in self.out_specs),
-                tuple(spec(s) for s in self.scratch_specs))
+    def _config(self) -> str:
+        """What the op was created with, as its key spells it."""
+        aval = lambda s: (tuple(s.shape), s.dtype)  # noqa: E731
+        return (f"callable;outs={_registry.avals_text(map(aval, self.out_specs))}"
+                f";scratch={_registry.avals_text(map(aval, self.scratch_specs))}"
+                f";capture={int(self.capture)}")
+
+    def _key(self, inputs) -> str:
+        call = "in=" + _registry.avals_text(
+            (tuple(x.shape), np.dtype(x.dtype)) for x in inputs)
+        n_in = len(inputs)
+        specs = inputs + self.out_specs + self.scratch_specs
+        bf16 = _numba.has_bfloat16(s.dtype for s in specs)
+
+        def entry(key):
+            return _registry.CallableEntry(
+                # What XLA calls: func, or func checked for input writes.
+                key, _registry.weak_ref_to(self._called), n_in,
+                len(self.out_specs), len(self.scratch_specs), bfloat16=bf16)
+        return _registry.program_key(self.func, self._group, call, entry)
 
     def __call__(self, *args):
         op = f"numba_cuda_callable({_registry.base_name(self.func)})"
@@ -60,10 +81,7 @@ class NumbaCudaCallable:
                 _checks.arg_layout(len(inputs), len(self.out_specs),
                                    len(self.scratch_specs), stream=True))
             self._arities_checked.add(nargs)
-        key = _registry.callable_key(
-            self._called, self._signature(inputs), name=self.name,
-            num_inputs=len(inputs), num_outputs=len(self.out_specs),
-            num_scratch=len(self.scratch_specs))
+        key = self._key(inputs)
         target = (_registry.CAPTURE_TARGET if self.capture
                   else _registry.CALLABLE_TARGET)
         # ffi_call's own 'expand_dims' batching gives an unbatched aliased

@@ -1,10 +1,11 @@
 """jax.export of programs that use numbax ops (docs/export.md).
 
 A numbax op is an XLA custom call to one of numbax's fixed FFI targets, with
-a string attribute ``key`` naming the Python function (or kernel) it runs:
-module, qualified name and a digest of the call signature, or the ``name=``
-given to the op. ``jax.export`` refuses custom calls whose targets it does
-not know to be stable, so exporting needs :func:`export_disabled_checks`:
+a string attribute ``key`` naming what it runs: the function's module and
+qualified name (or the ``name=`` given to the op), what the op was created
+with (outs, scratch, capture, launch configuration) and the call's shapes
+and dtypes. ``jax.export`` refuses custom calls whose targets it does not
+know to be stable, so exporting needs :func:`export_disabled_checks`:
 
     exp = jax.export.export(jax.jit(f),
                             disabled_checks=numbax.export_disabled_checks())(
@@ -12,9 +13,11 @@ not know to be stable, so exporting needs :func:`export_disabled_checks`:
     blob = exp.serialize()
 
 In the process that runs the program, create the same ops (same function,
-same module and qualified name, same shapes and dtypes, or the same
-``name=``) and call or trace them once, then deserialise and call. A key no
-op of this process has registered fails the call with an error naming it.
+same module and qualified name, or the same ``name=``; same outs, scratch,
+capture and launch configuration), then deserialise and call: nothing needs
+to be traced. A key no op of this process matches fails the call with an
+error naming it; a key several live functions could match (closures made by
+one factory without ``name=``) is refused rather than guessed.
 """
 
 from __future__ import annotations

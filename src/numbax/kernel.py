@@ -138,6 +138,9 @@ def _lower(ctx, *args, op, out_shapes, batch, broadcast, platform):
     else:
         key = op._simulator_key(avals, out_shapes, batch, broadcast)
         target = _registry.CALLABLE_TARGET
+    if (getattr(ctx.module_context.lowering_parameters, "for_export", False)
+            and _registry.is_ambiguous(key)):
+        raise _registry.ambiguous_export_error(repr(op), key)
     aliases = op.input_output_aliases or {}
     return jax.ffi.ffi_lowering(
         target,
@@ -224,6 +227,12 @@ class NumbaCudaKernel:
         self._batched_kernels: dict = {}
         self.__name__ = getattr(kernel, "__name__", "numba_cuda_kernel")
         self._identity = self._value_identity()
+        # Registered now, not when first traced: a process that only
+        # creates the op can run a deserialised program that calls it (the
+        # kernel is compiled then, from the shapes and dtypes in the key).
+        self._group = _registry.register_op(
+            self, kernel, name=name, config=self._config(),
+            num_outputs=len(self.out_specs))
 
     @property
     def _label(self) -> str:
@@ -391,7 +400,72 @@ class NumbaCudaKernel:
                 "numba_cuda_callable instead, or compile without debug")
         return compiled
 
-    def _gpu_key(self, avals, out_avals, batch, broadcast):
+    def _config(self) -> str:
+        """What the op was created with, as its key spells it."""
+        grid, block, _ = self._launch()
+        outs = _registry.avals_text(
+            (tuple(o.shape), o.dtype) for o in self.out_specs)
+        dims = lambda d: "x".join(map(str, d))  # noqa: E731
+        return (f"kernel;outs={outs};grid={dims(grid)};block={dims(block)}"
+                f";smem={self.shared_mem}")
+
+    @staticmethod
+    def _call_spec(avals, batch, broadcast, fold: str = "") -> str:
+        flags = "".join("1" if b else "0" for b in broadcast)
+        spec = (f"in={_registry.avals_text(avals)};batch={int(batch)}"
+                f";bcast={flags}")
+        # How a vmapped call launches (axis/slices per launch) is decided
+        # anew from the compiled kernel wherever the key is resolved; it is
+        # in the key so that a program built under another chunk limit
+        # never shares an entry with this one.
+        return spec + (f";fold={fold}" if fold else "")
+
+    def _fold_spec(self, avals, batch, broadcast) -> str:
+        """'axis/max slices per launch' for a folded vmapped call, else ''."""
+        if batch <= 0:
+            return ""
+        argtypes = self._argtypes(list(avals) + self._out_avals(batch), batch)
+        decision, batched = self._folded(argtypes, batch, broadcast)
+        if batched is None or not decision.folds:
+            return ""
+        return f"{decision.axis}/{_fold.MAX_SLICES_PER_LAUNCH}"
+
+    def _parse_call(self, call: str):
+        fields = _registry.spec_fields(call)
+        avals = _registry.parse_avals(fields.get("in", ""))
+        batch = int(fields.get("batch", "0") or 0)
+        broadcast = tuple(c == "1" for c in fields.get("bcast", ""))
+        if len(broadcast) != len(avals):
+            raise ValueError(f"{self!r}: malformed call spec {call!r}")
+        return avals, batch, broadcast
+
+    def _out_avals(self, batch):
+        lead = (batch,) if batch else ()
+        return [(lead + tuple(o.shape), np.dtype(o.dtype))
+                for o in self.out_specs]
+
+    def _entry_for_call(self, key, call, platform):
+        """The registry entry of a key this process did not trace (a
+        deserialised or cached program): built from the call spec, the
+        kernel compiled here once per key."""
+        avals, batch, broadcast = self._parse_call(call)
+        if platform == "cpu":
+            launcher = self._simulator_launcher(
+                avals, self._out_avals(batch), batch, broadcast)
+            return _registry.CallableEntry(
+                key, _registry.weak_ref_to(launcher), len(avals),
+                len(self.out_specs), 0)
+        # On XLA's instantiating thread: compile with device 0's primary
+        # context bound for the call (as a trace on the main thread would),
+        # so that Numba does not push a context of its own onto XLA's thread.
+        return _core.call_on_device(
+            0, lambda: self._kernel_entry(key, avals, batch, broadcast))
+
+    def _kernel_entry(self, key, avals, batch, broadcast):
+        out_avals = self._out_avals(batch)
+        dtypes = [d for _, d in list(avals) + out_avals]
+        if _numba.has_bfloat16(dtypes):
+            _numba.check_bfloat16_devices(repr(self))
         # The kernel's arguments are the inputs then the outputs.
         all_avals = list(avals) + list(out_avals)
         argtypes = self._argtypes(all_avals, batch)
@@ -428,11 +502,24 @@ class NumbaCudaKernel:
                     empty or batch < 0, int(batch), tuple(broadcast),
                     fold_axis, max_slices)
 
-        signature = ("kernel", tuple((s, d.str) for s, d in avals),
-                     tuple((s, d.str) for s, d in out_avals), batch,
-                     broadcast, grid, block, self.shared_mem, fold_axis,
-                     max_slices if fold_axis >= 0 else None)
-        return _registry.kernel_key(self, signature, plan, name=self.name)
+        return _registry.KernelEntry(key, plan, op_ref)
+
+    def _gpu_key(self, avals, out_avals, batch, broadcast):
+        if [tuple(s) for s, _ in out_avals] != [
+                s for s, _ in self._out_avals(batch)]:
+            raise ValueError(f"{self!r}: outputs {out_avals} do not match "
+                             f"outs {self.out_specs} (batch {batch})")
+        # Compiled now, at trace time, so that compile errors surface here.
+        entry = self._kernel_entry("", avals, batch, broadcast)
+
+        def make_entry(key):
+            entry.key = key
+            return entry
+        return _registry.program_key(
+            self.kernel, self._group,
+            self._call_spec(avals, batch, broadcast,
+                            self._fold_spec(avals, batch, broadcast)),
+            make_entry)
 
     def _load(self, compiled, grid, block, ordinal):
         cufunc = compiled._codelibrary.get_cufunc()
@@ -448,7 +535,8 @@ class NumbaCudaKernel:
                                      self.shared_mem)
 
     # -- CPU: the same launch through Numba's simulator -------------------
-    def _simulator_key(self, avals, out_shapes, batch, broadcast):
+    def _simulator_launcher(self, avals, out_shapes, batch, broadcast):
+        """The function the CPU handler calls: the launch(es) in the simulator."""
         grid, block, empty = self._launch()
         n_in = len(avals)
         all_avals = list(avals) + [(tuple(s), np.dtype(d)) for s, d in out_shapes]
@@ -458,22 +546,32 @@ class NumbaCudaKernel:
                      else _fold.AXIS_NAMES.index(decision.axis))
         max_slices = _fold.MAX_SLICES_PER_LAUNCH if batched is not None \
             else None
-        signature = ("kernel-sim", tuple((s, d.str) for s, d in avals),
-                     tuple((tuple(s), np.dtype(d).str) for s, d in out_shapes),
-                     batch, broadcast, grid, block, self.shared_mem, fold_axis,
-                     max_slices)
+        signature = (n_in, batch, tuple(broadcast), fold_axis, max_slices)
         launcher = self._launchers.get(signature)
         if launcher is None:
-            launcher = self._simulator_launcher(
+            launcher = self._make_simulator_launcher(
                 n_in, grid, block, empty, batch, broadcast, batched, fold_axis,
                 max_slices)
-            self._launchers[signature] = launcher
-        return _registry.callable_key(
-            launcher, signature, name=self.name and f"{self.name}.simulator",
-            num_inputs=n_in, num_outputs=len(self.out_specs), num_scratch=0)
+            # Kept alive here: the registry refers to it weakly.
+            launcher = self._launchers.setdefault(signature, launcher)
+        return launcher
 
-    def _simulator_launcher(self, n_in, grid, block, empty, batch, broadcast,
-                            batched, fold_axis, max_slices):
+    def _simulator_key(self, avals, out_shapes, batch, broadcast):
+        n_in = len(avals)
+        launcher = self._simulator_launcher(avals, out_shapes, batch, broadcast)
+
+        def make_entry(key):
+            return _registry.CallableEntry(
+                key, _registry.weak_ref_to(launcher), n_in,
+                len(self.out_specs), 0)
+        return _registry.program_key(
+            self.kernel, self._group,
+            self._call_spec(avals, batch, broadcast,
+                            self._fold_spec(avals, batch, broadcast)),
+            make_entry)
+
+    def _make_simulator_launcher(self, n_in, grid, block, empty, batch,
+                                 broadcast, batched, fold_axis, max_slices):
         """The simulator's version of the C++ launch (same slicing, same
         chunks of at most MAX_SLICES_PER_LAUNCH slices when folded)."""
         kernel, shared_mem = self.kernel, self.shared_mem
