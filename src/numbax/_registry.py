@@ -144,7 +144,11 @@ def _handlers_ready(platform: str) -> bool:
     pending list, which a backend started later would replay out of order)."""
     try:
         from jax._src.lib import xla_client
-        name = xla_client.xla_platform_names.get(platform, platform)
+        # numbax registers on "cpu" and "CUDA"; XLA keys its handlers by
+        # its own platform names ("Host", "CUDA"). xla_platform_names maps
+        # "gpu" but not "cuda", so "cuda" must be spelled as registered.
+        registered_as = {"cpu": "cpu", "cuda": "CUDA"}.get(platform, platform)
+        name = xla_client.xla_platform_names.get(registered_as, registered_as)
         return (name in xla_client._custom_callback_handler and
                 name in xla_client._custom_type_id_handler)
     except Exception:  # pragma: no cover - internals moved: stay lazy
