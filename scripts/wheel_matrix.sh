@@ -51,7 +51,7 @@ for row in "${rows[@]}"; do
   rm -rf "$venv"
   "$PY" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-    -c "$WORK/constraints.txt" "$wheel" "jax==$jax_v" "jaxlib==$jax_v" \
+    -c "$WORK/constraints.txt" "$wheel[bench]" "jax==$jax_v" "jaxlib==$jax_v" \
     pytest hypothesis flatbuffers > "$WORK/pip-$jax_v.log" 2>&1 \
     || { tail -20 "$WORK/pip-$jax_v.log"; status=1; summary+=("jax $jax_v: install failed"); continue; }
   # No compiler or build tool in the venv: the wheel is all numbax needs.

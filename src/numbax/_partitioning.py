@@ -65,14 +65,16 @@ def bind(target: str, inputs, result_specs, *, key: str, aliases,
          vmap_method):
     out_shapes = tuple((tuple(int(d) for d in s.shape), np.dtype(s.dtype))
                        for s in result_specs)
+    # The primitive's parameter is op_key, not key: jax 0.8-0.9 cache
+    # abstract evaluation in a function whose own argument is named key.
     return numbax_callable_batch_p.bind(
-        *inputs, target=target, key=key, out_shapes=out_shapes,
+        *inputs, target=target, op_key=key, out_shapes=out_shapes,
         aliases=tuple(sorted((aliases or {}).items())),
         vmap_method=vmap_method, partitionable=True)
 
 
 @numbax_callable_batch_p.def_abstract_eval
-def _abstract_eval(*avals, target, key, out_shapes, aliases, vmap_method,
+def _abstract_eval(*avals, target, op_key, out_shapes, aliases, vmap_method,
                    partitionable):
     return [ShapedArray(s, d) for s, d in out_shapes]
 
@@ -113,11 +115,11 @@ def _sharding_rule_attr(op):
     return sdy_sharding_rule_to_mlir(rule, operand_types, result_types)
 
 
-def _lower(ctx, *args, target, key, out_shapes, aliases, vmap_method,
+def _lower(ctx, *args, target, op_key, out_shapes, aliases, vmap_method,
            partitionable):
     name = _registry.BATCH_TARGETS[target] if partitionable else target
     results = jax.ffi.ffi_lowering(
-        name, operand_output_aliases=dict(aliases))(ctx, *args, key=key)
+        name, operand_output_aliases=dict(aliases))(ctx, *args, key=op_key)
     if partitionable:
         op = results[0].owner
         op = getattr(op, "operation", op)
@@ -131,13 +133,13 @@ def _lower(ctx, *args, target, key, out_shapes, aliases, vmap_method,
 mlir.register_lowering(numbax_callable_batch_p, _lower)
 
 
-def _batch_rule(args, dims, *, target, key, out_shapes, aliases, vmap_method,
+def _batch_rule(args, dims, *, target, op_key, out_shapes, aliases, vmap_method,
                 partitionable):
     """jax.vmap, with the meaning ffi_call gives ``vmap_method``."""
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
     moved = [a if d is None else jnp.moveaxis(a, d, 0)
              for a, d in zip(args, dims)]
-    params = dict(target=target, key=key, aliases=aliases,
+    params = dict(target=target, op_key=op_key, aliases=aliases,
                   vmap_method=vmap_method)
     if vmap_method in ("sequential", "sequential_unrolled"):
         mapped = [d is not None for d in dims]
