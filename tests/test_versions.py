@@ -56,6 +56,7 @@ def test_an_extension_built_for_another_ffi_is_refused_with_the_fix(built, runti
     assert "the headers of jaxlib 0.10.2" in what
     assert f"jaxlib 0.9.0 provides FFI API {runtime[0]}.{runtime[1]}" in what
     assert "numbax wheel" in fix and "without --no-build-isolation" in fix
+    assert "upgrade jax and jaxlib to 0.10.2 or newer" in fix
 
 
 def test_unknown_versions_are_not_reported_as_problems():

@@ -78,6 +78,8 @@ def problem(jax_version: str | None, jaxlib_version: str | None,
     if built_api is None or runtime_api is None:
         return None
     source = f", the headers of {built_from}" if built_from else ""
+    upgrade = (f"{built_from.split()[1]} or newer" if built_from.startswith("jaxlib ")
+               else f"a version whose FFI API is {_api(built_api)}")
     if built_api[0] != runtime_api[0] or built_api[1] > runtime_api[1]:
         return (
             f"numbax's extension was compiled against XLA FFI API "
@@ -90,7 +92,7 @@ def problem(jax_version: str | None, jaxlib_version: str | None,
             f"{'.'.join(map(str, MIN_JAX))}), or rebuild numbax with build "
             f"isolation, which compiles against those headers: pip install "
             f"--force-reinstall . (without --no-build-isolation); or upgrade "
-            f"jax and jaxlib to a version whose FFI API is {_api(built_api)}")
+            f"jax and jaxlib to {upgrade}")
     return None
 
 
