@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds numbax on a GPU machine with no network, runs the `gpu` tests on real
+# Installs numbax from a wheel on a GPU machine with no network (building the
+# wheel there when none was brought), runs the `gpu` tests on real
 # CUDA, then the benchmark suite, and prints a short table last.
 #
 #   bash scripts/gpu_check.sh [--no-bench] [--quick] [-- extra pytest args]
@@ -26,20 +27,34 @@ done
 PY=${PYTHON:-python3}
 site=/tmp/numbax-site
 rm -rf "$site" && mkdir -p "$site"
-if compgen -G ".whl/*.whl" >/dev/null; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/*.whl || exit 1
+deps=()
+for w in .whl/*.whl; do
+  case "$(basename "$w")" in numbax-*) ;; *) [ -f "$w" ] && deps+=("$w") ;; esac
+done
+if [ ${#deps[@]} -gt 0 ]; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --target "$site" "${deps[@]}" || exit 1
 fi
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 
+# numbax is installed from a wheel, as users get it: a numbax wheel for this
+# Python in .whl/ or dist/ (scripts/build_wheel.sh) if there is one, else one
+# built here (offline, so against this jaxlib's FFI headers).
 echo "== build"
 t0=$(date +%s)
-$PY -m pip install -q --no-index --no-deps --no-build-isolation --target "$site" . \
-  > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+if ! $PY -m pip install -q --no-index --no-deps --only-binary numbax \
+    --find-links .whl --find-links dist --target "$site" numbax > "$OUT/build.log" 2>&1; then
+  rm -rf "$OUT/wheel"
+  { $PY -m pip wheel -q --no-index --no-deps --no-build-isolation -w "$OUT/wheel" . &&
+    $PY -m pip install -q --no-index --no-deps --target "$site" "$OUT"/wheel/numbax-*.whl; } \
+    >> "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+fi
 echo "built in $(( $(date +%s) - t0 ))s"
 $PY - <<'PY'
 import jax, numba, numpy, numbax, importlib.metadata as md
+import numbax._build_info as b
 print("jax", jax.__version__, "numba", numba.__version__, "numba-cuda",
-      md.version("numba-cuda"), "numpy", numpy.__version__, "numbax", numbax.__version__)
+      md.version("numba-cuda"), "numpy", numpy.__version__, "numbax", numbax.__version__,
+      "(XLA FFI API %d.%d, %s)" % (*b.XLA_FFI_API, b.XLA_FFI_HEADERS_FROM))
 print("devices", jax.devices())
 PY
 

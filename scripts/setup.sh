@@ -10,7 +10,14 @@ fi
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
 python -m pip install -q -r requirements-dev.txt
-# --no-build-isolation: build against the jaxlib just installed, whose XLA FFI
-# headers must match the jaxlib that loads the extension.
-python -m pip install -q --no-build-isolation --no-deps --force-reinstall .
-python -c "import numbax, jax; print('numbax', numbax.__version__, 'built against jax', jax.__version__)"
+# numbax is installed from its wheel, built the way a release is (isolated,
+# against the oldest supported jaxlib's FFI headers: one binary for every
+# supported jaxlib). NUMBAX_BUILD=source builds against the installed jaxlib
+# instead (offline; that build runs only on jaxlibs at least as new).
+if [ "${NUMBAX_BUILD:-wheel}" = source ]; then
+  python -m pip install -q --no-build-isolation --no-deps --force-reinstall .
+else
+  wheel=$(PYTHON=python bash scripts/build_wheel.sh)
+  python -m pip install -q --no-deps --force-reinstall "$wheel"
+fi
+python -c "import numbax, numbax._build_info as b, jax; print('numbax', numbax.__version__, 'built against XLA FFI API', '.'.join(map(str, b.XLA_FFI_API)), '(' + b.XLA_FFI_HEADERS_FROM + '), running on jax', jax.__version__)"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets up everything and runs every test that can run without a GPU:
 # the C++ unit tests (GoogleTest under CTest) and the Python tests on JAX's
-# CPU backend through Numba's CUDA simulator. GPU tests: scripts/gpu_check.sh.
+# CPU backend through Numba's CUDA simulator, on numbax's wheel installed in
+# fresh venvs with the oldest and the newest supported JAX
+# (scripts/wheel_matrix.sh). GPU tests: scripts/gpu_check.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # GoogleTest for the C++ unit tests; clang and its runtime (libFuzzer,
@@ -25,6 +27,8 @@ echo "== Lint: ruff, mypy, clang-format, docs (mkdocs build --strict)"
 bash scripts/lint.sh
 echo "== Fuzzing the call-frame decoding (libFuzzer, bounded)"
 FUZZ_SECONDS=${FUZZ_SECONDS:-15} bash scripts/fuzz.sh
-echo "== Python tests (CPU, Numba CUDA simulator)"
-export NUMBA_ENABLE_CUDASIM=1 JAX_PLATFORMS=cpu
-python -m pytest -q -p no:cacheprovider tests "$@"
+echo "== Python tests (CPU, Numba CUDA simulator) on the wheel, in fresh venvs:"
+echo "   the newest supported JAX (full suite) and the oldest (a subset)"
+# setup.sh built the wheel (unless NUMBAX_BUILD=source: then it is built now).
+wheel=$(ls dist/numbax-*manylinux*.whl 2>/dev/null || true)
+bash scripts/wheel_matrix.sh ${wheel:+--wheel "$wheel"} -- "$@"

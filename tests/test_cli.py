@@ -63,7 +63,13 @@ def test_info_json_matches_the_environment(info_json):
     header = Path(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h").read_text()
     major = re.search(r"#define\s+XLA_FFI_API_MAJOR\s+(\d+)", header).group(1)
     minor = re.search(r"#define\s+XLA_FFI_API_MINOR\s+(\d+)", header).group(1)
-    assert info_json["xla_ffi_api"] == f"{major}.{minor}"
+    # The running jaxlib's FFI API, and the one numbax was compiled against
+    # (recorded at build time), which the jaxlib must not be older than.
+    assert info_json["xla_ffi_api"]["jaxlib"] == f"{major}.{minor}"
+    from numbax import _build_info
+    built = info_json["xla_ffi_api"]["built"]
+    assert built == "{}.{}".format(*_build_info.XLA_FFI_API)
+    assert (int(major), int(minor)) >= _build_info.XLA_FFI_API
     assert info_json["jax"]["backend"] == "cpu"
 
 

@@ -504,7 +504,11 @@ def test_guard_is_active_on_this_jax():
     from numbax import _guard
     assert _guard.install()
     pairs = _guard.guard_pairs()
-    assert len(pairs) == 4 and callable(pairs[0]) and callable(pairs[2])
+    # (swap, value) pairs: two C++ config swaps on jax >= 0.10, one Python
+    # swap of the TracingContext on jax 0.8 - 0.9.
+    from jax._src import core
+    assert len(pairs) == (4 if hasattr(core, "trace_state_strong_ref") else 2)
+    assert all(callable(swap) for swap in pairs[::2])
 
 
 def test_func_calls_jax_from_several_threads(no_deadlock):

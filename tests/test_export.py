@@ -133,6 +133,12 @@ def test_missing_op_in_a_fresh_process_is_a_clear_error(exported):
     result = run_child("missing", blob, data)
     assert not result["ok"]
     message = result["message"]
+    from jax._src import xla_bridge
+    if not hasattr(xla_bridge, "register_backend_initialization_hook"):
+        # jax < 0.10: no op created, so no target registered yet, and XLA
+        # says so itself (docs/export.md).
+        assert "numbax_" in message and "handler" in message.lower(), message
+        return
     assert "is not registered in this process" in message, message
     assert "export_ops." in message or "export_ops_named" in message, message
     assert "numbax.numba_cuda_" in message and "Create the same op" in message
@@ -188,4 +194,10 @@ def test_import_starts_no_backend_and_registers_targets_when_one_starts():
     assert proc.returncode == 0 and lines, proc.stderr[-4000:]
     result = json.loads(lines[-1][len("RESULT "):])
     assert result["before"] == [False, []], result
-    assert result["after"] == ["cpu"], result
+    from jax._src import xla_bridge
+    if hasattr(xla_bridge, "register_backend_initialization_hook"):
+        assert result["after"] == ["cpu"], result
+    else:
+        # jax < 0.10 has no backend start hook: the targets arrive with the
+        # first op (docs/export.md).
+        assert result["after"] == [], result

@@ -85,8 +85,22 @@ def guard_pairs() -> tuple:
     global _pairs
     if not _pairs:
         core, trace = _make_trace()
-        _pairs = (core.trace_state.swap_local, trace._weakref,
-                  core.trace_state_strong_ref.swap_local, trace)
+        if hasattr(core, "trace_state_strong_ref"):
+            # jax >= 0.10: the current trace lives in two thread-local
+            # configs whose C++ swap_local needs no Python frame.
+            _pairs = (core.trace_state.swap_local, trace._weakref,
+                      core.trace_state_strong_ref.swap_local, trace)
+        else:
+            # jax 0.8 - 0.9: a thread-local TracingContext, whose set_trace
+            # also updates the jit cache key; one Python frame per swap.
+            ctx = core.trace_ctx
+
+            def swap_trace(new):
+                old = ctx.trace
+                ctx.set_trace(new)
+                return old
+
+            _pairs = (swap_trace, trace)
     return _pairs
 
 

@@ -68,8 +68,10 @@ def bind(target: str, inputs, result_specs, *, key: str, aliases,
     batching rule (which broadcasts unbatched aliased operands)."""
     out_shapes = tuple((tuple(int(d) for d in s.shape), np.dtype(s.dtype))
                        for s in result_specs)
+    # The primitive's parameter is op_key, not key: jax 0.8-0.9 cache
+    # abstract evaluation in a function whose own argument is named key.
     return numbax_callable_batch_p.bind(
-        *inputs, target=target, key=key, out_shapes=out_shapes,
+        *inputs, target=target, op_key=key, out_shapes=out_shapes,
         aliases=tuple(sorted((aliases or {}).items())),
         vmap_method=vmap_method, partitionable=partitionable,
         has_side_effect=bool(has_side_effect))
@@ -84,7 +86,7 @@ def _ffi_effect():
 
 
 @numbax_callable_batch_p.def_effectful_abstract_eval
-def _abstract_eval(*avals, target, key, out_shapes, aliases, vmap_method,
+def _abstract_eval(*avals, target, op_key, out_shapes, aliases, vmap_method,
                    partitionable, has_side_effect=False):
     # The same effect ffi_call gives has_side_effect=True: XLA then neither
     # merges two identical calls nor drops one whose result is unused.
@@ -129,12 +131,12 @@ def _sharding_rule_attr(op):
     return sdy_sharding_rule_to_mlir(rule, operand_types, result_types)
 
 
-def _lower(ctx, *args, target, key, out_shapes, aliases, vmap_method,
+def _lower(ctx, *args, target, op_key, out_shapes, aliases, vmap_method,
            partitionable, has_side_effect=False):
     name = _registry.BATCH_TARGETS[target] if partitionable else target
     results = jax.ffi.ffi_lowering(
         name, operand_output_aliases=dict(aliases),
-        has_side_effect=has_side_effect)(ctx, *args, key=key)
+        has_side_effect=has_side_effect)(ctx, *args, key=op_key)
     if partitionable:
         op = results[0].owner
         op = getattr(op, "operation", op)
@@ -148,13 +150,13 @@ def _lower(ctx, *args, target, key, out_shapes, aliases, vmap_method,
 mlir.register_lowering(numbax_callable_batch_p, _lower)
 
 
-def _batch_rule(args, dims, *, target, key, out_shapes, aliases, vmap_method,
+def _batch_rule(args, dims, *, target, op_key, out_shapes, aliases, vmap_method,
                 partitionable, has_side_effect=False):
     """jax.vmap, with the meaning ffi_call gives ``vmap_method``."""
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
     moved = [a if d is None else jnp.moveaxis(a, d, 0)
              for a, d in zip(args, dims)]
-    params = dict(target=target, key=key, aliases=aliases,
+    params = dict(target=target, op_key=op_key, aliases=aliases,
                   vmap_method=vmap_method, has_side_effect=has_side_effect)
     if vmap_method in ("sequential", "sequential_unrolled"):
         mapped = [d is not None for d in dims]

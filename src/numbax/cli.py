@@ -2,7 +2,8 @@
 
 ``python -m numbax info``
     Versions of numbax and what it runs on (jax, jaxlib, numba, numba-cuda,
-    numpy, the XLA FFI API), the GPUs JAX and Numba see, whether Numba's CUDA
+    numpy, the XLA FFI API numbax was compiled against and the one the
+    running jaxlib provides), the GPUs JAX and Numba see, whether Numba's CUDA
     simulator is on, and the known incompatibilities found, each with its
     fix. Exit status 1 when one is found. ``--json`` prints the same as JSON.
 
@@ -68,21 +69,25 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def xla_ffi_api_version() -> str | None:
-    """The XLA FFI C API version ("major.minor") of the installed jaxlib's
-    headers, which numbax's extension is compiled against."""
-    try:
-        import jax.ffi
-        header = os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")
-        with open(header) as f:
-            text = f.read()
-    except Exception:  # noqa: BLE001 - reported as unknown
+def _api_text(api: tuple[int, ...] | None) -> str | None:
+    return None if api is None else ".".join(map(str, api))
+
+
+def _api_tuple(text: str | None) -> tuple[int, int] | None:
+    if not text:
         return None
-    major = re.search(r"#define\s+XLA_FFI_API_MAJOR\s+(\d+)", text)
-    minor = re.search(r"#define\s+XLA_FFI_API_MINOR\s+(\d+)", text)
-    if not (major and minor):
-        return None
-    return f"{major.group(1)}.{minor.group(1)}"
+    major, _, minor = text.partition(".")
+    return int(major), int(minor)
+
+
+def xla_ffi_api() -> dict[str, str | None]:
+    """The XLA FFI C API versions that must agree: the one numbax._core was
+    compiled against (recorded at build time), where its headers came from,
+    and the one the running jaxlib provides."""
+    from . import _compat
+    built, built_from = _compat.built_ffi_api()
+    return {"built": _api_text(built), "built_from": built_from or None,
+            "jaxlib": _api_text(_compat.runtime_ffi_api())}
 
 
 def cuda_driver() -> dict[str, Any]:
@@ -155,7 +160,7 @@ def collect_info() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "versions": {d: _version(d) for d in DISTRIBUTIONS},
         "jax_plugins": {d: v for d in JAX_PLUGINS if (v := _version(d))},
-        "xla_ffi_api": xla_ffi_api_version(),
+        "xla_ffi_api": xla_ffi_api(),
         "env": {k: os.environ.get(k) for k in (
             "NUMBA_ENABLE_CUDASIM", "JAX_PLATFORMS", "CUDA_VISIBLE_DEVICES",
             "XLA_FLAGS")},
@@ -175,8 +180,15 @@ def collect_info() -> dict[str, Any]:
 
 def find_problems(info: dict[str, Any]) -> list[Problem]:
     """The known incompatibilities in ``info`` (from :func:`collect_info`)."""
+    from . import _compat
     problems = []
     v = info["versions"]
+    ffi = info["xla_ffi_api"]
+    jax_problem = _compat.problem(v.get("jax"), v.get("jaxlib"),
+                                  _api_tuple(ffi["built"]), _api_tuple(ffi["jaxlib"]),
+                                  ffi["built_from"] or "")
+    if jax_problem is not None:
+        problems.append(Problem(*jax_problem))
     numpy_v, nc_v = _release(v.get("numpy")), _release(v.get("numba-cuda"))
     if numpy_v >= (2, 5) and nc_v and nc_v[:2] <= (0, 30):
         problems.append(Problem(
@@ -201,8 +213,10 @@ def find_problems(info: dict[str, Any]) -> list[Problem]:
         problems.append(Problem(
             f"numbax's C++ extension numbax._core cannot be imported "
             f"({ext['error']}), so no numbax op can run",
-            "rebuild numbax against the installed jaxlib: from the source "
-            "checkout, pip install --no-build-isolation --force-reinstall ."))
+            "reinstall numbax (pip install --force-reinstall numbax, the "
+            "wheel); from a source checkout, pip install --force-reinstall . "
+            "(or, to build against the installed jaxlib's headers, pip install "
+            "--no-build-isolation --force-reinstall .)"))
     jx = info["jax"]
     driver = info["cuda_driver"]
     simulator = info["simulator"]
@@ -261,8 +275,10 @@ def format_info(info: dict[str, Any], problems: Sequence[Problem]) -> str:
         row(dist, _format_version(version))
     for dist, version in info["jax_plugins"].items():
         row(dist, version)
-    row("XLA FFI API", f"{info['xla_ffi_api'] or 'unknown'} (the installed "
-        "jaxlib's headers, which numbax compiles against)")
+    ffi = info["xla_ffi_api"]
+    source = f", the headers of {ffi['built_from']}" if ffi["built_from"] else ""
+    row("XLA FFI API", f"{ffi['built'] or 'unknown'} compiled into numbax{source}; "
+        f"the running jaxlib provides {ffi['jaxlib'] or 'unknown'}")
     sim = info["simulator"]
     row("simulator", "on (NUMBA_ENABLE_CUDASIM=1): numbax ops run on JAX's CPU "
         "backend through Numba's CUDA simulator" if sim else "off")
