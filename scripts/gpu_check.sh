@@ -70,6 +70,13 @@ if [ "$bench" = 1 ] && [ -f benchmarks/run.py ]; then
 fi
 
 echo "== summary"
-echo "gpu tests: $(tail -1 "$OUT/pytest.log")"
-[ -f "$OUT/bench.log" ] && sed -n '/^== table/,$p' "$OUT/bench.log"
+# pytest's own closing line ("N passed, M skipped in Ts"), not whatever line
+# came last (a warnings footer when pytest runs quietly).
+summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|error)|^(=+ )?no tests ran' "$OUT/pytest.log" | tail -1)
+echo "gpu tests: ${summary:-no pytest summary line (see $OUT/pytest.log)}"
+if [ -f "$OUT/bench.log" ]; then
+  start='^== table'
+  grep -q '^== vmap (' "$OUT/bench.log" && start='^== vmap ('
+  sed -n "/$start/,\$p" "$OUT/bench.log"
+fi
 exit $(( test_status != 0 || bench_status != 0 ))
