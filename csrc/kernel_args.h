@@ -23,6 +23,10 @@ class KernelArgs {
   // batched buffer); `dims`/`rank` describe the array the kernel sees.
   void AddArray(void* data, const int64_t* dims, int64_t rank, size_t itemsize);
 
+  // Appends one scalar parameter, held in an 8-byte word: the driver reads
+  // the parameter's own size from the word's start (its low bytes).
+  void AddWord(int64_t word) { words_.push_back(word); }
+
   // The kernelParams array for cuLaunchKernel: one pointer per 8-byte word.
   // Valid until the next Reset/AddArray.
   void** params();

@@ -8,6 +8,7 @@
 
 #include "callable_handlers.h"
 #include "cuda_driver.h"
+#include "fast_launch.h"
 #include "graph_cache.h"
 #include "kernel_handlers.h"
 #include "python_bridge.h"
@@ -48,6 +49,15 @@ nb::dict Counters() {
   d["graph_misses"] = g.misses.load();
   d["graph_evictions"] = g.evictions.load();
   d["xla_captures"] = g.xla_captures.load();
+  const numbax::FastLaunchCounters& f = numbax::FastCounters();
+  d["fast_launches"] = f.fast;
+  uint64_t fallbacks = 0;
+  for (int i = 0; i < numbax::kFallbackReasonCount; ++i) {
+    d[("fallback_" + std::string(numbax::FallbackReasonName(i))).c_str()] =
+        f.fallbacks[i];
+    fallbacks += f.fallbacks[i];
+  }
+  d["fast_launch_fallbacks"] = fallbacks;
   return d;
 }
 
@@ -194,7 +204,23 @@ NB_MODULE(_core, m) {
     g.misses = 0;
     g.evictions = 0;
     g.xla_captures = 0;
+    numbax::FastCounters() = {};
   });
+
+  m.def(
+      "make_launch_hook",
+      [](nb::object original, nb::object check, nb::object plan) {
+        PyObject* hook =
+            numbax::NewLaunchHook(original.ptr(), check.ptr(), plan.ptr());
+        if (!hook) throw nb::python_error();
+        return nb::steal(hook);
+      },
+      nb::arg("original"), nb::arg("check"), nb::arg("plan"),
+      "The object numbax sets as Numba's _LaunchConfiguration.__call__.");
+  m.def("note_simulator_launch", &numbax::NoteSimulatorLaunch,
+        "Counts a simulator launch made inside a numbax call.");
+  m.def("clear_launch_plans", &numbax::ClearLaunchPlans);
+  m.def("launch_plan_count", &numbax::LaunchPlanCount);
   m.def("set_graph_cache_size", [](size_t n) {
     if (n < 1) throw nb::value_error("the graph cache size must be >= 1");
     numbax::GraphCache::SetCapacity(n);

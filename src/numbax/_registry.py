@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import jax
 
-from . import _core, _guard, _numba
+from . import _core, _fast_launch, _guard, _numba
 
 CALLABLE_TARGET = "numbax_callable"
 CAPTURE_TARGET = "numbax_callable_capture"
@@ -56,6 +56,8 @@ def _install_python_hooks() -> None:
     _core.set_kernel_resolver(_resolve_kernel)
     # JAX refuses calls made from inside a func XLA is running.
     _guard.install()
+    # Launches made by funcs skip Numba's Python launch (csrc/fast_launch.h).
+    _fast_launch.install()
     # At exit, before Python finalises (and before JAX's own atexit clean-up,
     # registered earlier), handlers stop running Python and those in flight
     # finish: a thread that waits for the GIL during finalisation is ended
@@ -177,6 +179,7 @@ class CallableEntry:
     num_inputs: int
     num_outputs: int
     num_scratch: int = 0
+    fast_launch: bool = True
 
 
 @dataclass
@@ -232,7 +235,8 @@ def _unique_key(base: str, taken: dict) -> str:
 
 
 def callable_key(func, signature, *, name: str | None, num_inputs: int,
-                 num_outputs: int, num_scratch: int) -> str:
+                 num_outputs: int, num_scratch: int,
+                 fast_launch: bool = True) -> str:
     """The key of (func, signature), registering it on first use."""
     ensure_targets()
     memo_key = (id(func), signature, name)
@@ -243,7 +247,8 @@ def callable_key(func, signature, *, name: str | None, num_inputs: int,
         base = f"{name or base_name(func)}/{signature_digest(signature)}"
         key = _unique_key(base, _callables)
         _callables[key] = CallableEntry(key, _func_ref(func), num_inputs,
-                                        num_outputs, num_scratch)
+                                        num_outputs, num_scratch,
+                                        bool(fast_launch))
         _memo[memo_key] = key
         try:
             weakref.finalize(func, _forget, id(func))
@@ -299,7 +304,8 @@ def _resolve_callable(key: str, platform: str):
             "program on a GPU")
     if platform == "cpu":
         func = _one_simulated_launch_at_a_time(func)
-    return (func, entry.num_inputs, entry.num_outputs, entry.num_scratch)
+    return (func, entry.num_inputs, entry.num_outputs, entry.num_scratch,
+            _fast_launch.enabled_for(entry.fast_launch))
 
 
 # Numba's simulator runs one kernel launch at a time in the whole process

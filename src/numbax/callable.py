@@ -14,7 +14,8 @@ class NumbaCudaCallable:
     """The function of JAX arrays returned by :func:`numba_cuda_callable`."""
 
     def __init__(self, func, outs, *, vmap_method, input_output_aliases,
-                 scratch, capture, name, batch_partitionable=False):
+                 scratch, capture, name, batch_partitionable=False,
+                 fast_launch=True):
         self.func = func  # strong: the registry refers to it weakly
         self.out_specs, self.out_tree = _checks.normalize_outs(outs)
         self.scratch_specs = []
@@ -25,6 +26,7 @@ class NumbaCudaCallable:
         self.name = name
         self.capture = bool(capture)
         self.batch_partitionable = bool(batch_partitionable)
+        self.fast_launch = bool(fast_launch)
         self.__name__ = getattr(func, "__name__", "numba_cuda_callable")
         self.__doc__ = getattr(func, "__doc__", None)
         self._arities_checked: set = set()
@@ -34,9 +36,14 @@ class NumbaCudaCallable:
 
     def _signature(self, inputs):
         spec = lambda s: (tuple(s.shape), np.dtype(s.dtype).str)  # noqa: E731
-        return ("callable", self.capture, tuple(spec(x) for x in inputs),
-                tuple(spec(s) for s in self.out_specs),
-                tuple(spec(s) for s in self.scratch_specs))
+        signature = ("callable", self.capture, tuple(spec(x) for x in inputs),
+                     tuple(spec(s) for s in self.out_specs),
+                     tuple(spec(s) for s in self.scratch_specs))
+        # Only a switched-off op says so: the keys of every other op stay
+        # what they were before the switch existed.
+        if not self.fast_launch:
+            signature += (("fast_launch", False),)
+        return signature
 
     def __call__(self, *args):
         op = f"numba_cuda_callable({_registry.base_name(self.func)})"
@@ -53,7 +60,7 @@ class NumbaCudaCallable:
         key = _registry.callable_key(
             self.func, self._signature(inputs), name=self.name,
             num_inputs=len(inputs), num_outputs=len(self.out_specs),
-            num_scratch=len(self.scratch_specs))
+            num_scratch=len(self.scratch_specs), fast_launch=self.fast_launch)
         target = (_registry.CAPTURE_TARGET if self.capture
                   else _registry.CALLABLE_TARGET)
         if self.batch_partitionable:
@@ -91,6 +98,7 @@ def numba_cuda_callable(
     capture: bool = False,
     name: str | None = None,
     batch_partitionable: bool = False,
+    fast_launch: bool = True,
 ) -> Callable[..., Any]:
     """Create a JAX-callable from a Python function that launches Numba CUDA kernels.
 
@@ -127,6 +135,13 @@ def numba_cuda_callable(
         around the call, so ``func`` must take its sizes from the arrays it
         is given. Wrong for anything that mixes rows (a sum, a scan, a
         shift): leave it False there. See docs/multi_gpu.md.
+      fast_launch: let ``func``'s kernel launches skip Numba's Python launch
+        (default True): a launch on ``stream`` whose arguments are arrays
+        numbax gave ``func`` and plain scalars is packed and launched from
+        C++ after its first launch through Numba; any other launch goes
+        through Numba unchanged. False (or the environment variable
+        ``NUMBAX_FAST_LAUNCH=0`` for every op) launches everything through
+        Numba. See docs/performance.md.
 
     The arrays and stream are views valid for one call only: numbax caches
     them per buffer address and hands the same objects to later calls, and
@@ -155,6 +170,10 @@ def numba_cuda_callable(
         raise TypeError(
             f"numba_cuda_callable: capture must be True or False, got "
             f"{type(capture).__name__}: {capture!r}")
+    if not isinstance(fast_launch, (bool, np.bool_)):
+        raise TypeError(
+            f"numba_cuda_callable: fast_launch must be True or False, got "
+            f"{type(fast_launch).__name__}: {fast_launch!r}")
     if name is not None and not isinstance(name, str):
         raise TypeError(
             f"numba_cuda_callable: name must be a str (a stable name for the "
@@ -162,4 +181,5 @@ def numba_cuda_callable(
     return NumbaCudaCallable(func, outs, vmap_method=vmap_method,
                              input_output_aliases=input_output_aliases,
                              scratch=scratch, capture=capture, name=name,
-                             batch_partitionable=batch_partitionable)
+                             batch_partitionable=batch_partitionable,
+                             fast_launch=bool(fast_launch))

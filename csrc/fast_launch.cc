@@ -1,0 +1,581 @@
+#include "fast_launch.h"
+
+#include <structmember.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "cuda_driver.h"
+#include "kernel_args.h"
+
+namespace numbax {
+namespace {
+
+// Scalars are packed into the low bytes of 8-byte words (PackScalar).
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the fast launch path packs scalars for little-endian hosts");
+
+constexpr const char* kReasonNames[kFallbackReasonCount] = {
+    "disabled",           "simulator",    "other_thread", "other_stream",
+    "foreign_argument",   "unsupported_kernel", "new_plan", "launch_error",
+    "numba_error",        "plan_error"};
+
+thread_local const ActiveCall* t_active = nullptr;
+// Calls in flight on any thread: a launch from a thread with no call of its
+// own is counted as 'other_thread' only while some call runs.
+std::atomic<int64_t> g_active_calls{0};
+
+void Count(int reason) { ++FastCounters().fallbacks[reason]; }
+
+int ReasonFromName(PyObject* name) {
+  const char* s = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name)
+                                                : nullptr;
+  if (!s) {
+    PyErr_Clear();
+    return kFallbackPlanError;
+  }
+  for (int i = 0; i < kFallbackReasonCount; ++i) {
+    if (std::strcmp(s, kReasonNames[i]) == 0) return i;
+  }
+  return kFallbackPlanError;
+}
+
+// What a launch's argument types look like to Numba's dispatcher: an array
+// numbax handed to func is (dtype, rank) (its layout is always C), anything
+// else its Python type (the plan builder accepts only scalar types whose
+// Numba type depends on the type alone; a Python int must fit int64).
+constexpr uint64_t kArrayTag = uint64_t{1} << 63;
+
+struct PlanKey {
+  PyObject* cfg = nullptr;
+  int device = -1;
+  std::vector<uint64_t> codes;
+  bool operator==(const PlanKey& o) const {
+    return cfg == o.cfg && device == o.device && codes == o.codes;
+  }
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    uint64_t h = reinterpret_cast<uintptr_t>(k.cfg) * 0x9E3779B97F4A7C15ull;
+    h ^= static_cast<uint64_t>(k.device) + 0x632BE59BD9B4E019ull + (h << 6);
+    for (uint64_t c : k.codes) h ^= c + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    return static_cast<size_t>(h);
+  }
+};
+
+// One recorded launch. Holds strong references: the configuration (so its
+// address, part of the key, cannot be reused by another object while the
+// plan exists), the compiled kernel (whose module owns `function`), and
+// the objects checked per launch.
+struct Plan {
+  PyObject* cfg = nullptr;
+  PyObject* keep = nullptr;
+  PyObject* overloads = nullptr;  // the dispatcher's overloads dict
+  Py_ssize_t overload_count = 0;
+  PyObject* callbacks = nullptr;  // cfg.pre_launch_callbacks (a list)
+  void* stream = nullptr;         // the stream the configuration launches on
+  int reason = -1;                // >= 0: never fast, for this reason
+  cuda::CUfunction function = nullptr;
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned shared_mem = 0;
+  bool cooperative = false;
+  std::string packing;  // per argument: A array, i int, b bool, f float32,
+                        // d float64, c complex64, z complex128
+
+  ~Plan() {
+    Py_XDECREF(cfg);
+    Py_XDECREF(keep);
+    Py_XDECREF(overloads);
+    Py_XDECREF(callbacks);
+  }
+};
+
+using PlanMap =
+    std::unordered_map<PlanKey, std::shared_ptr<Plan>, PlanKeyHash>;
+PlanMap& Plans() {
+  static auto* plans = new PlanMap();  // leaked on purpose (exit order)
+  return *plans;
+}
+// A func that builds a new configuration per call (a new stream object,
+// a computed grid) makes a new plan each time; the cache is emptied when it
+// grows past this, rather than growing without bound.
+constexpr size_t kMaxPlans = 4096;
+
+struct LaunchHook {
+  PyObject_HEAD PyObject* original;
+  PyObject* check;
+  PyObject* plan;
+  vectorcallfunc vectorcall;
+};
+
+PyObject* CallOriginal(LaunchHook* hook, PyObject* const* args, size_t nargsf,
+                       PyObject* kwnames) {
+  return PyObject_Vectorcall(hook->original, args, nargsf, kwnames);
+}
+
+bool ParseDims(PyObject* t, unsigned out[3]) {
+  if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) return false;
+  for (Py_ssize_t i = 0; i < 3; ++i) {
+    unsigned long v = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(t, i));
+    if (PyErr_Occurred() || v > 0xFFFFFFFFul) {
+      PyErr_Clear();
+      return false;
+    }
+    out[i] = static_cast<unsigned>(v);
+  }
+  return true;
+}
+
+// Fills `plan` from the builder's tuple (function, grid, block, shared_mem,
+// cooperative, packing, keep, overloads, callbacks). False if malformed.
+bool ParsePlan(PyObject* t, Plan* plan) {
+  PyObject *grid, *block, *packing, *keep, *overloads, *callbacks;
+  unsigned long long function, shared_mem;
+  int cooperative;
+  if (!PyTuple_Check(t) ||
+      !PyArg_ParseTuple(t, "KOOKpUOOO", &function, &grid, &block, &shared_mem,
+                        &cooperative, &packing, &keep, &overloads,
+                        &callbacks)) {
+    PyErr_Clear();
+    return false;
+  }
+  if (!ParseDims(grid, plan->grid) || !ParseDims(block, plan->block) ||
+      shared_mem > 0xFFFFFFFFull || function == 0 || !PyDict_Check(overloads) ||
+      !PyList_Check(callbacks)) {
+    return false;
+  }
+  const char* p = PyUnicode_AsUTF8(packing);
+  if (!p) {
+    PyErr_Clear();
+    return false;
+  }
+  plan->packing = p;
+  for (char c : plan->packing) {
+    if (!std::strchr("Aibfdcz", c)) return false;
+  }
+  plan->function = reinterpret_cast<cuda::CUfunction>(function);
+  plan->shared_mem = static_cast<unsigned>(shared_mem);
+  plan->cooperative = cooperative != 0;
+  Py_INCREF(keep);
+  plan->keep = keep;
+  Py_INCREF(overloads);
+  plan->overloads = overloads;
+  plan->overload_count = PyDict_GET_SIZE(overloads);
+  Py_INCREF(callbacks);
+  plan->callbacks = callbacks;
+  return true;
+}
+
+void StorePlan(const PlanKey& key, std::shared_ptr<Plan> plan) {
+  PlanMap& plans = Plans();
+  if (plans.size() >= kMaxPlans) ClearLaunchPlans();
+  Py_INCREF(key.cfg);
+  plan->cfg = key.cfg;
+  Plans()[key] = std::move(plan);
+}
+
+// Appends one scalar as an 8-byte word: cuLaunchKernel reads the parameter's
+// own size from its start, i.e. the low bytes (little-endian), which is how
+// ctypes truncates an int to a narrower C type too.
+bool PackScalar(char how, PyObject* value, KernelArgs* packed) {
+  int64_t word = 0;
+  switch (how) {
+    case 'i': {
+      unsigned long long v = PyLong_AsUnsignedLongLongMask(value);
+      if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+        return false;
+      }
+      std::memcpy(&word, &v, sizeof v);
+      break;
+    }
+    case 'b': {
+      int t = PyObject_IsTrue(value);
+      if (t < 0) return false;
+      word = t;
+      break;
+    }
+    case 'f':
+    case 'd': {
+      double d = PyFloat_AsDouble(value);
+      if (d == -1.0 && PyErr_Occurred()) return false;
+      if (how == 'f') {
+        float f = static_cast<float>(d);
+        std::memcpy(&word, &f, sizeof f);
+      } else {
+        std::memcpy(&word, &d, sizeof d);
+      }
+      break;
+    }
+    case 'c':
+    case 'z': {
+      Py_complex c = PyComplex_AsCComplex(value);
+      if (c.real == -1.0 && PyErr_Occurred()) return false;
+      int64_t imag = 0;
+      if (how == 'c') {
+        float re = static_cast<float>(c.real), im = static_cast<float>(c.imag);
+        std::memcpy(&word, &re, sizeof re);
+        std::memcpy(&imag, &im, sizeof im);
+      } else {
+        std::memcpy(&word, &c.real, sizeof c.real);
+        std::memcpy(&imag, &c.imag, sizeof c.imag);
+      }
+      packed->AddWord(word);
+      packed->AddWord(imag);
+      return true;
+    }
+    default:
+      return false;
+  }
+  packed->AddWord(word);
+  return true;
+}
+
+PyObject* NewTuple(PyObject* const* items, Py_ssize_t n) {
+  PyObject* t = PyTuple_New(n);
+  if (!t) return nullptr;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    Py_INCREF(items[i]);
+    PyTuple_SET_ITEM(t, i, items[i]);
+  }
+  return t;
+}
+
+PyObject* IntTuple(const std::vector<int>& values) {
+  PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(values.size()));
+  if (!t) return nullptr;
+  for (size_t i = 0; i < values.size(); ++i) {
+    PyObject* v = PyLong_FromLong(values[i]);
+    if (!v) {
+      Py_DECREF(t);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), v);
+  }
+  return t;
+}
+
+// A launch with no plan yet: ask the Python builder whether it may be fast,
+// let Numba launch it (compiling it if needed), then record the plan.
+PyObject* LaunchAndRecord(LaunchHook* hook, const ActiveCall& call,
+                          const PlanKey& key, const std::vector<int>& slots,
+                          PyObject* const* args, size_t nargsf,
+                          PyObject* kwnames) {
+  const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+  PyObject* cfg = args[0];
+  PyObject* kernel_args = NewTuple(args + 1, n - 1);
+  PyObject* ours = kernel_args ? IntTuple(slots) : nullptr;
+  if (!ours) {
+    Py_XDECREF(kernel_args);
+    PyErr_Clear();
+    Count(kFallbackPlanError);
+    return CallOriginal(hook, args, nargsf, kwnames);
+  }
+  auto plan = std::make_shared<Plan>();
+  PyObject* verdict = PyObject_CallFunction(hook->check, "OOOi", cfg,
+                                            kernel_args, ours, call.device);
+  PyObject* reason = nullptr;
+  int store = 0;
+  unsigned long long stream = 0;
+  if (!verdict || !PyArg_ParseTuple(verdict, "OpK", &reason, &store, &stream)) {
+    PyErr_Clear();
+    plan->reason = kFallbackPlanError;
+    store = 1;
+  } else {
+    plan->stream = reinterpret_cast<void*>(static_cast<uintptr_t>(stream));
+    if (reason != Py_None) plan->reason = ReasonFromName(reason);
+  }
+  Py_XDECREF(verdict);
+  // The stream is checked on every launch (a configuration made for
+  // another stream may later be used on numbax's), so a plan is recorded
+  // whatever the stream; the launch itself counts as 'other_stream'.
+  const bool other_stream = plan->stream != call.stream;
+  if (plan->reason >= 0) {
+    Py_DECREF(kernel_args);
+    Py_DECREF(ours);
+    Count(other_stream ? kFallbackOtherStream : plan->reason);
+    if (store) StorePlan(key, std::move(plan));
+    return CallOriginal(hook, args, nargsf, kwnames);
+  }
+  PyObject* result = CallOriginal(hook, args, nargsf, kwnames);
+  if (!result) {
+    Py_DECREF(kernel_args);
+    Py_DECREF(ours);
+    Count(kFallbackNumbaError);
+    return nullptr;
+  }
+  // Numba launched it; from here on errors are numbax's own and must not
+  // reach func.
+  PyObject* built = PyObject_CallFunction(hook->plan, "OOOi", cfg, kernel_args,
+                                          ours, call.device);
+  Py_DECREF(kernel_args);
+  Py_DECREF(ours);
+  if (!built) {
+    PyErr_Clear();
+    plan->reason = kFallbackPlanError;
+  } else if (PyUnicode_Check(built)) {
+    plan->reason = ReasonFromName(built);
+  } else if (!ParsePlan(built, plan.get()) ||
+             plan->packing.size() != static_cast<size_t>(n - 1)) {
+    plan->reason = kFallbackPlanError;
+  }
+  Py_XDECREF(built);
+  Count(other_stream         ? kFallbackOtherStream
+        : plan->reason >= 0 ? plan->reason
+                            : kFallbackNewPlan);
+  StorePlan(key, std::move(plan));
+  return result;
+}
+
+PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
+                         PyObject* kwnames) {
+  auto* hook = reinterpret_cast<LaunchHook*>(self);
+  const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+  const ActiveCall* call = t_active;
+  if (call == nullptr || n < 1 || kwnames != nullptr) {
+    if (call == nullptr && g_active_calls.load(std::memory_order_relaxed) > 0) {
+      Count(kFallbackOtherThread);
+    }
+    return CallOriginal(hook, args, nargsf, kwnames);
+  }
+  if (!call->cuda) {
+    Count(kFallbackSimulator);
+    return CallOriginal(hook, args, nargsf, kwnames);
+  }
+  if (!call->enabled) {
+    Count(kFallbackDisabled);
+    return CallOriginal(hook, args, nargsf, kwnames);
+  }
+
+  // The key: which arrays are numbax's, and the other arguments' types.
+  thread_local PlanKey key;
+  thread_local std::vector<int> slots;
+  key.cfg = args[0];
+  key.device = call->device;
+  key.codes.clear();
+  slots.clear();
+  const std::vector<BufferView>& buffers = *call->buffers;
+  for (Py_ssize_t i = 1; i < n; ++i) {
+    PyObject* a = args[i];
+    int slot = -1;
+    for (size_t j = 0; j < buffers.size(); ++j) {
+      if (call->arrays[j] == a) {
+        slot = static_cast<int>(j);
+        break;
+      }
+    }
+    slots.push_back(slot);
+    if (slot >= 0) {
+      const BufferView& v = buffers[static_cast<size_t>(slot)];
+      key.codes.push_back(kArrayTag |
+                          (static_cast<uint64_t>(v.dtype) << 8) |
+                          static_cast<uint64_t>(v.rank));
+      continue;
+    }
+    if (PyLong_CheckExact(a)) {
+      // Numba types an int that does not fit int64 as uint64 (or refuses
+      // it): such a value is not the type the plan was recorded for.
+      int overflow = 0;
+      PyLong_AsLongLongAndOverflow(a, &overflow);
+      if (overflow != 0) {
+        Count(kFallbackForeignArgument);
+        return CallOriginal(hook, args, nargsf, kwnames);
+      }
+    }
+    key.codes.push_back(reinterpret_cast<uintptr_t>(Py_TYPE(a)));
+  }
+
+  PlanMap& plans = Plans();
+  auto it = plans.find(key);
+  if (it != plans.end() && it->second->reason < 0 &&
+      PyDict_GET_SIZE(it->second->overloads) != it->second->overload_count) {
+    // A new overload was compiled since: Numba's dispatch may now choose
+    // another one for these types. Record the plan again.
+    plans.erase(it);
+    it = plans.end();
+  }
+  if (it == plans.end()) {
+    return LaunchAndRecord(hook, *call, key, slots, args, nargsf, kwnames);
+  }
+  // Held for the launch: nothing below runs Python that could clear the
+  // cache, but a plan must outlive its use regardless.
+  std::shared_ptr<Plan> plan = it->second;
+  if (plan->stream != call->stream) {
+    Count(kFallbackOtherStream);
+    return CallOriginal(hook, args, nargsf, kwnames);
+  }
+  if (plan->reason >= 0) {
+    Count(plan->reason);
+    return CallOriginal(hook, args, nargsf, kwnames);
+  }
+  if (PyList_GET_SIZE(plan->callbacks) != 0) {
+    // Callbacks registered after the plan was made run in Numba's launch.
+    Count(kFallbackUnsupportedKernel);
+    return CallOriginal(hook, args, nargsf, kwnames);
+  }
+
+  thread_local KernelArgs packed;
+  packed.Reset();
+  for (Py_ssize_t i = 1; i < n; ++i) {
+    const char how = plan->packing[static_cast<size_t>(i - 1)];
+    if (how == 'A') {
+      const int slot = slots[static_cast<size_t>(i - 1)];
+      if (slot < 0) {  // cannot happen: the key says which are arrays
+        Count(kFallbackPlanError);
+        return CallOriginal(hook, args, nargsf, kwnames);
+      }
+      const BufferView& v = buffers[static_cast<size_t>(slot)];
+      const DTypeInfo* info = LookupDType(v.dtype);
+      if (!info) {
+        Count(kFallbackPlanError);
+        return CallOriginal(hook, args, nargsf, kwnames);
+      }
+      packed.AddArray(v.data, v.dims, v.rank, info->itemsize);
+    } else if (!PackScalar(how, args[i], &packed)) {
+      // A value Numba's packing would refuse too: let it say so.
+      PyErr_Clear();
+      Count(kFallbackForeignArgument);
+      return CallOriginal(hook, args, nargsf, kwnames);
+    }
+  }
+
+  const cuda::Driver* driver = cuda::Load();
+  cuda::CUresult r = 500;  // CUDA_ERROR_NOT_FOUND
+  if (driver == nullptr) {
+    r = 3;  // CUDA_ERROR_NOT_INITIALIZED: let Numba report it
+  } else if (plan->cooperative) {
+    if (driver->cuLaunchCooperativeKernel) {
+      r = driver->cuLaunchCooperativeKernel(
+          plan->function, plan->grid[0], plan->grid[1], plan->grid[2],
+          plan->block[0], plan->block[1], plan->block[2], plan->shared_mem,
+          static_cast<cuda::CUstream>(call->stream), packed.params());
+    }
+  } else {
+    r = driver->cuLaunchKernel(
+        plan->function, plan->grid[0], plan->grid[1], plan->grid[2],
+        plan->block[0], plan->block[1], plan->block[2], plan->shared_mem,
+        static_cast<cuda::CUstream>(call->stream), packed.params(), nullptr);
+  }
+  if (r != cuda::CUDA_SUCCESS) {
+    // Nothing was launched: Numba's launch runs it, or raises its own error.
+    Count(kFallbackLaunchError);
+    return CallOriginal(hook, args, nargsf, kwnames);
+  }
+  ++FastCounters().fast;
+  Py_RETURN_NONE;
+}
+
+PyObject* HookDescrGet(PyObject* self, PyObject* obj, PyObject* /*type*/) {
+  if (obj == nullptr || obj == Py_None) {
+    Py_INCREF(self);
+    return self;
+  }
+  return PyMethod_New(self, obj);
+}
+
+void HookDealloc(PyObject* self) {
+  auto* hook = reinterpret_cast<LaunchHook*>(self);
+  PyTypeObject* type = Py_TYPE(self);
+  Py_XDECREF(hook->original);
+  Py_XDECREF(hook->check);
+  Py_XDECREF(hook->plan);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyMemberDef kHookMembers[] = {
+    {"__vectorcalloffset__", T_PYSSIZET,
+     static_cast<Py_ssize_t>(offsetof(LaunchHook, vectorcall)), READONLY,
+     nullptr},
+    {"original", T_OBJECT, static_cast<Py_ssize_t>(offsetof(LaunchHook, original)),
+     READONLY, nullptr},
+    {nullptr, 0, 0, 0, nullptr}};
+
+PyTypeObject* HookType() {
+  static PyTypeObject* type = [] {
+    PyType_Slot slots[] = {
+        {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+        {Py_tp_descr_get, reinterpret_cast<void*>(HookDescrGet)},
+        {Py_tp_dealloc, reinterpret_cast<void*>(HookDealloc)},
+        {Py_tp_members, kHookMembers},
+        {Py_tp_doc,
+         const_cast<char*>("numbax's replacement for Numba's launch: fast "
+                           "inside numbax calls, Numba's own elsewhere")},
+        {0, nullptr}};
+    // METHOD_DESCRIPTOR: as a class attribute it is called with the
+    // instance prepended, like a function, without a bound method per call.
+    PyType_Spec spec = {
+        "numbax._core.LaunchHook", sizeof(LaunchHook), 0,
+        Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL |
+            Py_TPFLAGS_METHOD_DESCRIPTOR,
+        slots};
+    return reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&spec));
+  }();
+  return type;
+}
+
+}  // namespace
+
+const char* FallbackReasonName(int reason) {
+  if (reason < 0 || reason >= kFallbackReasonCount) return "unknown";
+  return kReasonNames[reason];
+}
+
+FastLaunchCounters& FastCounters() {
+  static FastLaunchCounters counters;
+  return counters;
+}
+
+ActiveCallScope::ActiveCallScope(const ActiveCall* call)
+    : previous_(t_active) {
+  t_active = call;
+  g_active_calls.fetch_add(1, std::memory_order_relaxed);
+}
+
+ActiveCallScope::~ActiveCallScope() {
+  g_active_calls.fetch_sub(1, std::memory_order_relaxed);
+  t_active = previous_;
+}
+
+PyObject* NewLaunchHook(PyObject* original, PyObject* check, PyObject* plan) {
+  PyTypeObject* type = HookType();
+  if (!type) return nullptr;
+  if (!PyCallable_Check(original) || !PyCallable_Check(check) ||
+      !PyCallable_Check(plan)) {
+    PyErr_SetString(PyExc_TypeError,
+                    "launch hook: original, check and plan must be callable");
+    return nullptr;
+  }
+  auto* hook = PyObject_New(LaunchHook, type);
+  if (!hook) return nullptr;
+  Py_INCREF(original);
+  Py_INCREF(check);
+  Py_INCREF(plan);
+  hook->original = original;
+  hook->check = check;
+  hook->plan = plan;
+  hook->vectorcall = HookVectorcall;
+  return reinterpret_cast<PyObject*>(hook);
+}
+
+bool NoteSimulatorLaunch() {
+  if (t_active == nullptr) return false;
+  Count(kFallbackSimulator);
+  return true;
+}
+
+void ClearLaunchPlans() {
+  // Swapped out first: dropping a reference may run Python (a finaliser)
+  // that launches again and touches the cache.
+  PlanMap dropped;
+  dropped.swap(Plans());
+}
+
+size_t LaunchPlanCount() { return Plans().size(); }
+
+}  // namespace numbax

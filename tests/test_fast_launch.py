@@ -1,0 +1,566 @@
+"""Fast launches: kernels launched by a plain callable's func, packed in C++.
+
+On a GPU, a launch on numbax's stream with numbax's arrays and plain scalars
+goes through numbax's C++ packing and cuLaunchKernel after its first launch
+through Numba; every other launch goes through Numba. Each test compares
+against numpy and against the same func with the fast path switched off,
+with outputs poisoned (aliased to NaN/sentinel-filled inputs) so an element
+the kernel does not write shows. In the simulator every launch falls back,
+counted as 'simulator'.
+"""
+
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import numba
+from numba import cuda
+
+import numbax
+from numbax import _fast_launch
+from conftest import SIMULATOR, random_array
+
+pytestmark = pytest.mark.gpu
+
+F32 = jnp.float32
+REASONS = ("disabled", "simulator", "other_thread", "other_stream",
+           "foreign_argument", "unsupported_kernel", "new_plan",
+           "launch_error", "numba_error", "plan_error")
+
+
+def fallbacks(c):
+    return {r: c[f"fallback_{r}"] for r in REASONS if c[f"fallback_{r}"]}
+
+
+def counted(fn, *args, repeat=1):
+    """Runs fn(*args) `repeat` times; returns (last result, counters)."""
+    numbax.reset_bridge_counters()
+    out = None
+    for _ in range(repeat):
+        out = fn(*args)
+        jax.block_until_ready(out)
+    return out, numbax.bridge_counters()
+
+
+def poisoned(shape, dtype=np.float32):
+    fill = np.nan if np.dtype(dtype).kind == "f" else -12345
+    return jnp.full(shape, fill, dtype)
+
+
+@cuda.jit
+def affine(x, out, a, b, n):
+    i = cuda.grid(1)
+    if i < n:
+        out[i] = x[i] * a + b
+
+
+def affine_op(x, poison, out, stream):
+    n = x.shape[0]
+    affine[(n + 127) // 128, 128, stream](x, out, 2.5, 1, n)
+
+
+def make_affine(fast=True, n=1000):
+    return numbax.numba_cuda_callable(
+        affine_op, outs=jax.ShapeDtypeStruct((n,), F32),
+        input_output_aliases={1: 0}, fast_launch=fast)
+
+
+# -- the fast path itself (GPU) -------------------------------------------
+
+def test_fast_path_taken_and_equal_to_numba(gpu_only, rng):
+    assert _fast_launch.hook_installed(), _fast_launch.status()
+    fast, slow = jax.jit(make_affine(True)), jax.jit(make_affine(False))
+    for _ in range(3):
+        x = random_array(rng, (1000,), np.float32)
+        got, c = counted(fast, x, poisoned(1000), repeat=4)
+        ref, c_slow = counted(slow, x, poisoned(1000))
+        np.testing.assert_allclose(got, x * 2.5 + 1, rtol=1e-6)
+        np.testing.assert_array_equal(got, ref)
+        # One plan per (configuration, device, types): later launches fast.
+        assert c["fast_launches"] + c["fallback_new_plan"] == 4, c
+        assert c["fast_launches"] >= 3, c
+        assert set(fallbacks(c)) <= {"new_plan"}, fallbacks(c)
+        assert c_slow["fast_launches"] == 0
+        assert fallbacks(c_slow) == {"disabled": 1}
+
+
+def test_chain_in_one_program(gpu_only, rng):
+    op = make_affine(True, n=4096)
+
+    @jax.jit
+    def chain(x):
+        for _ in range(20):
+            x = op(x, poisoned(4096))
+        return x
+
+    x = random_array(rng, (4096,), np.float32) * 1e-3
+    got, c = counted(chain, x, repeat=3)
+    ref = x.astype(np.float64)
+    for _ in range(20):
+        ref = ref * 2.5 + 1
+    np.testing.assert_allclose(got, ref, rtol=1e-4)
+    assert c["fast_launches"] >= 59, c
+    assert set(fallbacks(c)) <= {"new_plan"}, fallbacks(c)
+
+
+@cuda.jit
+def block_sums(x, out):
+    # Dynamic shared memory: its size comes from the launch configuration.
+    buf = cuda.shared.array(0, dtype=numba.float32)
+    tid = cuda.threadIdx.x
+    i = cuda.blockIdx.x * cuda.blockDim.x + tid
+    buf[tid] = x[i] if i < x.shape[0] else 0
+    cuda.syncthreads()
+    step = cuda.blockDim.x // 2
+    while step > 0:
+        if tid < step:
+            buf[tid] += buf[tid + step]
+        cuda.syncthreads()
+        step //= 2
+    if tid == 0:
+        out[cuda.blockIdx.x] = buf[0]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_dynamic_shared_memory(rng, fast):
+    threads, blocks = 128, 9
+
+    def op(x, poison, out, stream):
+        block_sums[blocks, threads, stream, threads * 4](x, out)
+
+    fn = jax.jit(numbax.numba_cuda_callable(
+        op, outs=jax.ShapeDtypeStruct((blocks,), F32),
+        input_output_aliases={1: 0}, fast_launch=fast))
+    x = random_array(rng, (threads * blocks - 5,), np.float32)
+    want = np.pad(x, (0, 5)).reshape(blocks, threads).sum(1)
+    got, c = counted(fn, x, poisoned(blocks), repeat=3)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    if fast and not SIMULATOR:
+        assert c["fast_launches"] >= 2, c
+
+
+def test_scalar_arguments_of_every_kind(gpu_only, rng):
+    @cuda.jit
+    def mix(x, out, k, s, flag, s32, k16):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            v = x[i] * s + k + s32 * k16
+            out[i] = v if flag else -v
+
+    # The same kernel compiled for explicit narrower types: the values are
+    # converted and packed at the parameter's own width.
+    narrow = cuda.jit("void(float32[:], float32[:], int32, float32, boolean,"
+                      " float32, int16)")(mix.py_func)
+    cases = [(3, 0.5, True, np.float32(1.5), np.int16(-2)),
+             (-7, 2.25, False, np.float32(-0.25), np.int16(9)),
+             (2**40, 1.0, True, np.float32(0), np.int16(0))]
+
+    for kernel in (mix, narrow):
+        for k, s, flag, s32, k16 in cases:
+            def op(x, poison, out, stream, kernel=kernel, k=k, s=s,
+                   flag=flag, s32=s32, k16=k16):
+                kernel[4, 64, stream](x, out, k, s, flag, s32, k16)
+
+            fn = jax.jit(numbax.numba_cuda_callable(
+                op, outs=jax.ShapeDtypeStruct((200,), F32),
+                input_output_aliases={1: 0}))
+            off = jax.jit(numbax.numba_cuda_callable(
+                op, outs=jax.ShapeDtypeStruct((200,), F32),
+                input_output_aliases={1: 0}, fast_launch=False))
+            x = random_array(rng, (200,), np.float32)
+            got, c = counted(fn, x, poisoned(200), repeat=3)
+            ref = np.asarray(off(x, poisoned(200)))
+            np.testing.assert_array_equal(got, ref)
+            kk = np.int32(np.int64(k).astype(np.int32)) if kernel is narrow else k
+            v = x * np.float32(s) + np.float32(kk) + np.float32(s32) * np.float32(k16)
+            np.testing.assert_allclose(got, v if flag else -v, rtol=1e-5)
+            assert c["fast_launches"] >= 2, (k, s, flag, c)
+
+
+@cuda.jit
+def square_into(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = x[i] * x[i]
+
+
+@cuda.jit
+def add_into(a, b, out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = a[i] + b[i]
+
+
+def test_several_kernels_per_call_with_scratch(rng):
+    def op(x, y, poison, out, tmp, stream):
+        n = x.shape[0]
+        grid = (n + 63) // 64
+        square_into[grid, 64, stream](x, tmp)
+        add_into[grid, 64, stream](tmp, y, out)
+        square_into[grid, 64, stream](out, tmp)
+        add_into[grid, 64, stream](tmp, x, out)
+
+    n = 300
+    fn = jax.jit(numbax.numba_cuda_callable(
+        op, outs=jax.ShapeDtypeStruct((n,), F32),
+        scratch=jax.ShapeDtypeStruct((n,), F32), input_output_aliases={2: 0}))
+    x = random_array(rng, (n,), np.float32)
+    y = random_array(rng, (n,), np.float32)
+    got, c = counted(fn, x, y, poisoned(n), repeat=3)
+    want = (x * x + y) ** 2 + x
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    if not SIMULATOR:
+        # square_into and add_into each have one configuration and types:
+        # two plans, the ten other launches fast.
+        assert c["fallback_new_plan"] == 2, c
+        assert c["fast_launches"] == 10, c
+        assert set(fallbacks(c)) == {"new_plan"}, fallbacks(c)
+    else:
+        assert fallbacks(c) == {"simulator": 12}, fallbacks(c)
+        assert c["fast_launches"] == 0
+
+
+def test_lazily_compiled_kernel_per_dtype(gpu_only, rng):
+    @cuda.jit
+    def negate(x, out):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            out[i] = -x[i]
+
+    assert len(negate.overloads) == 0  # nothing compiled yet
+
+    def op(x, out, stream):
+        negate[(x.shape[0] + 31) // 32, 32, stream](x, out)
+
+    jax.config.update("jax_enable_x64", True)
+    try:
+        for dtype in (np.float32, np.float64, np.int32):
+            fn = jax.jit(numbax.numba_cuda_callable(
+                op, outs=jax.ShapeDtypeStruct((77,), dtype)))
+            x = random_array(rng, (77,), dtype)
+            got, c = counted(fn, jnp.asarray(x), repeat=3)
+            np.testing.assert_array_equal(got, -x)
+            assert c["fast_launches"] >= 2, (dtype, c)
+    finally:
+        jax.config.update("jax_enable_x64", False)
+    assert len(negate.overloads) == 3
+
+
+def test_cooperative_kernel(gpu_only, rng):
+    @cuda.jit
+    def reverse_after_sync(x, tmp, out):
+        g = cuda.cg.this_grid()
+        i = cuda.grid(1)
+        n = x.shape[0]
+        if i < n:
+            tmp[i] = x[i] * 2
+        g.sync()  # every block's writes are visible after this
+        if i < n:
+            out[i] = tmp[n - 1 - i]
+
+    n = 4 * 128
+
+    def op(x, poison, out, tmp, stream):
+        reverse_after_sync[4, 128, stream](x, tmp, out)
+
+    fn = jax.jit(numbax.numba_cuda_callable(
+        op, outs=jax.ShapeDtypeStruct((n,), F32), input_output_aliases={1: 0},
+        scratch=jax.ShapeDtypeStruct((n,), F32)))
+    x = random_array(rng, (n,), np.float32)
+    got, c = counted(fn, x, poisoned(n), repeat=3)
+    np.testing.assert_array_equal(got, (x * 2)[::-1])
+    assert any(k.cooperative for k in reverse_after_sync.overloads.values())
+    assert c["fast_launches"] >= 2, c
+
+
+# -- fallbacks -------------------------------------------------------------
+
+def test_foreign_array_falls_back(rng):
+    def op(x, poison, out, stream):
+        n = x.shape[0]
+        temp = cuda.device_array(n, dtype=np.float32, stream=stream)
+        square_into[(n + 63) // 64, 64, stream](x, temp)  # temp is foreign
+        add_into[(n + 63) // 64, 64, stream](temp, x, out)
+
+    fn = jax.jit(numbax.numba_cuda_callable(
+        op, outs=jax.ShapeDtypeStruct((100,), F32), input_output_aliases={1: 0}))
+    x = random_array(rng, (100,), np.float32)
+    got, c = counted(fn, x, poisoned(100), repeat=3)
+    np.testing.assert_allclose(got, x * x + x, rtol=1e-6)
+    if not SIMULATOR:
+        assert c["fallback_foreign_argument"] == 6, fallbacks(c)
+        assert c["fast_launches"] == 0
+
+
+def test_slice_of_numbax_array_falls_back(gpu_only, rng):
+    def op(x, poison, out, stream):
+        square_into[2, 64, stream](x[1:], out[:-1])
+        square_into[1, 1, stream](x[:1], out[-1:])
+
+    fn = jax.jit(numbax.numba_cuda_callable(
+        op, outs=jax.ShapeDtypeStruct((100,), F32), input_output_aliases={1: 0}))
+    x = random_array(rng, (100,), np.float32)
+    got, c = counted(fn, x, poisoned(100), repeat=2)
+    want = np.concatenate([x[1:] ** 2, x[:1] ** 2])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert c["fast_launches"] == 0 and c["fallback_foreign_argument"] == 4, c
+
+
+def test_other_stream_falls_back(gpu_only, rng):
+    def op(x, poison, out, stream):
+        stream.synchronize()  # x is ready before the other stream reads it
+        other = cuda.stream()
+        square_into[2, 64, other](x, out)
+        other.synchronize()
+
+    fn = jax.jit(numbax.numba_cuda_callable(
+        op, outs=jax.ShapeDtypeStruct((100,), F32), input_output_aliases={1: 0}))
+    x = random_array(rng, (100,), np.float32)
+    got, c = counted(fn, x, poisoned(100), repeat=3)
+    np.testing.assert_allclose(got, x * x, rtol=1e-6)
+    assert c["fast_launches"] == 0 and c["fallback_other_stream"] == 3, c
+
+
+def test_other_thread_falls_back(gpu_only, rng):
+    def op(x, poison, out, stream):
+        errors = []
+
+        def launch():
+            try:
+                square_into[2, 64, stream](x, out)
+            except Exception as exc:  # reported below, in func's thread
+                errors.append(exc)
+
+        t = threading.Thread(target=launch)
+        t.start()
+        t.join()
+        if errors:
+            raise errors[0]
+
+    fn = jax.jit(numbax.numba_cuda_callable(
+        op, outs=jax.ShapeDtypeStruct((100,), F32), input_output_aliases={1: 0}))
+    x = random_array(rng, (100,), np.float32)
+    got, c = counted(fn, x, poisoned(100), repeat=3)
+    np.testing.assert_allclose(got, x * x, rtol=1e-6)
+    assert c["fast_launches"] == 0 and c["fallback_other_thread"] == 3, c
+
+
+def test_launches_outside_numbax_are_untouched(gpu_only, rng):
+    x = random_array(rng, (100,), np.float32)
+    d_x = cuda.to_device(x)
+    d_out = cuda.device_array(100, np.float32)
+    numbax.reset_bridge_counters()
+    square_into[2, 64](d_x, d_out)
+    cuda.synchronize()
+    np.testing.assert_allclose(d_out.copy_to_host(), x * x, rtol=1e-6)
+    c = numbax.bridge_counters()
+    assert c["fast_launches"] == 0 and c["fast_launch_fallbacks"] == 0, c
+
+
+def test_switch_argument_and_environment(gpu_only, rng, monkeypatch):
+    x = random_array(rng, (1000,), np.float32)
+    _, c = counted(jax.jit(make_affine(False)), x, poisoned(1000), repeat=3)
+    assert c["fast_launches"] == 0 and fallbacks(c) == {"disabled": 3}
+
+    monkeypatch.setenv("NUMBAX_FAST_LAUNCH", "0")
+
+    def env_op(x, poison, out, stream):  # a new op: resolved with the env set
+        affine_op(x, poison, out, stream)
+
+    fn = jax.jit(numbax.numba_cuda_callable(
+        env_op, outs=jax.ShapeDtypeStruct((1000,), F32),
+        input_output_aliases={1: 0}))
+    got, c = counted(fn, x, poisoned(1000), repeat=3)
+    np.testing.assert_allclose(got, x * 2.5 + 1, rtol=1e-6)
+    assert c["fast_launches"] == 0 and fallbacks(c) == {"disabled": 3}
+    assert "NUMBAX_FAST_LAUNCH" in _fast_launch.status()
+
+
+def test_fast_launch_argument_is_checked():
+    with pytest.raises(TypeError, match="fast_launch"):
+        numbax.numba_cuda_callable(affine_op, jax.ShapeDtypeStruct((4,), F32),
+                                   fast_launch="yes")
+
+
+# -- errors: Numba's own types, raised inside func ---------------------------
+
+def _error_type(op, shape=(64,), aliases=None):
+    """The type of the exception func saw, with the fast path on and off."""
+    seen = {}
+    for fast in (True, False):
+        caught = []
+
+        def wrapped(*args, caught=caught):
+            try:
+                op(*args)
+            except Exception as exc:
+                caught.append(type(exc))
+                raise
+
+        fn = numbax.numba_cuda_callable(
+            wrapped, outs=jax.ShapeDtypeStruct(shape, F32), fast_launch=fast,
+            name=f"error_probe_{op.__name__}_{fast}")
+        with pytest.raises(Exception):
+            jax.block_until_ready(jax.jit(fn)(jnp.ones(shape, F32)))
+        assert caught, "func did not see the error"
+        seen[fast] = caught[0]
+    assert seen[True] is seen[False], seen
+    return seen[True]
+
+
+def test_launch_errors_keep_numbas_types(gpu_only):
+    def too_many_threads(x, out, stream):
+        square_into[1, 2048, stream](x, out)
+
+    def grid_too_large(x, out, stream):
+        square_into[(1, 70000), 32, stream](x, out)
+
+    def shared_memory_too_large(x, out, stream):
+        square_into[1, 32, stream, 1 << 30](x, out)
+
+    def wrong_argument_types(x, out, stream):
+        square_into[1, 32, stream](x, "not an array")
+
+    def bad_configuration(x, out, stream):
+        square_into[1, 32.5, stream](x, out)
+
+    for op in (too_many_threads, grid_too_large, shared_memory_too_large,
+               wrong_argument_types, bad_configuration):
+        _error_type(op)
+
+
+def test_compile_error_keeps_numbas_type(gpu_only):
+    @cuda.jit
+    def broken(x, out):
+        i = cuda.grid(1)
+        out[i] = x[i] + "text"  # a typing error, found when first launched
+
+    def op(x, out, stream):
+        broken[1, 64, stream](x, out)
+
+    kind = _error_type(op)
+    assert "Typing" in kind.__name__ or issubclass(kind, TypeError), kind
+
+
+def test_error_after_a_plan_exists(gpu_only, rng):
+    calls = {"n": 0}
+
+    def op(x, out, stream):
+        calls["n"] += 1
+        if calls["n"] < 3:
+            square_into[2, 64, stream](x, out)
+        else:  # same configuration, an argument Numba cannot type
+            square_into[2, 64, stream](x, object())
+
+    fn = jax.jit(numbax.numba_cuda_callable(
+        op, outs=jax.ShapeDtypeStruct((100,), F32)))
+    x = random_array(rng, (100,), np.float32)
+    _, c = counted(fn, x, repeat=2)
+    assert c["fast_launches"] == 1, c
+    with pytest.raises(Exception, match="(?i)typ"):
+        jax.block_until_ready(fn(x))
+
+
+# -- capture, threads, devices --------------------------------------------
+
+def test_capture_mode_with_fast_launches(gpu_only, rng):
+    op = numbax.numba_cuda_callable(
+        affine_op, outs=jax.ShapeDtypeStruct((1000,), F32),
+        input_output_aliases={1: 0}, capture=True)
+    single = jax.jit(op)
+
+    @jax.jit
+    def chain(x):  # long enough for XLA to record a command buffer
+        for _ in range(6):
+            x = op(x, poisoned(1000)) * 1e-3
+        return x
+
+    numbax.reset_bridge_counters()
+    for _ in range(4):
+        x = random_array(rng, (1000,), np.float32)
+        np.testing.assert_allclose(single(x, poisoned(1000)), x * 2.5 + 1,
+                                   rtol=1e-6)
+        ref = x.astype(np.float64)
+        for _ in range(6):
+            ref = (ref * 2.5 + 1) * 1e-3
+        np.testing.assert_allclose(chain(x), ref, rtol=1e-4)
+    c = numbax.bridge_counters()
+    assert c["fallback_numba_error"] == 0 and c["fallback_plan_error"] == 0
+    assert c["fast_launches"] >= 1, c
+
+
+def test_threads_share_plans(gpu_only, rng):
+    fn = jax.jit(make_affine(True))
+    xs = [random_array(rng, (1000,), np.float32) for _ in range(4)]
+    results, errors = [None] * 4, []
+
+    def run(i):
+        try:
+            for _ in range(10):
+                results[i] = np.asarray(fn(xs[i], poisoned(1000)))
+        except Exception as exc:
+            errors.append(exc)
+
+    numbax.reset_bridge_counters()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for x, got in zip(xs, results):
+        np.testing.assert_allclose(got, x * 2.5 + 1, rtol=1e-6)
+    c = numbax.bridge_counters()
+    assert c["fast_launches"] >= 30, c
+    assert set(fallbacks(c)) <= {"new_plan"}, fallbacks(c)
+
+
+def test_second_device(gpu_only, rng):
+    devices = jax.devices()
+    if len(devices) < 2:
+        pytest.skip("needs two GPUs")
+    fn = jax.jit(make_affine(True))
+    for dev in devices[:2]:
+        x = jax.device_put(random_array(rng, (1000,), np.float32), dev)
+        p = jax.device_put(poisoned(1000), dev)
+        got, c = counted(fn, x, p, repeat=3)
+        assert got.devices() == {dev}
+        np.testing.assert_allclose(got, np.asarray(x) * 2.5 + 1, rtol=1e-6)
+        assert c["fast_launches"] >= 2, (dev, c)
+
+
+# -- the simulator (CPU) --------------------------------------------------
+
+def test_simulator_counts_fallbacks(simulator_only, rng):
+    fn = jax.jit(make_affine(True, n=100))
+    x = random_array(rng, (100,), np.float32)
+    got, c = counted(fn, x, poisoned(100), repeat=3)
+    np.testing.assert_allclose(got, x * 2.5 + 1, rtol=1e-6)
+    assert c["fast_launches"] == 0
+    assert fallbacks(c) == {"simulator": 3}
+    assert "simulator" in _fast_launch.status()
+    assert not _fast_launch.hook_installed()
+
+
+def test_status_line_names_the_version():
+    line = _fast_launch.status()
+    assert line.startswith(("on", "off")), line
+    if not SIMULATOR and line.startswith("off"):
+        assert "numba-cuda" in line or "NUMBAX_FAST_LAUNCH" in line
+
+
+def test_unverified_version_is_off(monkeypatch):
+    monkeypatch.setattr(_fast_launch, "numba_cuda_version", lambda: "0.99.0")
+    monkeypatch.setattr(_fast_launch._numba, "simulator_enabled",
+                        lambda: False)
+    line = _fast_launch.status()
+    assert line.startswith("off") and "0.99.0" in line and "0.30" in line
+
+
+def test_no_plans_leak_from_tests():
+    # Plans are bounded; clearing them drops their references.
+    from numbax import _core
+    _core.clear_launch_plans()
+    assert _core.launch_plan_count() == 0
