@@ -263,9 +263,11 @@ PyObject* IntTuple(const std::vector<int>& values) {
 // A launch with no plan yet: ask the Python builder whether it may be fast,
 // let Numba launch it (compiling it if needed), then record the plan.
 PyObject* LaunchAndRecord(LaunchHook* hook, const ActiveCall& call,
-                          const PlanKey& key, const std::vector<int>& slots,
+                          PlanKey key, const std::vector<int>& slots,
                           PyObject* const* args, size_t nargsf,
                           PyObject* kwnames) {
+  // `key` is a copy: the Python run below may launch again on this thread
+  // (Numba's own initialisation), which reuses the caller's thread-local key.
   const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
   PyObject* cfg = args[0];
   PyObject* kernel_args = NewTuple(args + 1, n - 1);

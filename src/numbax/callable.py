@@ -141,7 +141,7 @@ def numba_cuda_callable(
         C++ after its first launch through Numba; any other launch goes
         through Numba unchanged. False (or the environment variable
         ``NUMBAX_FAST_LAUNCH=0`` for every op) launches everything through
-        Numba. See docs/performance.md.
+        Numba. See docs/fast_launch.md.
 
     The arrays and stream are views valid for one call only: numbax caches
     them per buffer address and hands the same objects to later calls, and

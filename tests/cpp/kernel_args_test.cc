@@ -185,4 +185,31 @@ TEST(KernelArgs, ResetDropsPreviousArrays) {
   ExpectParamsMatchWords(args);
 }
 
+
+// Scalars of a fast launch (csrc/fast_launch.cc) sit in 8-byte words after
+// or between arrays; the driver reads each parameter's own size from the
+// start of its word, so an int32 or float32 must be in the low bytes.
+TEST(KernelArgs, ScalarWordsReadAtTheirOwnWidth) {
+  KernelArgs args;
+  const std::vector<int64_t> shape = {3};
+  Add(args, Addr(0x1000), shape, 4);
+  const int64_t minus_five = -5;  // an int32 parameter, from a masked int64
+  args.AddWord(minus_five);
+  const float f = 2.5f;
+  int64_t float_word = 0;
+  std::memcpy(&float_word, &f, sizeof f);
+  args.AddWord(float_word);
+  Add(args, Addr(0x2000), shape, 4);
+  ExpectParamsMatchWords(args);
+  void** params = args.params();
+  const size_t array_words = 5 + 2 * shape.size();
+  int32_t as_int32;
+  std::memcpy(&as_int32, params[array_words], sizeof as_int32);
+  EXPECT_EQ(as_int32, -5);
+  float as_float;
+  std::memcpy(&as_float, params[array_words + 1], sizeof as_float);
+  EXPECT_EQ(as_float, 2.5f);
+  EXPECT_EQ(args.words()[array_words + 2 + 4], Word(0x2000));  // next data
+}
+
 }  // namespace
