@@ -20,9 +20,9 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the fast launch path packs scalars for little-endian hosts");
 
 constexpr const char* kReasonNames[kFallbackReasonCount] = {
-    "disabled",           "simulator",    "other_thread", "other_stream",
-    "foreign_argument",   "unsupported_kernel", "new_plan", "launch_error",
-    "numba_error",        "plan_error"};
+    "disabled",         "simulator",          "other_thread", "other_stream",
+    "foreign_argument", "unsupported_kernel", "new_plan",     "launch_error",
+    "numba_error",      "plan_error"};
 
 thread_local const ActiveCall* t_active = nullptr;
 // Calls in flight on any thread: a launch from a thread with no call of its
@@ -32,8 +32,8 @@ std::atomic<int64_t> g_active_calls{0};
 void Count(int reason) { ++FastCounters().fallbacks[reason]; }
 
 int ReasonFromName(PyObject* name) {
-  const char* s = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name)
-                                                : nullptr;
+  const char* s =
+      name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : nullptr;
   if (!s) {
     PyErr_Clear();
     return kFallbackPlanError;
@@ -63,7 +63,8 @@ struct PlanKeyHash {
   size_t operator()(const PlanKey& k) const {
     uint64_t h = reinterpret_cast<uintptr_t>(k.cfg) * 0x9E3779B97F4A7C15ull;
     h ^= static_cast<uint64_t>(k.device) + 0x632BE59BD9B4E019ull + (h << 6);
-    for (uint64_t c : k.codes) h ^= c + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    for (uint64_t c : k.codes)
+      h ^= c + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
     return static_cast<size_t>(h);
   }
 };
@@ -96,8 +97,7 @@ struct Plan {
   }
 };
 
-using PlanMap =
-    std::unordered_map<PlanKey, std::shared_ptr<Plan>, PlanKeyHash>;
+using PlanMap = std::unordered_map<PlanKey, std::shared_ptr<Plan>, PlanKeyHash>;
 PlanMap& Plans() {
   static auto* plans = new PlanMap();  // leaked on purpose (exit order)
   return *plans;
@@ -262,10 +262,9 @@ PyObject* IntTuple(const std::vector<int>& values) {
 
 // A launch with no plan yet: ask the Python builder whether it may be fast,
 // let Numba launch it (compiling it if needed), then record the plan.
-PyObject* LaunchAndRecord(LaunchHook* hook, const ActiveCall& call,
-                          PlanKey key, const std::vector<int>& slots,
-                          PyObject* const* args, size_t nargsf,
-                          PyObject* kwnames) {
+PyObject* LaunchAndRecord(LaunchHook* hook, const ActiveCall& call, PlanKey key,
+                          const std::vector<int>& slots, PyObject* const* args,
+                          size_t nargsf, PyObject* kwnames) {
   // `key` is a copy: the Python run below may launch again on this thread
   // (Numba's own initialisation), which reuses the caller's thread-local key.
   const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
@@ -327,7 +326,7 @@ PyObject* LaunchAndRecord(LaunchHook* hook, const ActiveCall& call,
     plan->reason = kFallbackPlanError;
   }
   Py_XDECREF(built);
-  Count(other_stream         ? kFallbackOtherStream
+  Count(other_stream        ? kFallbackOtherStream
         : plan->reason >= 0 ? plan->reason
                             : kFallbackNewPlan);
   StorePlan(key, std::move(plan));
@@ -374,8 +373,7 @@ PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
     slots.push_back(slot);
     if (slot >= 0) {
       const BufferView& v = buffers[static_cast<size_t>(slot)];
-      key.codes.push_back(kArrayTag |
-                          (static_cast<uint64_t>(v.dtype) << 8) |
+      key.codes.push_back(kArrayTag | (static_cast<uint64_t>(v.dtype) << 8) |
                           static_cast<uint64_t>(v.rank));
       continue;
     }
@@ -494,8 +492,9 @@ PyMemberDef kHookMembers[] = {
     {"__vectorcalloffset__", T_PYSSIZET,
      static_cast<Py_ssize_t>(offsetof(LaunchHook, vectorcall)), READONLY,
      nullptr},
-    {"original", T_OBJECT, static_cast<Py_ssize_t>(offsetof(LaunchHook, original)),
-     READONLY, nullptr},
+    {"original", T_OBJECT,
+     static_cast<Py_ssize_t>(offsetof(LaunchHook, original)), READONLY,
+     nullptr},
     {nullptr, 0, 0, 0, nullptr}};
 
 PyTypeObject* HookType() {
@@ -511,11 +510,10 @@ PyTypeObject* HookType() {
         {0, nullptr}};
     // METHOD_DESCRIPTOR: as a class attribute it is called with the
     // instance prepended, like a function, without a bound method per call.
-    PyType_Spec spec = {
-        "numbax._core.LaunchHook", sizeof(LaunchHook), 0,
-        Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL |
-            Py_TPFLAGS_METHOD_DESCRIPTOR,
-        slots};
+    PyType_Spec spec = {"numbax._core.LaunchHook", sizeof(LaunchHook), 0,
+                        Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL |
+                            Py_TPFLAGS_METHOD_DESCRIPTOR,
+                        slots};
     return reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&spec));
   }();
   return type;
@@ -533,8 +531,7 @@ FastLaunchCounters& FastCounters() {
   return counters;
 }
 
-ActiveCallScope::ActiveCallScope(const ActiveCall* call)
-    : previous_(t_active) {
+ActiveCallScope::ActiveCallScope(const ActiveCall* call) : previous_(t_active) {
   t_active = call;
   g_active_calls.fetch_add(1, std::memory_order_relaxed);
 }

@@ -23,22 +23,22 @@ namespace numbax {
 
 // Why a launch made inside a numbax call went through Numba's launch.
 enum FallbackReason : int {
-  kFallbackDisabled = 0,      // switched off (env var or fast_launch=False)
-  kFallbackSimulator,         // Numba's CUDA simulator: nothing to speed up
-  kFallbackOtherThread,       // launched from a thread numbax is not calling
-  kFallbackOtherStream,       // not on the stream numbax gave func
-  kFallbackForeignArgument,   // an array numbax did not hand to func, or an
-                              // argument type the fast path does not pack
-  kFallbackUnsupportedKernel, // debug=True, extensions, launch callbacks,
-                              // launch-config-sensitive kernels
-  kFallbackNewPlan,           // first launch of a plan: Numba launches (and
-                              // compiles) it, numbax records the plan
-  kFallbackLaunchError,       // cuLaunchKernel refused: Numba relaunches and
-                              // raises its own error
-  kFallbackNumbaError,        // Numba's launch raised (typing, compilation,
-                              // configuration): the error reaches func
-  kFallbackPlanError,         // numbax could not build a plan (a bug: the
-                              // launch still ran through Numba)
+  kFallbackDisabled = 0,       // switched off (env var or fast_launch=False)
+  kFallbackSimulator,          // Numba's CUDA simulator: nothing to speed up
+  kFallbackOtherThread,        // launched from a thread numbax is not calling
+  kFallbackOtherStream,        // not on the stream numbax gave func
+  kFallbackForeignArgument,    // an array numbax did not hand to func, or an
+                               // argument type the fast path does not pack
+  kFallbackUnsupportedKernel,  // debug=True, extensions, launch callbacks,
+                               // launch-config-sensitive kernels
+  kFallbackNewPlan,            // first launch of a plan: Numba launches (and
+                               // compiles) it, numbax records the plan
+  kFallbackLaunchError,        // cuLaunchKernel refused: Numba relaunches and
+                               // raises its own error
+  kFallbackNumbaError,         // Numba's launch raised (typing, compilation,
+                               // configuration): the error reaches func
+  kFallbackPlanError,          // numbax could not build a plan (a bug: the
+                               // launch still ran through Numba)
   kFallbackReasonCount
 };
 

@@ -240,9 +240,9 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
         platform == Platform::kCuda ? "cuda" : "cpu");
     if (!resolved) {
       error = ffi::Error::InvalidArgument(TakePythonError());
-    } else if (int fast = 0; !PyArg_ParseTuple(
-                   resolved, "OLLL|p", &func_, &num_inputs_, &num_outputs_,
-                   &num_scratch_, &fast)) {
+    } else if (int fast = 0;
+               !PyArg_ParseTuple(resolved, "OLLL|p", &func_, &num_inputs_,
+                                 &num_outputs_, &num_scratch_, &fast)) {
       error = ffi::Error::Internal("numbax: bad resolve result: " +
                                    TakePythonError());
       func_ = nullptr;

@@ -79,6 +79,8 @@ def _launch_path_matches() -> str | None:
     if cfg is None or not inspect.isfunction(cfg.__dict__.get("__call__")):
         return "_LaunchConfiguration.__call__ is missing"
     call = getattr(dispatcher.CUDADispatcher, "call", None)
+    if call is None:
+        return "CUDADispatcher.call is missing"
     try:
         params = list(inspect.signature(call).parameters)
     except (TypeError, ValueError):

@@ -166,10 +166,10 @@ def main() -> int:
     for name, op in recorded:
         _line(name, per_op(op))
         _line(name + " single", single_us(op))
-    fast = counters_fast
-    print(f"fast path over the fast chain: {fast['fast_launches']} fast "
-          f"launches, {fast['fast_launch_fallbacks']} through Numba "
-          + str({k[len('fallback_'):]: v for k, v in fast.items()
+    c = counters_fast
+    print(f"fast path over the fast chain: {c['fast_launches']} fast "
+          f"launches, {c['fast_launch_fallbacks']} through Numba "
+          + str({k[len('fallback_'):]: v for k, v in c.items()
                  if k.startswith("fallback_") and v}))
     print(numbax.bridge_counters())
     return 0
