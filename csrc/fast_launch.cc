@@ -45,10 +45,166 @@ int ReasonFromName(PyObject* name) {
 }
 
 // What a launch's argument types look like to Numba's dispatcher: an array
-// numbax handed to func is (dtype, rank) (its layout is always C), anything
-// else its Python type (the plan builder accepts only scalar types whose
-// Numba type depends on the type alone; a Python int must fit int64).
+// numbax handed to func, or a view of one, is (layout, dtype, rank), exactly
+// Numba's array type; anything else its Python type (the plan builder
+// accepts only scalar types whose Numba type depends on the type alone; a
+// Python int must fit int64).
 constexpr uint64_t kArrayTag = uint64_t{1} << 63;
+
+uint64_t ArrayCode(char layout, ffi::DataType dtype, int64_t rank) {
+  return kArrayTag |
+         (static_cast<uint64_t>(static_cast<unsigned char>(layout)) << 40) |
+         (static_cast<uint64_t>(dtype) << 8) | static_cast<uint64_t>(rank);
+}
+
+// How a launch argument is passed, per position: slot >= 0 is buffer
+// `slot`'s own array; kViewC/F/A a view of a buffer with that Numba layout
+// (its geometry in the launch's ViewInfo); kOther anything else.
+constexpr int kOther = -1;
+constexpr int kViewC = -2;
+constexpr int kViewF = -3;
+constexpr int kViewA = -4;
+
+// A slice or reshape of one of the call's buffers, as Numba would pack it.
+struct ViewInfo {
+  void* data = nullptr;
+  int64_t rank = 0;
+  size_t itemsize = 0;
+  int64_t dims[kMaxRank];
+  int64_t strides[kMaxRank];
+};
+
+// Numba's layout for an array of this geometry ('C', 'F' or 'A'), computed
+// as numba-cuda's dummyarray and DeviceNDArray._numba_type_ do, or 0 where
+// numbax does not decide (an empty array, or one with a unit extent that is
+// not plainly C-contiguous, where contiguity rules have corner cases): such
+// a launch goes through Numba.
+char NumbaLayout(const int64_t* dims, const int64_t* strides, int64_t rank,
+                 int64_t itemsize) {
+  if (rank == 0) return 'C';
+  bool unit = false, zero_stride = false, empty = false;
+  for (int64_t i = 0; i < rank; ++i) {
+    unit |= dims[i] == 1;
+    zero_stride |= strides[i] == 0;
+    empty |= dims[i] == 0;
+  }
+  if (empty) return 0;
+  bool c = true;
+  int64_t sd = itemsize;
+  for (int64_t i = rank - 1; i >= 0; --i) {
+    if (strides[i] != sd) c = false;
+    sd *= dims[i];
+  }
+  if (c) return 'C';  // strictly C-contiguous: no zero stride, Numba says C
+  if (unit) return 0;
+  if (zero_stride) return 'A';  // broadcast
+  bool f = true;
+  sd = itemsize;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (strides[i] != sd) f = false;
+    sd *= dims[i];
+  }
+  return f ? 'F' : 'A';
+}
+
+PyObject* Interned(const char* s) {
+  PyObject* o = PyUnicode_InternFromString(s);
+  if (!o) PyErr_Clear();
+  return o;  // kept for the process
+}
+
+bool ReadDims(PyObject* t, int64_t* out, int64_t* rank) {
+  if (!t || !PyTuple_Check(t) || PyTuple_GET_SIZE(t) > kMaxRank) return false;
+  *rank = PyTuple_GET_SIZE(t);
+  for (Py_ssize_t i = 0; i < *rank; ++i) {
+    PyObject* v = PyTuple_GET_ITEM(t, i);
+    if (!PyLong_Check(v)) return false;
+    int overflow = 0;
+    out[i] = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (out[i] == -1 && PyErr_Occurred())) return false;
+  }
+  return true;
+}
+
+// Recognises `a` as a view (a slice or reshape) of one of the call's
+// buffers: a Numba device array of the same type as numbax's, whose every
+// byte lies inside one buffer of the same dtype. Fills `view` and `code`
+// (the array's Numba type, as ArrayCode) and returns its kView* kind, or
+// kOther. Reads only plain attributes and the data pointer, as Numba's
+// packing does; any surprise means kOther, and the launch goes to Numba.
+int RecogniseView(PyObject* a, const ActiveCall& call, ViewInfo* view,
+                  uint64_t* code) {
+  const std::vector<BufferView>& buffers = *call.buffers;
+  if (buffers.empty() || Py_TYPE(a) != Py_TYPE(call.arrays[0])) return kOther;
+  static PyObject* s_shape = Interned("shape");
+  static PyObject* s_strides = Interned("strides");
+  static PyObject* s_dtype = Interned("dtype");
+  static PyObject* s_pointer = Interned("device_ctypes_pointer");
+  static PyObject* s_value = Interned("value");
+  if (!s_shape || !s_strides || !s_dtype || !s_pointer || !s_value) {
+    return kOther;
+  }
+  int kind = kOther;
+  int64_t strides_rank = -1;
+  PyObject* shape = PyObject_GetAttr(a, s_shape);
+  PyObject* strides = shape ? PyObject_GetAttr(a, s_strides) : nullptr;
+  PyObject* dtype = strides ? PyObject_GetAttr(a, s_dtype) : nullptr;
+  PyObject* pointer = dtype ? PyObject_GetAttr(a, s_pointer) : nullptr;
+  PyObject* value = pointer ? PyObject_GetAttr(pointer, s_value) : nullptr;
+  uintptr_t data = 0;
+  bool ok = value && ReadDims(shape, view->dims, &view->rank) &&
+            ReadDims(strides, view->strides, &strides_rank) &&
+            strides_rank == view->rank;
+  if (ok && value != Py_None) {
+    data = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(value));
+    ok = !PyErr_Occurred();
+  }
+  ok = ok && data != 0;
+  for (size_t j = 0; ok && j < buffers.size(); ++j) {
+    const BufferView& b = buffers[j];
+    const DTypeInfo* info = LookupDType(b.dtype);
+    const uintptr_t base = reinterpret_cast<uintptr_t>(b.data);
+    if (!info || base == 0 || data < base || data >= base + b.nbytes) continue;
+    // The extent of the view: its lowest and highest byte, overflow-checked.
+    const int64_t itemsize = static_cast<int64_t>(info->itemsize);
+    int64_t lo = 0, hi = itemsize, elements = 1;
+    bool fits = true;
+    for (int64_t d = 0; fits && d < view->rank; ++d) {
+      int64_t reach;
+      if (view->dims[d] <= 0 ||
+          __builtin_mul_overflow(view->dims[d] - 1, view->strides[d], &reach) ||
+          __builtin_add_overflow(reach < 0 ? lo : hi, reach,
+                                 reach < 0 ? &lo : &hi) ||
+          __builtin_mul_overflow(elements, view->dims[d], &elements)) {
+        fits = false;
+      }
+    }
+    const int64_t offset = static_cast<int64_t>(data - base);
+    if (!fits || offset + lo < 0 ||
+        offset + hi > static_cast<int64_t>(b.nbytes)) {
+      continue;
+    }
+    PyObject* own_dtype = PyObject_GetAttr(call.arrays[j], s_dtype);
+    const bool same_dtype = own_dtype == dtype;
+    Py_XDECREF(own_dtype);
+    if (!same_dtype) continue;
+    const char layout =
+        NumbaLayout(view->dims, view->strides, view->rank, itemsize);
+    if (layout == 0) break;
+    view->data = reinterpret_cast<void*>(data);
+    view->itemsize = info->itemsize;
+    *code = ArrayCode(layout, b.dtype, view->rank);
+    kind = layout == 'C' ? kViewC : layout == 'F' ? kViewF : kViewA;
+    break;
+  }
+  Py_XDECREF(shape);
+  Py_XDECREF(strides);
+  Py_XDECREF(dtype);
+  Py_XDECREF(pointer);
+  Py_XDECREF(value);
+  if (PyErr_Occurred()) PyErr_Clear();
+  return kind;
+}
 
 struct PlanKey {
   PyObject* cfg = nullptr;
@@ -177,7 +333,11 @@ void StorePlan(const PlanKey& key, std::shared_ptr<Plan> plan) {
   if (plans.size() >= kMaxPlans) ClearLaunchPlans();
   Py_INCREF(key.cfg);
   plan->cfg = key.cfg;
-  Plans()[key] = std::move(plan);
+  // A plan replaced here is released only once the map is consistent again:
+  // releasing it may run Python (a finaliser) that uses the cache.
+  std::shared_ptr<Plan>& slot = Plans()[key];
+  std::shared_ptr<Plan> replaced = std::move(slot);
+  slot = std::move(plan);
 }
 
 // Appends one scalar as an 8-byte word: cuLaunchKernel reads the parameter's
@@ -353,28 +513,48 @@ PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
     return CallOriginal(hook, args, nargsf, kwnames);
   }
 
-  // The key: which arrays are numbax's, and the other arguments' types.
+  // Python run below (attribute reads, the plan builders, Numba's own
+  // launch) may launch again on this thread, e.g. Numba initialising its
+  // runtime; such a nested launch goes to Numba and leaves this launch's
+  // thread-local state alone.
+  thread_local int depth = 0;
+  if (depth > 0) return CallOriginal(hook, args, nargsf, kwnames);
+  struct Depth {
+    Depth() { ++depth; }
+    ~Depth() { --depth; }
+  } in_launch;
+
+  // The key: which arrays are numbax's (or views of them), and the other
+  // arguments' types.
   thread_local PlanKey key;
   thread_local std::vector<int> slots;
+  thread_local std::vector<ViewInfo> views;
   key.cfg = args[0];
   key.device = call->device;
   key.codes.clear();
   slots.clear();
+  if (views.size() < static_cast<size_t>(n)) views.resize(n);
   const std::vector<BufferView>& buffers = *call->buffers;
   for (Py_ssize_t i = 1; i < n; ++i) {
     PyObject* a = args[i];
-    int slot = -1;
+    int slot = kOther;
     for (size_t j = 0; j < buffers.size(); ++j) {
       if (call->arrays[j] == a) {
         slot = static_cast<int>(j);
         break;
       }
     }
-    slots.push_back(slot);
     if (slot >= 0) {
       const BufferView& v = buffers[static_cast<size_t>(slot)];
-      key.codes.push_back(kArrayTag | (static_cast<uint64_t>(v.dtype) << 8) |
-                          static_cast<uint64_t>(v.rank));
+      slots.push_back(slot);
+      key.codes.push_back(ArrayCode('C', v.dtype, v.rank));
+      continue;
+    }
+    uint64_t code = 0;
+    slot = RecogniseView(a, *call, &views[static_cast<size_t>(i - 1)], &code);
+    slots.push_back(slot);
+    if (slot != kOther) {
+      key.codes.push_back(code);
       continue;
     }
     if (PyLong_CheckExact(a)) {
@@ -392,10 +572,14 @@ PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
 
   PlanMap& plans = Plans();
   auto it = plans.find(key);
+  // Released when this launch is done, not inside the erase: releasing may
+  // run Python that uses the cache or this thread's key.
+  std::shared_ptr<Plan> stale;
   if (it != plans.end() && it->second->reason < 0 &&
       PyDict_GET_SIZE(it->second->overloads) != it->second->overload_count) {
     // A new overload was compiled since: Numba's dispatch may now choose
     // another one for these types. Record the plan again.
+    stale = std::move(it->second);
     plans.erase(it);
     it = plans.end();
   }
@@ -425,6 +609,11 @@ PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
     const char how = plan->packing[static_cast<size_t>(i - 1)];
     if (how == 'A') {
       const int slot = slots[static_cast<size_t>(i - 1)];
+      if (slot <= kViewC) {
+        const ViewInfo& v = views[static_cast<size_t>(i - 1)];
+        packed.AddStridedArray(v.data, v.dims, v.strides, v.rank, v.itemsize);
+        continue;
+      }
       if (slot < 0) {  // cannot happen: the key says which are arrays
         Count(kFallbackPlanError);
         return CallOriginal(hook, args, nargsf, kwnames);

@@ -24,6 +24,20 @@ void KernelArgs::AddArray(void* data, const int64_t* dims, int64_t rank,
   }
 }
 
+void KernelArgs::AddStridedArray(void* data, const int64_t* dims,
+                                 const int64_t* strides, int64_t rank,
+                                 size_t itemsize) {
+  int64_t count = 1;
+  for (int64_t i = 0; i < rank; ++i) count *= dims[i];
+  words_.push_back(0);  // meminfo
+  words_.push_back(0);  // parent
+  words_.push_back(count);
+  words_.push_back(static_cast<int64_t>(itemsize));
+  words_.push_back(static_cast<int64_t>(reinterpret_cast<intptr_t>(data)));
+  for (int64_t i = 0; i < rank; ++i) words_.push_back(dims[i]);
+  for (int64_t i = 0; i < rank; ++i) words_.push_back(strides[i]);
+}
+
 void** KernelArgs::params() {
   // Pointers are taken only once every word is in place, since growing the
   // word vector moves it.

@@ -23,6 +23,11 @@ class KernelArgs {
   // batched buffer); `dims`/`rank` describe the array the kernel sees.
   void AddArray(void* data, const int64_t* dims, int64_t rank, size_t itemsize);
 
+  // Appends one array with explicit byte strides (a view: a slice or a
+  // reshape of a buffer), as Numba packs it.
+  void AddStridedArray(void* data, const int64_t* dims, const int64_t* strides,
+                       int64_t rank, size_t itemsize);
+
   // Appends one scalar parameter, held in an 8-byte word: the driver reads
   // the parameter's own size from the word's start (its low bytes).
   void AddWord(int64_t word) { words_.push_back(word); }

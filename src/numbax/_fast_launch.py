@@ -186,6 +186,13 @@ def _stream_handle(cfg) -> int:
         return 0
 
 
+# How C++ marks each argument in `ours`: a buffer's index (>= 0) for an
+# array numbax gave func, one of these for a view of one (with the Numba
+# layout C++ computed for it), or OTHER.
+OTHER = -1
+VIEW_LAYOUTS = {-2: "C", -3: "F", -4: "A"}
+
+
 def _check(cfg, args, ours, device):
     """Before Numba's first launch of a new key: may it be fast?
 
@@ -201,7 +208,7 @@ def _check(cfg, args, ours, device):
             or getattr(dispatcher, "_launch_config_sensitive", True)):
         return "unsupported_kernel", True, stream
     for value, slot in zip(args, ours):
-        if slot < 0 and type(value) not in SCALAR_TYPES:
+        if slot == OTHER and type(value) not in SCALAR_TYPES:
             return "foreign_argument", True, stream
     return None, True, stream
 
@@ -254,8 +261,13 @@ def _plan(cfg, args, ours, device):
         return "unsupported_kernel"
     packing = []
     for ty, value, slot in zip(argtypes, args, ours):
-        if slot >= 0:
-            if not isinstance(ty, types.Array) or ty.ndim != value.ndim:
+        if slot != OTHER:
+            # The array's Numba type must be what C++ keyed it as: numbax's
+            # own arrays are C-contiguous, views have the layout C++
+            # computed. A disagreement keeps the key off the fast path.
+            layout = "C" if slot >= 0 else VIEW_LAYOUTS.get(slot)
+            if (not isinstance(ty, types.Array) or ty.ndim != value.ndim
+                    or value._numba_type_.layout != layout):
                 return "plan_error"
             packing.append("A")
             continue
