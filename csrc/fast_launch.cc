@@ -74,39 +74,6 @@ struct ViewInfo {
   int64_t strides[kMaxRank];
 };
 
-// Numba's layout for an array of this geometry ('C', 'F' or 'A'), computed
-// as numba-cuda's dummyarray and DeviceNDArray._numba_type_ do, or 0 where
-// numbax does not decide (an empty array, or one with a unit extent that is
-// not plainly C-contiguous, where contiguity rules have corner cases): such
-// a launch goes through Numba.
-char NumbaLayout(const int64_t* dims, const int64_t* strides, int64_t rank,
-                 int64_t itemsize) {
-  if (rank == 0) return 'C';
-  bool unit = false, zero_stride = false, empty = false;
-  for (int64_t i = 0; i < rank; ++i) {
-    unit |= dims[i] == 1;
-    zero_stride |= strides[i] == 0;
-    empty |= dims[i] == 0;
-  }
-  if (empty) return 0;
-  bool c = true;
-  int64_t sd = itemsize;
-  for (int64_t i = rank - 1; i >= 0; --i) {
-    if (strides[i] != sd) c = false;
-    sd *= dims[i];
-  }
-  if (c) return 'C';  // strictly C-contiguous: no zero stride, Numba says C
-  if (unit) return 0;
-  if (zero_stride) return 'A';  // broadcast
-  bool f = true;
-  sd = itemsize;
-  for (int64_t i = 0; i < rank; ++i) {
-    if (strides[i] != sd) f = false;
-    sd *= dims[i];
-  }
-  return f ? 'F' : 'A';
-}
-
 PyObject* Interned(const char* s) {
   PyObject* o = PyUnicode_InternFromString(s);
   if (!o) PyErr_Clear();
@@ -189,7 +156,7 @@ int RecogniseView(PyObject* a, const ActiveCall& call, ViewInfo* view,
     Py_XDECREF(own_dtype);
     if (!same_dtype) continue;
     const char layout =
-        NumbaLayout(view->dims, view->strides, view->rank, itemsize);
+        NumbaArrayLayout(view->dims, view->strides, view->rank, itemsize);
     if (layout == 0) break;
     view->data = reinterpret_cast<void*>(data);
     view->itemsize = info->itemsize;

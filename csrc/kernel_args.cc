@@ -65,4 +65,36 @@ bool AddBatchSlice(const BufferView& view, int64_t batch, int64_t index,
   return true;
 }
 
+char NumbaArrayLayout(const int64_t* dims, const int64_t* strides, int64_t rank,
+                      int64_t itemsize) {
+  if (rank == 0) return 'C';
+  bool unit = false, zero_stride = false;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (dims[i] <= 0) return 0;  // empty (or invalid): not decided here
+    unit |= dims[i] == 1;
+    zero_stride |= strides[i] == 0;
+  }
+  // Strictly C-contiguous (every stride as C order gives it, unit extents
+  // included) is C-contiguous for Numba too, and has no zero stride.
+  bool c = true;
+  int64_t sd = itemsize;
+  for (int64_t i = rank - 1; i >= 0; --i) {
+    if (strides[i] != sd) c = false;
+    sd *= dims[i];
+  }
+  if (c) return 'C';
+  // Numba skips unit extents when it checks contiguity: leave those to it.
+  if (unit) return 0;
+  // Without unit extents Numba's contiguity is the strict one; a zero
+  // stride in a non-empty array is a broadcast, typed 'A'.
+  if (zero_stride) return 'A';
+  bool f = true;
+  sd = itemsize;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (strides[i] != sd) f = false;
+    sd *= dims[i];
+  }
+  return f ? 'F' : 'A';
+}
+
 }  // namespace numbax

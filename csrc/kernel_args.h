@@ -44,6 +44,16 @@ class KernelArgs {
   std::vector<void*> params_;
 };
 
+// Numba's layout for a device array of this geometry ('C', 'F' or 'A'),
+// computed as numba-cuda's dummyarray flags and DeviceNDArray._numba_type_
+// do, or 0 where numbax does not decide: an empty array, or one with a unit
+// extent that is not strictly C-contiguous (contiguity rules have corner
+// cases there). The fast launch path keys plans on it, so a wrong answer
+// would launch a kernel compiled for another layout: it must be exact
+// where it answers (tests/test_fast_launch.py compares it with Numba's).
+char NumbaArrayLayout(const int64_t* dims, const int64_t* strides, int64_t rank,
+                      int64_t itemsize);
+
 // Appends slice `index` of a buffer batched along axis 0 for a vmapped
 // launch of `batch` slices: the kernel sees the remaining axes, at the
 // slice's address. With `reuse` (a broadcast input) every index gets slice

@@ -10,6 +10,7 @@
 #include "cuda_driver.h"
 #include "fast_launch.h"
 #include "graph_cache.h"
+#include "kernel_args.h"
 #include "kernel_handlers.h"
 #include "python_bridge.h"
 
@@ -219,6 +220,22 @@ NB_MODULE(_core, m) {
       "The object numbax sets as Numba's _LaunchConfiguration.__call__.");
   m.def("note_simulator_launch", &numbax::NoteSimulatorLaunch,
         "Counts a simulator launch made inside a numbax call.");
+  m.def(
+      "numba_layout",
+      [](std::vector<int64_t> shape, std::vector<int64_t> strides,
+         int64_t itemsize) -> std::string {
+        if (shape.size() != strides.size() ||
+            shape.size() > static_cast<size_t>(numbax::kMaxRank)) {
+          throw nb::value_error("shape and strides must have the same rank");
+        }
+        const char layout = numbax::NumbaArrayLayout(
+            shape.data(), strides.data(), static_cast<int64_t>(shape.size()),
+            itemsize);
+        return layout ? std::string(1, layout) : std::string();
+      },
+      nb::arg("shape"), nb::arg("strides"), nb::arg("itemsize"),
+      "The Numba layout the fast launch path computes for a view ('' where "
+      "it leaves the launch to Numba); for tests.");
   m.def("clear_launch_plans", &numbax::ClearLaunchPlans);
   m.def("launch_plan_count", &numbax::LaunchPlanCount);
   m.def("set_graph_cache_size", [](size_t n) {

@@ -613,3 +613,70 @@ def test_no_plans_leak_from_tests():
     from numbax import _core
     _core.clear_launch_plans()
     assert _core.launch_plan_count() == 0
+
+
+# -- the layout C++ computes for views, against Numba's own ----------------
+
+def _real_dummyarray():
+    """numba-cuda's dummyarray module (the simulator replaces the import)."""
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(cuda.__file__), "cudadrv",
+                        "dummyarray.py")
+    spec = importlib.util.spec_from_file_location("_numbax_dummyarray", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _numba_layout(dummyarray, shape, strides, itemsize):
+    # DeviceNDArray._numba_type_'s rule, over dummyarray's flags.
+    arr = dummyarray.Array.from_desc(0, shape, strides, itemsize)
+    flags = arr.flags
+    broadcast = 0 in arr.strides and arr.size != 0
+    if flags["C_CONTIGUOUS"] and not broadcast:
+        return "C"
+    if flags["F_CONTIGUOUS"] and not broadcast:
+        return "F"
+    return "A"
+
+
+def test_view_layout_matches_numba(rng):
+    from numbax import _core
+    dummyarray = _real_dummyarray()
+    decided = 0
+    cases = [((10,), (4,)), ((10,), (8,)), ((10,), (-4,)), ((10,), (0,)),
+             ((3, 5), (20, 4)), ((3, 5), (4, 12)), ((3, 5), (40, 8)),
+             ((1, 5), (999, 4)), ((5, 1), (4, 7)), ((1,), (12,)), ((), ()),
+             ((2, 3, 4), (48, 16, 4)), ((2, 3, 4), (4, 8, 24)),
+             ((4, 3), (0, 4)), ((0, 3), (12, 4))]
+    for _ in range(3000):
+        rank = int(rng.integers(1, 4))
+        shape = tuple(int(d) for d in rng.integers(0, 6, size=rank))
+        itemsize = int(rng.choice([1, 2, 4, 8]))
+        if rng.random() < 0.5:  # contiguous orders, then perturbed
+            strides, sd = [0] * rank, itemsize
+            order = range(rank - 1, -1, -1) if rng.random() < 0.5 else range(rank)
+            for i in order:
+                strides[i], sd = sd, sd * max(shape[i], 1)
+            if rng.random() < 0.3:
+                strides[int(rng.integers(rank))] *= int(rng.choice([-1, 0, 2]))
+        else:
+            strides = [int(s) * itemsize for s in rng.integers(-6, 7, size=rank)]
+        cases.append((shape, tuple(strides)))
+    for shape, strides in cases:
+        itemsize = 4 if not shape or strides[-1] % 4 == 0 else 1
+        ours = _core.numba_layout(list(shape), list(strides), itemsize)
+        if ours:
+            decided += 1
+            assert ours == _numba_layout(dummyarray, shape, strides, itemsize), \
+                (shape, strides, itemsize, ours)
+    # It decides the usual views (C, F, strided, reversed, broadcast); only
+    # empty arrays and unit extents outside C order go to Numba.
+    usual = {((10,), (4,)): "C", ((10,), (8,)): "A", ((10,), (-4,)): "A",
+             ((10,), (0,)): "A", ((3, 5), (20, 4)): "C",
+             ((3, 5), (4, 12)): "F", ((3, 5), (40, 8)): "A",
+             ((1, 5), (20, 4)): "C", ((), ()): "C"}
+    for (shape, strides), layout in usual.items():
+        assert _core.numba_layout(list(shape), list(strides), 4) == layout
+    assert decided > len(cases) // 3, decided

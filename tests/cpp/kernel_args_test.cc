@@ -211,4 +211,30 @@ TEST(KernelArgs, ScalarWordsReadAtTheirOwnWidth) {
   EXPECT_EQ(args.words()[array_words + 2 + 4], Word(0x2000));  // next data
 }
 
+// A view (a slice or transpose) is packed with its own strides, which may
+// be negative or zero, exactly as Numba packs a device array.
+TEST(KernelArgs, StridedViewKeepsItsStrides) {
+  KernelArgs args;
+  const int64_t dims[] = {10, 3};
+  const int64_t strides[] = {4, -40};
+  args.AddStridedArray(Addr(0x3000), dims, strides, 2, 4);
+  ExpectParamsMatchWords(args);
+  EXPECT_EQ(args.words(), (Words{0, 0, 30, 4, Word(0x3000), 10, 3, 4, -40}));
+}
+
+TEST(NumbaArrayLayout, DecidesOnlyWhereItIsExact) {
+  auto layout = [](std::vector<int64_t> d, std::vector<int64_t> s) {
+    return numbax::NumbaArrayLayout(d.data(), s.data(),
+                                    static_cast<int64_t>(d.size()), 4);
+  };
+  EXPECT_EQ(layout({3, 5}, {20, 4}), 'C');
+  EXPECT_EQ(layout({3, 5}, {4, 12}), 'F');
+  EXPECT_EQ(layout({3, 5}, {40, 8}), 'A');
+  EXPECT_EQ(layout({4, 3}, {0, 4}), 'A');   // broadcast
+  EXPECT_EQ(layout({1, 5}, {20, 4}), 'C');  // strictly C with a unit extent
+  EXPECT_EQ(layout({1, 5}, {99, 4}), 0);    // unit extent, left to Numba
+  EXPECT_EQ(layout({0, 5}, {20, 4}), 0);    // empty, left to Numba
+  EXPECT_EQ(layout({}, {}), 'C');           // 0-d
+}
+
 }  // namespace
