@@ -204,6 +204,9 @@ struct Plan {
   PyObject* callbacks = nullptr;  // cfg.pre_launch_callbacks (a list)
   void* stream = nullptr;         // the stream the configuration launches on
   int reason = -1;                // >= 0: never fast, for this reason
+  // The CUkernel Numba launches: cuLaunchKernel and
+  // cuLaunchCooperativeKernel take one in place of a CUfunction (CUDA 12)
+  // and run it in the current context, the device numbax bound.
   cuda::CUfunction function = nullptr;
   unsigned grid[3] = {1, 1, 1};
   unsigned block[3] = {1, 1, 1};

@@ -240,6 +240,7 @@ def _scalar_packing(ty, value) -> str | None:
 def _plan(cfg, args, ours, device):
     """After Numba's successful first launch: what it launched, as a plan
     tuple for C++, or the reason it cannot be replayed."""
+    del device  # the plan is keyed by it; the current context is that device
     from numba.cuda import dispatcher as nd
     from numba.cuda import types
     from numba.cuda.cext import _dispatcher
@@ -276,9 +277,12 @@ def _plan(cfg, args, ours, device):
             return "foreign_argument"
         packing.append(how)
     # The current context is the device numbax bound for this call, the one
-    # Numba just launched on.
+    # Numba just launched on. Its handle is the CUkernel Numba launches
+    # (through cuda.core); cuLaunchKernel takes it as it is and runs it in
+    # the current context, so recording a plan makes no driver call (it may
+    # happen while numbax records a CUDA graph).
     cufunc = kernel._codelibrary.get_cufunc()
-    function = _core.kernel_function(int(cufunc.handle), device, 0)
+    function = int(cufunc.handle)
     grid = tuple(int(v) for v in cfg.griddim)
     block = tuple(int(v) for v in cfg.blockdim)
     return (function, grid, block, int(cfg.sharedmem or 0),
