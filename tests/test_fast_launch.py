@@ -213,10 +213,11 @@ def test_several_kernels_per_call_with_scratch(rng):
     np.testing.assert_allclose(got, want, rtol=1e-5)
     if not SIMULATOR:
         # square_into and add_into each have one configuration and types:
-        # two plans, the ten other launches fast.
-        assert c["fallback_new_plan"] == 2, c
-        assert c["fast_launches"] == 10, c
-        assert set(fallbacks(c)) == {"new_plan"}, fallbacks(c)
+        # at most two plans to record (none if an earlier test did), every
+        # other launch fast.
+        assert c["fallback_new_plan"] <= 2, c
+        assert c["fast_launches"] + c["fallback_new_plan"] == 12, c
+        assert set(fallbacks(c)) <= {"new_plan"}, fallbacks(c)
     else:
         assert fallbacks(c) == {"simulator": 12}, fallbacks(c)
         assert c["fast_launches"] == 0
@@ -507,7 +508,10 @@ def test_error_after_a_plan_exists(gpu_only, rng):
         op, outs=jax.ShapeDtypeStruct((100,), F32)))
     x = random_array(rng, (100,), np.float32)
     _, c = counted(fn, x, repeat=2)
-    assert c["fast_launches"] == 1, c
+    # The plan may exist already (an earlier test launched square_into with
+    # this configuration and these types).
+    assert c["fast_launches"] + c["fallback_new_plan"] == 2, c
+    assert c["fast_launches"] >= 1, c
     with pytest.raises(jax.errors.JaxRuntimeError, match="(?i)typ"):
         jax.block_until_ready(fn(x))
 
