@@ -422,14 +422,17 @@ PyObject* LaunchAndRecord(LaunchHook* hook, const ActiveCall& call, PlanKey key,
     if (reason != Py_None) plan->reason = ReasonFromName(reason);
   }
   Py_XDECREF(verdict);
-  // The stream is checked on every launch (a configuration made for
-  // another stream may later be used on numbax's), so a plan is recorded
-  // whatever the stream; the launch itself counts as 'other_stream'.
-  const bool other_stream = plan->stream != call.stream;
+  // A configuration for another stream is remembered as such, and no plan
+  // is built for it (that costs a Python call per new configuration): the
+  // stream is compared first on every launch, and should the configuration
+  // ever launch on numbax's stream, its plan is recorded then.
+  if (plan->reason < 0 && plan->stream != call.stream) {
+    plan->reason = kFallbackOtherStream;
+  }
   if (plan->reason >= 0) {
     Py_DECREF(kernel_args);
     Py_DECREF(ours);
-    Count(other_stream ? kFallbackOtherStream : plan->reason);
+    Count(plan->stream != call.stream ? kFallbackOtherStream : plan->reason);
     if (store) StorePlan(key, std::move(plan));
     return CallOriginal(hook, args, nargsf, kwnames);
   }
@@ -456,9 +459,7 @@ PyObject* LaunchAndRecord(LaunchHook* hook, const ActiveCall& call, PlanKey key,
     plan->reason = kFallbackPlanError;
   }
   Py_XDECREF(built);
-  Count(other_stream        ? kFallbackOtherStream
-        : plan->reason >= 0 ? plan->reason
-                            : kFallbackNewPlan);
+  Count(plan->reason >= 0 ? plan->reason : kFallbackNewPlan);
   StorePlan(key, std::move(plan));
   return result;
 }
@@ -545,10 +546,14 @@ PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
   // Released when this launch is done, not inside the erase: releasing may
   // run Python that uses the cache or this thread's key.
   std::shared_ptr<Plan> stale;
-  if (it != plans.end() && it->second->reason < 0 &&
-      PyDict_GET_SIZE(it->second->overloads) != it->second->overload_count) {
-    // A new overload was compiled since: Numba's dispatch may now choose
-    // another one for these types. Record the plan again.
+  if (it != plans.end() &&
+      ((it->second->reason < 0 &&
+        PyDict_GET_SIZE(it->second->overloads) != it->second->overload_count) ||
+       (it->second->reason == kFallbackOtherStream &&
+        it->second->stream == call->stream))) {
+    // A new overload was compiled since (Numba's dispatch may now choose
+    // another one for these types), or a configuration first seen on
+    // another stream now launches on numbax's: record the plan again.
     stale = std::move(it->second);
     plans.erase(it);
     it = plans.end();
@@ -604,21 +609,28 @@ PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
   }
 
   const cuda::Driver* driver = cuda::Load();
+  const Plan& p = *plan;
+  void** params = packed.params();
+  const auto stream = static_cast<cuda::CUstream>(call->stream);
   cuda::CUresult r = 500;  // CUDA_ERROR_NOT_FOUND
   if (driver == nullptr) {
     r = 3;  // CUDA_ERROR_NOT_INITIALIZED: let Numba report it
-  } else if (plan->cooperative) {
-    if (driver->cuLaunchCooperativeKernel) {
-      r = driver->cuLaunchCooperativeKernel(
-          plan->function, plan->grid[0], plan->grid[1], plan->grid[2],
-          plan->block[0], plan->block[1], plan->block[2], plan->shared_mem,
-          static_cast<cuda::CUstream>(call->stream), packed.params());
-    }
   } else {
-    r = driver->cuLaunchKernel(
-        plan->function, plan->grid[0], plan->grid[1], plan->grid[2],
-        plan->block[0], plan->block[1], plan->block[2], plan->shared_mem,
-        static_cast<cuda::CUstream>(call->stream), packed.params(), nullptr);
+    // Without the GIL, as Numba's launch (cuda-bindings) does: a launch
+    // may block while the stream's queue is full, and work queued before
+    // it (a host callback) may need the GIL to drain. `plan` is held until
+    // the GIL is back, so its Python references are released with it.
+    Py_BEGIN_ALLOW_THREADS;
+    if (!p.cooperative) {
+      r = driver->cuLaunchKernel(p.function, p.grid[0], p.grid[1], p.grid[2],
+                                 p.block[0], p.block[1], p.block[2],
+                                 p.shared_mem, stream, params, nullptr);
+    } else if (driver->cuLaunchCooperativeKernel) {
+      r = driver->cuLaunchCooperativeKernel(
+          p.function, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1],
+          p.block[2], p.shared_mem, stream, params);
+    }
+    Py_END_ALLOW_THREADS;
   }
   if (r != cuda::CUDA_SUCCESS) {
     // Nothing was launched: Numba's launch runs it, or raises its own error.
