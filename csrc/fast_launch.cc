@@ -739,6 +739,19 @@ bool NoteSimulatorLaunch() {
   return true;
 }
 
+PyObject* PackScalarForTest(char how, PyObject* value) {
+  KernelArgs packed;
+  if (!PackScalar(how, value, &packed)) {
+    if (!PyErr_Occurred()) {
+      PyErr_Format(PyExc_ValueError, "cannot pack as '%c'", how);
+    }
+    return nullptr;
+  }
+  return PyBytes_FromStringAndSize(
+      reinterpret_cast<const char*>(packed.words().data()),
+      static_cast<Py_ssize_t>(packed.size() * sizeof(int64_t)));
+}
+
 void ClearLaunchPlans() {
   // Swapped out first: dropping a reference may run Python (a finaliser)
   // that launches again and touches the cache.

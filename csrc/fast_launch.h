@@ -84,6 +84,11 @@ PyObject* NewLaunchHook(PyObject* original, PyObject* check, PyObject* plan);
 // counted.
 bool NoteSimulatorLaunch();
 
+// The parameter words the fast path packs for one scalar `value` packed as
+// `how` (see _fast_launch.py), as bytes (8, or 16 for complex): a new
+// reference, or nullptr with a Python error set. For tests.
+PyObject* PackScalarForTest(char how, PyObject* value);
+
 // Drops every cached plan (and the references they hold).
 void ClearLaunchPlans();
 size_t LaunchPlanCount();

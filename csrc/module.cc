@@ -236,6 +236,16 @@ NB_MODULE(_core, m) {
       nb::arg("shape"), nb::arg("strides"), nb::arg("itemsize"),
       "The Numba layout the fast launch path computes for a view ('' where "
       "it leaves the launch to Numba); for tests.");
+  m.def(
+      "pack_scalar",
+      [](const std::string& how, nb::object value) {
+        if (how.size() != 1) throw nb::value_error("how is one character");
+        PyObject* b = numbax::PackScalarForTest(how[0], value.ptr());
+        if (!b) throw nb::python_error();
+        return nb::steal(b);
+      },
+      nb::arg("how"), nb::arg("value"),
+      "The words the fast launch path packs for a scalar; for tests.");
   m.def("clear_launch_plans", &numbax::ClearLaunchPlans);
   m.def("launch_plan_count", &numbax::LaunchPlanCount);
   m.def("set_graph_cache_size", [](size_t n) {

@@ -684,3 +684,65 @@ def test_view_layout_matches_numba(rng):
     for (shape, strides), layout in usual.items():
         assert _core.numba_layout(list(shape), list(strides), 4) == layout
     assert decided > len(cases) // 3, decided
+
+
+# -- scalar packing, against the conversions Numba's launch makes ----------
+
+def _numba_bytes(ty, value):
+    """What Numba's _Kernel._prepare_args hands the driver for one scalar."""
+    import ctypes
+    from numba.cuda import types
+    if ty == types.boolean:
+        # Passed to cuda.core as it is: a bool as one byte, an int at its
+        # own width (the kernel reads the first byte).
+        if isinstance(value, (bool, np.bool_)):
+            return bytes([int(bool(value))])
+        return np.asarray(value).tobytes() if isinstance(value, np.generic) \
+            else int(value).to_bytes(8, "little", signed=True)
+    if isinstance(ty, types.Integer):
+        return bytes(getattr(ctypes, f"c_{ty}")(value))
+    if ty == types.float32:
+        return bytes(ctypes.c_float(value))
+    if ty == types.float64:
+        return bytes(ctypes.c_double(value))
+    if ty == types.complex64:  # two parameters: real, imag
+        return [bytes(ctypes.c_float(value.real)),
+                bytes(ctypes.c_float(value.imag))]
+    if ty == types.complex128:
+        return [bytes(ctypes.c_double(value.real)),
+                bytes(ctypes.c_double(value.imag))]
+    raise AssertionError(ty)
+
+
+def test_scalar_packing_matches_numbas_conversions():
+    from numba.cuda import types
+    from numbax import _core
+    values = [0, 1, -1, 7, -300, 2**31 + 5, -(2**40), 2**63 - 1, True, False,
+              0.5, -2.75, 1e30, 3 + 4j, np.int8(-5), np.int16(300),
+              np.int32(-7), np.int64(2**40), np.uint8(200), np.uint16(65535),
+              np.uint32(2**32 - 1), np.uint64(2**64 - 1), np.float32(1.25),
+              np.float64(-0.1), np.bool_(True), np.complex64(1 - 2j)]
+    kinds = [types.int8, types.int16, types.int32, types.int64, types.uint8,
+             types.uint16, types.uint32, types.uint64, types.boolean,
+             types.float32, types.float64, types.complex64, types.complex128]
+    checked = 0
+    for ty in kinds:
+        for value in values:
+            how = _fast_launch._scalar_packing(ty, value)
+            if how is None:
+                continue  # left to Numba's launch
+            try:
+                want = _numba_bytes(ty, value)
+            except (TypeError, OverflowError):
+                continue  # Numba's launch raises: the plan is never recorded
+            if not isinstance(want, list):
+                want = [want]
+            got = _core.pack_scalar(how, value)
+            # One 8-byte word per parameter; the driver reads each
+            # parameter's own size from the start of its word.
+            words = [got[i:i + 8] for i in range(0, len(got), 8)]
+            assert len(words) == len(want), (ty, value, how, got, want)
+            for word, param in zip(words, want):
+                assert word[:len(param)] == param, (ty, value, how, got, want)
+            checked += 1
+    assert checked > 150, checked
