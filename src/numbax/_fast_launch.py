@@ -94,11 +94,22 @@ def _launch_path_matches() -> str | None:
 
 
 def install() -> None:
-    """Installs the launch hook once (called when numbax registers its
-    targets). In the simulator it only counts launches."""
+    """Installs the launch hook once (when the first numbax op is created).
+    In the simulator it only counts launches. Never raises: without the
+    hook every launch goes through Numba, as before."""
     global _installed, _note
     if _installed:
         return
+    try:
+        _install()
+    except Exception as exc:  # noqa: BLE001 - an optimisation, never an error
+        _installed = True
+        _note = (f"off: the launch hook could not be installed "
+                 f"({type(exc).__name__}: {exc})")
+
+
+def _install() -> None:
+    global _installed, _note
     version = numba_cuda_version()
     if _numba.simulator_enabled():
         _install_simulator_counter()

@@ -56,8 +56,6 @@ def _install_python_hooks() -> None:
     _core.set_kernel_resolver(_resolve_kernel)
     # JAX refuses calls made from inside a func XLA is running.
     _guard.install()
-    # Launches made by funcs skip Numba's Python launch (csrc/fast_launch.h).
-    _fast_launch.install()
     # At exit, before Python finalises (and before JAX's own atexit clean-up,
     # registered earlier), handlers stop running Python and those in flight
     # finish: a thread that waits for the GIL during finalisation is ended

@@ -7,7 +7,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from . import _checks, _numba, _registry
+from . import _checks, _fast_launch, _numba, _registry
 
 
 class NumbaCudaCallable:
@@ -160,6 +160,9 @@ def numba_cuda_callable(
         or a dtype Numba cannot use. docs/errors.md lists every error.
     """
     _numba.require_cuda()
+    # func's launches skip Numba's Python launch where they can
+    # (docs/fast_launch.md); installed once, before any func runs.
+    _fast_launch.install()
     if not callable(func):
         raise TypeError(
             f"numba_cuda_callable: func must be callable, got "

@@ -18,7 +18,7 @@ try:  # jax >= 0.4.36
 except ImportError:  # pragma: no cover
     from jax.core import Primitive
 
-from . import _checks, _core, _numba, _registry
+from . import _checks, _core, _fast_launch, _numba, _registry
 
 _DEFAULT_BLOCKS = {1: None, 2: (16, 16), 3: (8, 8, 4)}
 
@@ -413,6 +413,7 @@ def numba_cuda_kernel(
         different shapes or dtypes.
     """
     _numba.require_cuda()
+    _fast_launch.install()  # counts the simulator's launches on the CPU
     if not _is_dispatcher(kernel):
         raise TypeError(
             "numba_cuda_kernel: kernel must be a Numba CUDA kernel (a function "
