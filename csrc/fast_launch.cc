@@ -416,6 +416,7 @@ PyObject* LaunchAndRecord(LaunchHook* hook, const ActiveCall& call, PlanKey key,
   if (!verdict || !PyArg_ParseTuple(verdict, "OpK", &reason, &store, &stream)) {
     PyErr_Clear();
     plan->reason = kFallbackPlanError;
+    plan->stream = call.stream;  // counted as what it is, not other_stream
     store = 1;
   } else {
     plan->stream = reinterpret_cast<void*>(static_cast<uintptr_t>(stream));
