@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
 
 import numpy as np
 
@@ -33,6 +34,7 @@ ENV = "NUMBAX_FAST_LAUNCH"
 
 _installed = False
 _note = "not installed yet (no numbax op created)"
+_install_lock = threading.Lock()
 
 # Argument types whose Numba type depends on the type alone (a Python int
 # also on its range, which the C++ side checks), grouped by what the kernel
@@ -100,12 +102,15 @@ def install() -> None:
     global _installed, _note
     if _installed:
         return
-    try:
-        _install()
-    except Exception as exc:  # noqa: BLE001 - an optimisation, never an error
-        _installed = True
-        _note = (f"off: the launch hook could not be installed "
-                 f"({type(exc).__name__}: {exc})")
+    with _install_lock:  # ops created on several threads at once
+        if _installed:
+            return
+        try:
+            _install()
+        except Exception as exc:  # noqa: BLE001 - an optimisation only
+            _installed = True
+            _note = (f"off: the launch hook could not be installed "
+                     f"({type(exc).__name__}: {exc})")
 
 
 def _install() -> None:
@@ -130,7 +135,8 @@ def _install() -> None:
     from numba.cuda import dispatcher
     cls = dispatcher._LaunchConfiguration
     original = cls.__dict__["__call__"]
-    cls.__call__ = _core.make_launch_hook(original, _check, _plan)
+    if type(original).__name__ != "LaunchHook":  # never wrap a hook again
+        cls.__call__ = _core.make_launch_hook(original, _check, _plan)
     _installed = True
     _note = f"on (numba-cuda {version})"
 
