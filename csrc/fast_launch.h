@@ -89,6 +89,16 @@ bool NoteSimulatorLaunch();
 // reference, or nullptr with a Python error set. For tests.
 PyObject* PackScalarForTest(char how, PyObject* value);
 
+// Test support: the C++ path without a GPU. With dry runs on, a fast
+// launch records what it would send to the driver (LastLaunch) instead of
+// calling it. CallAsNumbax runs `func` as numbax runs a func: with `arrays`
+// wrapping `buffers` published on this thread (a list of (address, dtype
+// name, shape)). Both return a new reference, or nullptr with an error.
+void SetDryRun(bool on);
+PyObject* LastLaunch();
+PyObject* CallAsNumbax(PyObject* func, PyObject* arrays, PyObject* buffers,
+                       void* stream, int device, bool enabled);
+
 // Drops every cached plan (and the references they hold).
 void ClearLaunchPlans();
 size_t LaunchPlanCount();

@@ -246,6 +246,30 @@ NB_MODULE(_core, m) {
       },
       nb::arg("how"), nb::arg("value"),
       "The words the fast launch path packs for a scalar; for tests.");
+  m.def(
+      "set_fast_launch_dry_run", [](bool on) { numbax::SetDryRun(on); },
+      nb::arg("on"),
+      "Tests only: fast launches record what they would launch instead.");
+  m.def("last_fast_launch", [] {
+    PyObject* d = numbax::LastLaunch();
+    if (!d) throw nb::python_error();
+    return nb::steal(d);
+  });
+  m.def(
+      "call_as_numbax",
+      [](nb::object func, nb::object arrays, nb::object buffers,
+         uint64_t stream, int device, bool enabled) {
+        PyObject* r = numbax::CallAsNumbax(
+            func.ptr(), arrays.ptr(), buffers.ptr(),
+            reinterpret_cast<void*>(static_cast<uintptr_t>(stream)), device,
+            enabled);
+        if (!r) throw nb::python_error();
+        return nb::steal(r);
+      },
+      nb::arg("func"), nb::arg("arrays"), nb::arg("buffers"), nb::arg("stream"),
+      nb::arg("device") = 0, nb::arg("enabled") = true,
+      "Tests only: runs func() as numbax runs a func, with `arrays` over "
+      "`buffers` ((address, dtype, shape) each) on `stream`.");
   m.def("clear_launch_plans", &numbax::ClearLaunchPlans);
   m.def("launch_plan_count", &numbax::LaunchPlanCount);
   m.def("set_graph_cache_size", [](size_t n) {

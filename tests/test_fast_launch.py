@@ -747,3 +747,225 @@ def test_scalar_packing_matches_numbas_conversions():
                 assert word[:len(param)] == param, (ty, value, how, got, want)
             checked += 1
     assert checked > 150, checked
+
+
+# -- the C++ launch path without a GPU -------------------------------------
+# A launcher class with numbax's hook, fake device arrays and test plan
+# builders: the hook keys, matches arrays and views, records plans, falls
+# back and packs exactly as on a GPU, and in a dry run records what it
+# would send to cuLaunchKernel instead of calling it.
+
+class _Pointer:
+    def __init__(self, value):
+        self.value = value
+
+
+class FakeArray:
+    """The attributes numbax reads from a Numba device array."""
+
+    def __init__(self, ptr, shape, strides, dtype=np.dtype(np.float32)):
+        self.ptr, self.shape, self.strides, self.dtype = ptr, shape, strides, dtype
+
+    @property
+    def device_ctypes_pointer(self):
+        return _Pointer(self.ptr)
+
+    def view(self, offset_items, shape, strides_items):
+        return FakeArray(self.ptr + offset_items * self.dtype.itemsize, shape,
+                         tuple(s * self.dtype.itemsize for s in strides_items),
+                         self.dtype)
+
+
+class _Harness:
+    STREAM = 0x5000
+
+    def __init__(self):
+        from numbax import _core
+        self.core = _core
+        self.numba_calls = []
+        self.overloads = {"sig": object()}
+        self.callbacks = []
+        self.plan_packing = None
+
+        harness = self
+
+        class Launcher:
+            def __init__(self, stream=STREAM_DEFAULT):
+                self.stream = stream
+
+            def __call__(self, *args):  # "Numba's launch"
+                harness.numba_calls.append(args)
+
+        def check(cfg, args, ours, device):
+            for value, slot in zip(args, ours):
+                if slot == -1 and type(value) not in _fast_launch.SCALAR_TYPES:
+                    return "foreign_argument", True, cfg.stream
+            return None, True, cfg.stream
+
+        def plan(cfg, args, ours, device):
+            return (0xABC, (2, 1, 1), (32, 1, 1), 64, False,
+                    harness.plan_packing, object(), harness.overloads,
+                    harness.callbacks)
+
+        original = Launcher.__dict__["__call__"]
+        Launcher.__call__ = _core.make_launch_hook(original, check, plan)
+        self.Launcher = Launcher
+        self.check, self.plan = check, plan
+        self.a = FakeArray(0x10000, (8,), (4,))
+        self.b = FakeArray(0x20000, (4, 3), (12, 4))
+        self.buffers = [(0x10000, "float32", (8,)), (0x20000, "float32", (4, 3))]
+
+    def run(self, func, enabled=True, stream=None):
+        return self.core.call_as_numbax(
+            func, (self.a, self.b), self.buffers,
+            self.STREAM if stream is None else stream, 0, enabled)
+
+
+STREAM_DEFAULT = _Harness.STREAM
+
+
+@pytest.fixture
+def harness():
+    from numbax import _core
+    _core.clear_launch_plans()
+    _core.set_fast_launch_dry_run(True)
+    numbax.reset_bridge_counters()
+    yield _Harness()
+    _core.set_fast_launch_dry_run(False)
+    _core.clear_launch_plans()
+
+
+def _f64(x):
+    return int(np.array([x], np.float64).view(np.int64)[0])
+
+
+def _f32(x):
+    return int(np.array([x], np.float32).view(np.int32)[0]) & 0xFFFFFFFF
+
+
+def test_hook_records_then_launches_fast(harness):
+    cfg = harness.Launcher()
+    harness.plan_packing = "AAidbf"
+    b_t = harness.b.view(0, (3, 4), (1, 3))  # a transposed view: F layout
+    launch = lambda: cfg(harness.a, b_t, -3, 2.5, True, np.float32(0.75))  # noqa: E731
+    harness.run(launch)
+    assert len(harness.numba_calls) == 1  # the first launch is Numba's
+    c = numbax.bridge_counters()
+    assert c["fallback_new_plan"] == 1 and c["fast_launches"] == 0
+    harness.run(launch)
+    assert len(harness.numba_calls) == 1
+    assert numbax.bridge_counters()["fast_launches"] == 1
+    last = harness.core.last_fast_launch()
+    assert last["function"] == 0xABC and last["stream"] == _Harness.STREAM
+    assert last["grid"] == (2, 1, 1) and last["block"] == (32, 1, 1)
+    assert last["shared_mem"] == 64 and last["cooperative"] is False
+    assert last["words"] == [
+        0, 0, 8, 4, 0x10000, 8, 4,                 # a: C, its own array
+        0, 0, 12, 4, 0x20000, 3, 4, 4, 12,         # b.T: F view, own strides
+        -3,                                        # int
+        _f64(2.5),                                 # float -> float64 word
+        1,                                         # bool
+        _f32(0.75)]                                # float32 (low bytes)
+
+
+def test_hook_fallbacks_and_counts(harness):
+    cfg = harness.Launcher()
+    harness.plan_packing = "AA"
+    own = lambda: cfg(harness.a, harness.b)  # noqa: E731
+    harness.run(own)
+    harness.run(own)
+    assert len(harness.numba_calls) == 1
+
+    # Switched off for the call: Numba's launch, counted as disabled.
+    harness.run(own, enabled=False)
+    # Another stream than numbax's.
+    harness.run(own, stream=0x6000)
+    # An array that is not a view of a buffer; a Python int beyond int64.
+    outside = FakeArray(0x90000, (8,), (4,))
+    harness.plan_packing = "AAi"
+    harness.run(lambda: cfg(outside, harness.b))
+    harness.run(lambda: cfg(harness.a, harness.b, 2**70))
+    # Launches outside any numbax call are not counted.
+    cfg(harness.a, harness.b)
+    c = numbax.bridge_counters()
+    assert c["fast_launches"] == 1, c
+    assert c["fallback_disabled"] == 1 and c["fallback_other_stream"] == 1, c
+    assert c["fallback_foreign_argument"] == 2, c
+    assert c["fast_launch_fallbacks"] == 1 + 1 + 1 + 2, c
+    assert len(harness.numba_calls) == 1 + 4 + 1
+
+
+def test_hook_other_thread_callbacks_and_new_overloads(harness):
+    cfg = harness.Launcher()
+    harness.plan_packing = "AA"
+    own = lambda: cfg(harness.a, harness.b)  # noqa: E731
+    harness.run(own)
+
+    def from_a_thread():
+        t = threading.Thread(target=own)
+        t.start()
+        t.join()
+
+    harness.run(from_a_thread)
+    assert numbax.bridge_counters()["fallback_other_thread"] == 1
+    harness.callbacks.append(lambda *a: None)  # Numba must run callbacks
+    harness.run(own)
+    assert numbax.bridge_counters()["fallback_unsupported_kernel"] == 1
+    harness.callbacks.clear()
+    harness.run(own)
+    assert numbax.bridge_counters()["fast_launches"] == 1
+    harness.overloads["another"] = object()  # a new overload: record again
+    harness.run(own)
+    c = numbax.bridge_counters()
+    assert c["fallback_new_plan"] == 2 and c["fast_launches"] == 1, c
+    harness.run(own)
+    assert numbax.bridge_counters()["fast_launches"] == 2
+
+
+def test_hook_nested_launch_goes_to_numba(harness):
+    harness.plan_packing = "AA"
+    inner = harness.Launcher()
+
+    class Outer:
+        stream = _Harness.STREAM
+
+        def __call__(self, *args):
+            # Numba's launch launching again (as its runtime initialisation
+            # may): the nested launch is Numba's, untouched and uncounted.
+            harness.numba_calls.append("outer")
+            inner(harness.a, harness.b)
+
+    Outer.__call__ = harness.core.make_launch_hook(
+        Outer.__dict__["__call__"], harness.check, harness.plan)
+    outer = Outer()
+    harness.run(lambda: outer(harness.a, harness.b))
+    assert harness.numba_calls[0] == "outer" and len(harness.numba_calls) == 2
+    assert harness.core.launch_plan_count() == 1
+    assert numbax.bridge_counters()["fallback_new_plan"] == 1
+    harness.run(lambda: outer(harness.a, harness.b))
+    assert len(harness.numba_calls) == 2
+    assert numbax.bridge_counters()["fast_launches"] == 1
+    harness.run(lambda: inner(harness.a, harness.b))  # now its own plan
+    assert numbax.bridge_counters()["fallback_new_plan"] == 2
+
+
+def test_hook_views_of_buffers(harness):
+    cfg = harness.Launcher()
+    harness.plan_packing = "AA"
+    a, b = harness.a, harness.b
+    strided = a.view(1, (3,), (2,))       # a[1::2][:3]: A layout
+    row = b.view(3, (3,), (1,))           # b[1]: C layout
+    harness.run(lambda: cfg(strided, row))
+    harness.run(lambda: cfg(strided, row))
+    last = harness.core.last_fast_launch()
+    assert last["words"] == [0, 0, 3, 4, 0x10004, 3, 8,
+                             0, 0, 3, 4, 0x2000C, 3, 4]
+    # The same view one element too far reaches past the buffer: Numba's.
+    past = a.view(6, (3,), (1,))
+    harness.run(lambda: cfg(past, row))
+    c = numbax.bridge_counters()
+    assert c["fast_launches"] == 1 and c["fallback_foreign_argument"] == 1, c
+    # A view of another dtype than the buffer's is not numbax's either.
+    other = FakeArray(0x10000, (8,), (4,), np.dtype(np.int32))
+    harness.run(lambda: cfg(other, row))
+    assert numbax.bridge_counters()["fallback_foreign_argument"] == 2
