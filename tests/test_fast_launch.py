@@ -969,3 +969,20 @@ def test_hook_views_of_buffers(harness):
     other = FakeArray(0x10000, (8,), (4,), np.dtype(np.int32))
     harness.run(lambda: cfg(other, row))
     assert numbax.bridge_counters()["fallback_foreign_argument"] == 2
+
+
+def test_plans_hold_their_configuration_until_cleared(harness):
+    import gc
+    import weakref
+    cfg = harness.Launcher()
+    harness.plan_packing = "AA"
+    harness.run(lambda: cfg(harness.a, harness.b))
+    assert harness.core.launch_plan_count() == 1
+    ref = weakref.ref(cfg)
+    del cfg
+    gc.collect()
+    assert ref() is not None  # the plan keeps it (its address is the key)
+    numbax.clear_caches()
+    gc.collect()
+    assert harness.core.launch_plan_count() == 0
+    assert ref() is None, "a cleared plan still holds its configuration"
