@@ -974,9 +974,12 @@ def test_hook_views_of_buffers(harness):
 def test_plans_hold_their_configuration_until_cleared(harness):
     import gc
     import weakref
+    def launch(cfg):
+        harness.run(lambda: cfg(harness.a, harness.b))
+
     cfg = harness.Launcher()
     harness.plan_packing = "AA"
-    harness.run(lambda: cfg(harness.a, harness.b))
+    launch(cfg)
     assert harness.core.launch_plan_count() == 1
     ref = weakref.ref(cfg)
     del cfg
