@@ -29,6 +29,20 @@ void KernelArgs::AddArray(void* data, const int64_t* dims, int64_t rank,
   }
 }
 
+void KernelArgs::AddStridedArray(void* data, const int64_t* dims,
+                                 const int64_t* strides, int64_t rank,
+                                 size_t itemsize) {
+  int64_t count = 1;
+  for (int64_t i = 0; i < rank; ++i) count *= dims[i];
+  words_.push_back(0);  // meminfo
+  words_.push_back(0);  // parent
+  words_.push_back(count);
+  words_.push_back(static_cast<int64_t>(itemsize));
+  words_.push_back(static_cast<int64_t>(reinterpret_cast<intptr_t>(data)));
+  for (int64_t i = 0; i < rank; ++i) words_.push_back(dims[i]);
+  for (int64_t i = 0; i < rank; ++i) words_.push_back(strides[i]);
+}
+
 void** KernelArgs::params() {
   // Pointers are taken only once every word is in place, since growing the
   // word vector moves it.
@@ -76,6 +90,38 @@ bool AddBatchChunk(const BufferView& view, int64_t batch, int64_t start,
   for (int64_t i = 1; i < view.rank; ++i) dims[i] = view.dims[i];
   args->AddArray(data, dims, view.rank, info->itemsize);
   return true;
+}
+
+char NumbaArrayLayout(const int64_t* dims, const int64_t* strides, int64_t rank,
+                      int64_t itemsize) {
+  if (rank == 0) return 'C';
+  bool unit = false, zero_stride = false;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (dims[i] <= 0) return 0;  // empty (or invalid): not decided here
+    unit |= dims[i] == 1;
+    zero_stride |= strides[i] == 0;
+  }
+  // Strictly C-contiguous (every stride as C order gives it, unit extents
+  // included) is C-contiguous for Numba too, and has no zero stride.
+  bool c = true;
+  int64_t sd = itemsize;
+  for (int64_t i = rank - 1; i >= 0; --i) {
+    if (strides[i] != sd) c = false;
+    sd *= dims[i];
+  }
+  if (c) return 'C';
+  // Numba skips unit extents when it checks contiguity: leave those to it.
+  if (unit) return 0;
+  // Without unit extents Numba's contiguity is the strict one; a zero
+  // stride in a non-empty array is a broadcast, typed 'A'.
+  if (zero_stride) return 'A';
+  bool f = true;
+  sd = itemsize;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (strides[i] != sd) f = false;
+    sd *= dims[i];
+  }
+  return f ? 'F' : 'A';
 }
 
 }  // namespace numbax

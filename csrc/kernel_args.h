@@ -23,6 +23,15 @@ class KernelArgs {
   // batched buffer); `dims`/`rank` describe the array the kernel sees.
   void AddArray(void* data, const int64_t* dims, int64_t rank, size_t itemsize);
 
+  // Appends one array with explicit byte strides (a view: a slice or a
+  // reshape of a buffer), as Numba packs it.
+  void AddStridedArray(void* data, const int64_t* dims, const int64_t* strides,
+                       int64_t rank, size_t itemsize);
+
+  // Appends one scalar parameter, held in an 8-byte word: the driver reads
+  // the parameter's own size from the word's start (its low bytes).
+  void AddWord(int64_t word) { words_.push_back(word); }
+
   // The kernelParams array for cuLaunchKernel: one pointer per 8-byte word.
   // Valid until the next Reset/AddArray.
   void** params();
@@ -34,6 +43,16 @@ class KernelArgs {
   std::vector<int64_t> words_;
   std::vector<void*> params_;
 };
+
+// Numba's layout for a device array of this geometry ('C', 'F' or 'A'),
+// computed as numba-cuda's dummyarray flags and DeviceNDArray._numba_type_
+// do, or 0 where numbax does not decide: an empty array, or one with a unit
+// extent that is not strictly C-contiguous (contiguity rules have corner
+// cases there). The fast launch path keys plans on it, so a wrong answer
+// would launch a kernel compiled for another layout: it must be exact
+// where it answers (tests/test_fast_launch.py compares it with Numba's).
+char NumbaArrayLayout(const int64_t* dims, const int64_t* strides, int64_t rank,
+                      int64_t itemsize);
 
 // Appends slice `index` of a buffer batched along axis 0 for a vmapped
 // launch of `batch` slices: the kernel sees the remaining axes, at the

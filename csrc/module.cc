@@ -8,7 +8,9 @@
 
 #include "callable_handlers.h"
 #include "cuda_driver.h"
+#include "fast_launch.h"
 #include "graph_cache.h"
+#include "kernel_args.h"
 #include "kernel_handlers.h"
 #include "python_bridge.h"
 
@@ -48,6 +50,15 @@ nb::dict Counters() {
   d["graph_misses"] = g.misses.load();
   d["graph_evictions"] = g.evictions.load();
   d["xla_captures"] = g.xla_captures.load();
+  const numbax::FastLaunchCounters& f = numbax::FastCounters();
+  d["fast_launches"] = f.fast;
+  uint64_t fallbacks = 0;
+  for (int i = 0; i < numbax::kFallbackReasonCount; ++i) {
+    d[("fallback_" + std::string(numbax::FallbackReasonName(i))).c_str()] =
+        f.fallbacks[i];
+    fallbacks += f.fallbacks[i];
+  }
+  d["fast_launch_fallbacks"] = fallbacks;
   return d;
 }
 
@@ -194,7 +205,73 @@ NB_MODULE(_core, m) {
     g.misses = 0;
     g.evictions = 0;
     g.xla_captures = 0;
+    numbax::FastCounters() = {};
   });
+
+  m.def(
+      "make_launch_hook",
+      [](nb::object original, nb::object check, nb::object plan) {
+        PyObject* hook =
+            numbax::NewLaunchHook(original.ptr(), check.ptr(), plan.ptr());
+        if (!hook) throw nb::python_error();
+        return nb::steal(hook);
+      },
+      nb::arg("original"), nb::arg("check"), nb::arg("plan"),
+      "The object numbax sets as Numba's _LaunchConfiguration.__call__.");
+  m.def("note_simulator_launch", &numbax::NoteSimulatorLaunch,
+        "Counts a simulator launch made inside a numbax call.");
+  m.def(
+      "numba_layout",
+      [](std::vector<int64_t> shape, std::vector<int64_t> strides,
+         int64_t itemsize) -> std::string {
+        if (shape.size() != strides.size() ||
+            shape.size() > static_cast<size_t>(numbax::kMaxRank)) {
+          throw nb::value_error("shape and strides must have the same rank");
+        }
+        const char layout = numbax::NumbaArrayLayout(
+            shape.data(), strides.data(), static_cast<int64_t>(shape.size()),
+            itemsize);
+        return layout ? std::string(1, layout) : std::string();
+      },
+      nb::arg("shape"), nb::arg("strides"), nb::arg("itemsize"),
+      "The Numba layout the fast launch path computes for a view ('' where "
+      "it leaves the launch to Numba); for tests.");
+  m.def(
+      "pack_scalar",
+      [](const std::string& how, nb::object value) {
+        if (how.size() != 1) throw nb::value_error("how is one character");
+        PyObject* b = numbax::PackScalarForTest(how[0], value.ptr());
+        if (!b) throw nb::python_error();
+        return nb::steal(b);
+      },
+      nb::arg("how"), nb::arg("value"),
+      "The words the fast launch path packs for a scalar; for tests.");
+  m.def(
+      "set_fast_launch_dry_run", [](bool on) { numbax::SetDryRun(on); },
+      nb::arg("on"),
+      "Tests only: fast launches record what they would launch instead.");
+  m.def("last_fast_launch", [] {
+    PyObject* d = numbax::LastLaunch();
+    if (!d) throw nb::python_error();
+    return nb::steal(d);
+  });
+  m.def(
+      "call_as_numbax",
+      [](nb::object func, nb::object arrays, nb::object buffers,
+         uint64_t stream, int device, bool enabled) {
+        PyObject* r = numbax::CallAsNumbax(
+            func.ptr(), arrays.ptr(), buffers.ptr(),
+            reinterpret_cast<void*>(static_cast<uintptr_t>(stream)), device,
+            enabled);
+        if (!r) throw nb::python_error();
+        return nb::steal(r);
+      },
+      nb::arg("func"), nb::arg("arrays"), nb::arg("buffers"), nb::arg("stream"),
+      nb::arg("device") = 0, nb::arg("enabled") = true,
+      "Tests only: runs func() as numbax runs a func, with `arrays` over "
+      "`buffers` ((address, dtype, shape) each) on `stream`.");
+  m.def("clear_launch_plans", &numbax::ClearLaunchPlans);
+  m.def("launch_plan_count", &numbax::LaunchPlanCount);
   m.def("set_graph_cache_size", [](size_t n) {
     if (n < 1) throw nb::value_error("the graph cache size must be >= 1");
     numbax::GraphCache::SetCapacity(n);

@@ -7,6 +7,8 @@
 #include <thread>
 #include <utility>
 
+#include "fast_launch.h"
+
 namespace numbax {
 namespace {
 
@@ -254,13 +256,15 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
         platform == Platform::kCuda ? "cuda" : "cpu");
     if (!resolved) {
       error = ffi::Error::InvalidArgument(TakePythonError());
-    } else if (!PyArg_ParseTuple(resolved, "OLLL", &func_, &num_inputs_,
-                                 &num_outputs_, &num_scratch_)) {
+    } else if (int fast = 0;
+               !PyArg_ParseTuple(resolved, "OLLL|p", &func_, &num_inputs_,
+                                 &num_outputs_, &num_scratch_, &fast)) {
       error = ffi::Error::Internal("numbax: bad resolve result: " +
                                    TakePythonError());
       func_ = nullptr;
     } else {
       Py_INCREF(func_);
+      fast_launch_ = fast != 0;
       slots_.resize(
           static_cast<size_t>(num_inputs_ + num_outputs_ + num_scratch_));
       for (auto& slot : slots_) slot.reserve(kArraysPerSlot);
@@ -487,9 +491,22 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
         "numbax op '" + key_ +
         "': could not enter the call guard: " + TakePythonError());
   }
-  PyObject* result = PyObject_Vectorcall(
-      func_, argv.data() + 1,
-      (buffers.size() + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+  // Launches func makes on this thread see which arrays and stream are
+  // numbax's (csrc/fast_launch.h).
+  ActiveCall active;
+  active.buffers = &buffers;
+  active.arrays = argv.data() + 1;
+  active.stream = stream;
+  active.device = device;
+  active.cuda = platform == Platform::kCuda;
+  active.enabled = fast_launch_;
+  PyObject* result;
+  {
+    ActiveCallScope scope(&active);
+    result = PyObject_Vectorcall(
+        func_, argv.data() + 1,
+        (buffers.size() + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+  }
   if (!ExitCallGuard(guard, saved, guarded)) {
     Py_XDECREF(result);
     PyErr_Clear();

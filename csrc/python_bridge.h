@@ -23,7 +23,8 @@ namespace numbax {
 // them when the caches hit.
 struct PythonHooks {
   PyObject* resolve =
-      nullptr;  // (key, platform) -> (func, n_in, n_out, n_scratch)
+      nullptr;  // (key, platform) -> (func, n_in, n_out, n_scratch[,
+                //                      fast_launch])
   PyObject* device_array =
       nullptr;  // (ptr, shape, dtype, device) -> DeviceNDArray
   PyObject* host_array = nullptr;     // (ptr, shape, dtype) -> simulator array
@@ -126,6 +127,9 @@ class CallSite {
   int64_t num_inputs() const { return num_inputs_; }
   int64_t num_outputs() const { return num_outputs_; }
   int64_t num_scratch() const { return num_scratch_; }
+  // Whether func's kernel launches may take numbax's fast path
+  // (csrc/fast_launch.h); fixed when the key is resolved.
+  bool fast_launch() const { return fast_launch_; }
 
   // Calls func(*arrays, stream) with the GIL held by the caller. `buffers`
   // are the inputs, outputs and scratch buffers in that order. For CUDA,
@@ -170,6 +174,7 @@ class CallSite {
   int64_t num_inputs_ = 0;
   int64_t num_outputs_ = 0;
   int64_t num_scratch_ = 0;
+  bool fast_launch_ = false;
   std::vector<std::vector<CachedArray>> slots_;
   int active_calls_ = 0;  // Invoke calls running func now (under the GIL)
 };

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from . import _core, _guard, _numba
+from . import _core, _fast_launch, _guard, _numba
 
 CALLABLE_TARGET = "numbax_callable"
 CAPTURE_TARGET = "numbax_callable_capture"
@@ -195,6 +195,7 @@ class CallableEntry:
     num_scratch: int = 0
     func_id: int = 0
     bfloat16: bool = False
+    fast_launch: bool = True
 
 
 @dataclass
@@ -514,7 +515,9 @@ def _build_entry(key, group_key, call, member, kind, platform):
                               member.num_outputs, member.num_scratch,
                               bfloat16=_numba.has_bfloat16(
                                   [d for _, d in avals]) or "bfloat16" in
-                              _config(group_key))
+                              _config(group_key),
+                              fast_launch=spec_fields(
+                                  _config(group_key)).get("fast") != "0")
     entry.func_id = id(func)
     with _lock:
         existing = _entries.get(key)
@@ -542,7 +545,8 @@ def _resolve_callable(key: str, platform: str):
             "program on a GPU")
     if platform == "cpu":
         func = _one_simulated_launch_at_a_time(func)
-    return (func, entry.num_inputs, entry.num_outputs, entry.num_scratch)
+    return (func, entry.num_inputs, entry.num_outputs, entry.num_scratch,
+            _fast_launch.enabled_for(entry.fast_launch))
 
 
 # Numba's simulator runs one kernel launch at a time in the whole process

@@ -7,7 +7,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from . import _checks, _inputcheck, _numba, _registry
+from . import _checks, _fast_launch, _inputcheck, _numba, _registry
 
 
 class NumbaCudaCallable:
@@ -15,7 +15,7 @@ class NumbaCudaCallable:
 
     def __init__(self, func, outs, *, vmap_method, input_output_aliases,
                  scratch, capture, name, batch_partitionable=False,
-                 has_side_effect=False):
+                 has_side_effect=False, fast_launch=True):
         self.func = func  # strong: the registry refers to it weakly
         op = f"numba_cuda_callable({_registry.base_name(func)})"
         self.out_specs, self.out_tree = _checks.normalize_outs(outs, op=op)
@@ -35,6 +35,7 @@ class NumbaCudaCallable:
         self.name = name
         self.capture = bool(capture)
         self.batch_partitionable = bool(batch_partitionable)
+        self.fast_launch = bool(fast_launch)
         self.__name__ = getattr(func, "__name__", "numba_cuda_callable")
         self.__doc__ = getattr(func, "__doc__", None)
         self._arities_checked: set = set()
@@ -53,7 +54,10 @@ class NumbaCudaCallable:
         aval = lambda s: (tuple(s.shape), s.dtype)  # noqa: E731
         return (f"callable;outs={_registry.avals_text(map(aval, self.out_specs))}"
                 f";scratch={_registry.avals_text(map(aval, self.scratch_specs))}"
-                f";capture={int(self.capture)}")
+                f";capture={int(self.capture)}"
+                # Only a switched-off op says so: every other op's key stays
+                # what it was before the switch existed.
+                + ("" if self.fast_launch else ";fast=0"))
 
     def _key(self, inputs) -> str:
         call = "in=" + _registry.avals_text(
@@ -66,7 +70,8 @@ class NumbaCudaCallable:
             return _registry.CallableEntry(
                 # What XLA calls: func, or func checked for input writes.
                 key, _registry.weak_ref_to(self._called), n_in,
-                len(self.out_specs), len(self.scratch_specs), bfloat16=bf16)
+                len(self.out_specs), len(self.scratch_specs), bfloat16=bf16,
+                fast_launch=self.fast_launch)
         return _registry.program_key(self.func, self._group, call, entry)
 
     def __call__(self, *args):
@@ -152,6 +157,7 @@ def numba_cuda_callable(
     name: str | None = None,
     batch_partitionable: bool = False,
     has_side_effect: bool = False,
+    fast_launch: bool = True,
 ) -> Callable[..., Any]:
     """Create a JAX-callable from a Python function that launches Numba CUDA kernels.
 
@@ -194,6 +200,13 @@ def numba_cuda_callable(
         never merges two identical calls into one and never drops a call
         whose result is unused. Leave it False for pure functions of their
         inputs, which XLA may then deduplicate and prune.
+      fast_launch: let ``func``'s kernel launches skip Numba's Python launch
+        (default True): a launch on ``stream`` whose arguments are arrays
+        numbax gave ``func`` and plain scalars is packed and launched from
+        C++ after its first launch through Numba; any other launch goes
+        through Numba unchanged. False (or the environment variable
+        ``NUMBAX_FAST_LAUNCH=0`` for every op) launches everything through
+        Numba. See docs/fast_launch.md.
 
     The arrays and stream are views valid for one call only: numbax caches
     them per buffer address and hands the same objects to later calls, and
@@ -214,6 +227,9 @@ def numba_cuda_callable(
         or a dtype Numba cannot use. docs/errors.md lists every error.
     """
     _numba.require_cuda()
+    # func's launches skip Numba's Python launch where they can
+    # (docs/fast_launch.md); installed once, before any func runs.
+    _fast_launch.install()
     if not callable(func):
         raise TypeError(
             f"numba_cuda_callable: func must be callable, got "
@@ -234,6 +250,10 @@ def numba_cuda_callable(
             "with vmap_method='legacy_vectorized' (deprecated in JAX, and not "
             "a batching numbax's partitionable call implements); use "
             "'expand_dims', 'broadcast_all' or 'sequential'")
+    if not isinstance(fast_launch, (bool, np.bool_)):
+        raise TypeError(
+            f"numba_cuda_callable: fast_launch must be True or False, got "
+            f"{type(fast_launch).__name__}: {fast_launch!r}")
     if name is not None and not isinstance(name, str):
         raise TypeError(
             f"numba_cuda_callable: name must be a str (a stable name for the "
@@ -242,4 +262,5 @@ def numba_cuda_callable(
                              input_output_aliases=input_output_aliases,
                              scratch=scratch, capture=capture, name=name,
                              batch_partitionable=batch_partitionable,
-                             has_side_effect=has_side_effect)
+                             has_side_effect=has_side_effect,
+                             fast_launch=bool(fast_launch))

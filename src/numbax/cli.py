@@ -175,6 +175,11 @@ def collect_info() -> dict[str, Any]:
     info["numba_cuda"] = _numba_facts(info["simulator"])
     info["jax"] = _jax_facts()
     info["cuda_driver"] = cuda_driver()
+    try:  # one line: is the fast launch path of plain callables on, and why
+        from numbax import _fast_launch
+        info["fast_launch"] = _fast_launch.status()
+    except Exception as exc:  # noqa: BLE001
+        info["fast_launch"] = f"unknown ({_error(exc)})"
     return info
 
 
@@ -304,6 +309,7 @@ def format_info(info: dict[str, Any], problems: Sequence[Problem]) -> str:
             + (f" ({drv['error']})" if drv["error"] else ""))
     else:
         row("CUDA driver", "not found (libcuda.so.1 does not load)")
+    row("fast launch", info.get("fast_launch", "unknown"))
     set_env = {k: v for k, v in info["env"].items() if v is not None}
     if set_env:
         row("environment", " ".join(f"{k}={v}" for k, v in set_env.items()))

@@ -16,7 +16,16 @@ def bridge_counters() -> dict[str, int]:
       streams of plain calls), ``graph_hits``/``graph_misses``/
       ``graph_evictions`` (numbax's own CUDA graphs of ``capture=True``
       calls) and ``xla_captures`` (capture-mode calls made while XLA was
-      recording a command buffer). Counters are process-wide.
+      recording a command buffer); ``fast_launches`` (kernel launches made
+      by a plain callable's func that numbax packed and launched from C++),
+      ``fast_launch_fallbacks`` (launches made inside numbax calls that went
+      through Numba's own launch) and, per reason, ``fallback_disabled``,
+      ``fallback_simulator``, ``fallback_other_thread``,
+      ``fallback_other_stream``, ``fallback_foreign_argument``,
+      ``fallback_unsupported_kernel``, ``fallback_new_plan``,
+      ``fallback_launch_error``, ``fallback_numba_error`` and
+      ``fallback_plan_error`` (docs/fast_launch.md says what each means).
+      Counters are process-wide.
     """
     return dict(_core.counters())
 
@@ -27,12 +36,14 @@ def reset_bridge_counters() -> None:
 
 
 def clear_caches() -> None:
-    """Drops cached Numba streams and every capture-mode CUDA graph.
+    """Drops cached Numba streams, every capture-mode CUDA graph and every
+    fast-launch plan (with the kernels and launch configurations it keeps).
 
     Numba arrays are cached per compiled program and freed with it.
     """
     _core.clear_stream_cache()
     _core.clear_graph_caches()
+    _core.clear_launch_plans()
 
 
 # Far beyond any useful number of CUDA graphs per call site, and within the

@@ -18,7 +18,7 @@ try:  # jax >= 0.4.36
 except ImportError:  # pragma: no cover
     from jax.core import Primitive
 
-from . import _checks, _core, _fold, _numba, _registry
+from . import _checks, _core, _fast_launch, _fold, _numba, _registry
 
 _DEFAULT_BLOCKS = {1: None, 2: (16, 16), 3: (8, 8, 4)}
 
@@ -759,6 +759,7 @@ def numba_cuda_kernel(
         threads_per_block=threads_per_block, shared_mem=shared_mem,
         vmap_method=vmap_method)
     _numba.require_cuda()
+    _fast_launch.install()  # counts the simulator's launches on the CPU
     if not _is_dispatcher(kernel):
         raise TypeError(
             "numba_cuda_kernel: kernel must be a Numba CUDA kernel (a function "

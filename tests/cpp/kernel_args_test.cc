@@ -185,4 +185,56 @@ TEST(KernelArgs, ResetDropsPreviousArrays) {
   ExpectParamsMatchWords(args);
 }
 
+// Scalars of a fast launch (csrc/fast_launch.cc) sit in 8-byte words after
+// or between arrays; the driver reads each parameter's own size from the
+// start of its word, so an int32 or float32 must be in the low bytes.
+TEST(KernelArgs, ScalarWordsReadAtTheirOwnWidth) {
+  KernelArgs args;
+  const std::vector<int64_t> shape = {3};
+  Add(args, Addr(0x1000), shape, 4);
+  const int64_t minus_five = -5;  // an int32 parameter, from a masked int64
+  args.AddWord(minus_five);
+  const float f = 2.5f;
+  int64_t float_word = 0;
+  std::memcpy(&float_word, &f, sizeof f);
+  args.AddWord(float_word);
+  Add(args, Addr(0x2000), shape, 4);
+  ExpectParamsMatchWords(args);
+  void** params = args.params();
+  const size_t array_words = 5 + 2 * shape.size();
+  int32_t as_int32;
+  std::memcpy(&as_int32, params[array_words], sizeof as_int32);
+  EXPECT_EQ(as_int32, -5);
+  float as_float;
+  std::memcpy(&as_float, params[array_words + 1], sizeof as_float);
+  EXPECT_EQ(as_float, 2.5f);
+  EXPECT_EQ(args.words()[array_words + 2 + 4], Word(0x2000));  // next data
+}
+
+// A view (a slice or transpose) is packed with its own strides, which may
+// be negative or zero, exactly as Numba packs a device array.
+TEST(KernelArgs, StridedViewKeepsItsStrides) {
+  KernelArgs args;
+  const int64_t dims[] = {10, 3};
+  const int64_t strides[] = {4, -40};
+  args.AddStridedArray(Addr(0x3000), dims, strides, 2, 4);
+  ExpectParamsMatchWords(args);
+  EXPECT_EQ(args.words(), (Words{0, 0, 30, 4, Word(0x3000), 10, 3, 4, -40}));
+}
+
+TEST(NumbaArrayLayout, DecidesOnlyWhereItIsExact) {
+  auto layout = [](std::vector<int64_t> d, std::vector<int64_t> s) {
+    return numbax::NumbaArrayLayout(d.data(), s.data(),
+                                    static_cast<int64_t>(d.size()), 4);
+  };
+  EXPECT_EQ(layout({3, 5}, {20, 4}), 'C');
+  EXPECT_EQ(layout({3, 5}, {4, 12}), 'F');
+  EXPECT_EQ(layout({3, 5}, {40, 8}), 'A');
+  EXPECT_EQ(layout({4, 3}, {0, 4}), 'A');   // broadcast
+  EXPECT_EQ(layout({1, 5}, {20, 4}), 'C');  // strictly C with a unit extent
+  EXPECT_EQ(layout({1, 5}, {99, 4}), 0);    // unit extent, left to Numba
+  EXPECT_EQ(layout({0, 5}, {20, 4}), 0);    // empty, left to Numba
+  EXPECT_EQ(layout({}, {}), 'C');           // 0-d
+}
+
 }  // namespace

@@ -1,11 +1,22 @@
-"""Where the plain callable's time goes: Numba's launch vs numbax's bridge.
+"""Where the plain callable's time goes: launches, numbax's bridge, XLA.
 
 python -m numbax.bench.bridge_cost   (or: python -m benchmarks.bridge_cost)
 
-Times, in one process on a GPU: (a) the Numba launch alone, from a Python loop
-over the same cached device arrays and stream object (what `func` costs);
-(b) one op of a jitted chain of numbax callables; (c) the native plain FFI
-handler's op in the same chain. (b) - (a) - (c) is numbax's own share.
+Times, in one process on a GPU:
+
+(a) Numba's launch from a bare Python loop over cached device arrays and one
+    stream object, and its configuration step alone (``kernel[grid, block,
+    stream]`` without the call);
+(b) the same launch made inside a plain callable's func, per launch: through
+    numbax's fast path (the default) and through Numba (``fast_launch=False``);
+(c) one op of a jitted chain of plain callables, with and without the fast
+    path, next to the native plain FFI handler's op in the same chain, and
+    single jitted calls of each;
+(d) the ops XLA records into CUDA graphs (native command-buffer handler,
+    numbax kernel, captured callable), chain and single.
+
+numbax's bridge share is (callable op) - (its launch inside func) - (native
+op): what the FFI call, the GIL and the call of func cost on their own.
 """
 
 from __future__ import annotations
@@ -23,6 +34,10 @@ def _median_us(fn, inner: int, repeats: int = 7) -> float:
     return statistics.median(samples)
 
 
+def _line(label: str, us: float, note: str = "") -> None:
+    print(f"{label:48s}{us:8.2f} us{('  ' + note) if note else ''}")
+
+
 def main() -> int:
     import jax
     import jax.numpy as jnp
@@ -35,23 +50,52 @@ def main() -> int:
     from .native import build_and_register
 
     n, length = 4096, 100
+    spec = jax.ShapeDtypeStruct((n,), jnp.float32)
     device = jax.devices()[0]
     env = impls.Env(on_gpu=True)
     env.native = build_and_register(getattr(device, "compute_capability", None), None)
     impls.warm_numba_kernel(env)
+    blocks = -(-n // 256)
 
+    # (a) Numba alone.
     x = cuda.to_device(jnp.ones(n, jnp.float32).__array__())
     y = cuda.device_array(n, dtype=x.dtype)
     stream = cuda.stream()
-    blocks = -(-n // 256)
 
     def numba_only(k):
         for _ in range(k):
             affine[blocks, 256, stream](x, y)
         stream.synchronize()
 
+    def configure_only(k):
+        for _ in range(k):
+            affine[blocks, 256, stream]
+
     numba_only(100)
     launch = _median_us(numba_only, 2000)
+    configure = _median_us(configure_only, 20000)
+
+    # (b) The launch inside func: func times its own launches.
+    inside: dict[bool, list[float]] = {True: [], False: []}
+    per_call = 200
+
+    def timed_launches(fast):
+        def func(a, b, s):
+            t0 = time.perf_counter()
+            for _ in range(per_call):
+                affine[blocks, 256, s](a, b)
+            inside[fast].append((time.perf_counter() - t0) / per_call * 1e6)
+        func.__qualname__ = f"timed_launches_{'fast' if fast else 'numba'}"
+        return jax.jit(numbax.numba_cuda_callable(func, spec,
+                                                  fast_launch=fast))
+
+    v0 = jnp.ones(n, jnp.float32)
+    for fast in (True, False):
+        op = timed_launches(fast)
+        for _ in range(12):
+            op(v0).block_until_ready()
+    # The first call of each records the plan (a launch through Numba).
+    in_func = {fast: statistics.median(s[2:]) for fast, s in inside.items()}
 
     def per_op(op):
         chain = jax.jit(timing.chain_fn(op, length))
@@ -63,41 +107,70 @@ def main() -> int:
                 chain(v).block_until_ready()
         return _median_us(run, 10) / length
 
-    callable_op = numbax.numba_cuda_callable(
-        lambda a, b, s: affine[blocks, 256, s](a, b),
-        jax.ShapeDtypeStruct((n,), jnp.float32))
-    numbax_us = per_op(callable_op)
-    native_call = jax.ffi.ffi_call(env.native.plain, jax.ShapeDtypeStruct((n,), jnp.float32))
-    native_us = per_op(lambda v: native_call(v))
-    kernel_op = numbax.numba_cuda_kernel(
-        affine, jax.ShapeDtypeStruct((n,), jnp.float32), launch_dims=n)
-    capture_op = numbax.numba_cuda_callable(
-        lambda a, b, s: affine[blocks, 256, s](a, b),
-        jax.ShapeDtypeStruct((n,), jnp.float32), capture=True)
-    native_cb = jax.ffi.ffi_call(env.native.cmd_buffer,
-                                 jax.ShapeDtypeStruct((n,), jnp.float32))
-    numbax.reset_bridge_counters()
-    v1 = jnp.ones(n, jnp.float32)
+    def single_us(op):
+        jitted = jax.jit(op)
+        v1 = jnp.ones(n, jnp.float32)
 
-    def single_loop(jitted):
         def single(k):
             for _ in range(k):
                 jitted(v1).block_until_ready()
-        return single
-
-    for name, op in [("native cmd-buffer op", lambda v: native_cb(v)),
-                     ("numbax kernel op", kernel_op),
-                     ("numbax capture op", capture_op)]:
-        print(f"{name:24s}{per_op(op):7.2f} us  {numbax.bridge_counters()}")
-        single = single_loop(jax.jit(op))
         single(5)
-        print(f"{name + ' single':24s}{_median_us(single, 50):7.2f} us  "
-              f"{numbax.bridge_counters()}")
-    print(f"numba launch alone      {launch:7.2f} us")
-    print(f"native plain op (chain) {native_us:7.2f} us")
-    print(f"numbax callable op      {numbax_us:7.2f} us")
-    print(f"numbax bridge share     {numbax_us - launch - native_us:7.2f} us "
-          "(callable - numba launch - native op)")
+        return _median_us(single, 50)
+
+    def launch_op(fast, capture=False):
+        return numbax.numba_cuda_callable(
+            lambda a, b, s: affine[blocks, 256, s](a, b), spec,
+            fast_launch=fast, capture=capture)
+
+    # (c) Plain callables next to the native plain handler.
+    native_call = jax.ffi.ffi_call(env.native.plain, spec)
+    native_op = lambda v: native_call(v)  # noqa: E731
+    fast_op, numba_op = launch_op(True), launch_op(False)
+    numbax.reset_bridge_counters()
+    native_us = per_op(native_op)
+    fast_us = per_op(fast_op)
+    counters_fast = numbax.bridge_counters()
+    numba_us = per_op(numba_op)
+    singles = {name: single_us(op) for name, op in
+               [("native plain", native_op), ("callable, fast launch", fast_op),
+                ("callable, Numba launch", numba_op)]}
+
+    # (d) What XLA records into graphs.
+    native_cb = jax.ffi.ffi_call(env.native.cmd_buffer, spec)
+    recorded = [("native cmd-buffer op", lambda v: native_cb(v)),
+                ("numbax kernel op", numbax.numba_cuda_kernel(
+                    affine, spec, launch_dims=n)),
+                ("numbax capture op", launch_op(True, capture=True))]
+
+    print("== Numba's launch (no JAX)")
+    _line("kernel[grid, block, stream](x, y), Python loop", launch)
+    _line("kernel[grid, block, stream] (configuration only)", configure)
+    print("== the same launch inside a plain callable's func, per launch")
+    _line("numbax fast launch (default)", in_func[True])
+    _line("Numba's launch (fast_launch=False)", in_func[False])
+    print(f"== one op of a jitted chain of {length}")
+    _line("native plain FFI handler", native_us)
+    _line("numbax callable, fast launch", fast_us,
+          f"{fast_us / native_us:.2f}x native plain")
+    _line("numbax callable, Numba launch", numba_us,
+          f"{numba_us / native_us:.2f}x native plain")
+    _line("numbax bridge share (fast)", fast_us - in_func[True] - native_us,
+          "callable - its launch in func - native op")
+    _line("numbax bridge share (Numba launch)",
+          numba_us - in_func[False] - native_us,
+          "callable - its launch in func - native op")
+    print("== single jitted call")
+    for name, us in singles.items():
+        _line(name, us, f"{us / singles['native plain']:.2f}x native plain")
+    print("== ops XLA records into CUDA graphs: chain, single")
+    for name, op in recorded:
+        _line(name, per_op(op))
+        _line(name + " single", single_us(op))
+    c = counters_fast
+    print(f"fast path over the fast chain: {c['fast_launches']} fast "
+          f"launches, {c['fast_launch_fallbacks']} through Numba "
+          + str({k[len('fallback_'):]: v for k, v in c.items()
+                 if k.startswith("fallback_") and v}))
     print(numbax.bridge_counters())
     return 0
 

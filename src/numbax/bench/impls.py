@@ -113,10 +113,17 @@ def _numbax_kernel(env: Env):
     return make
 
 
-def _numbax_callable(env: Env, capture: bool):
+def _numbax_callable(env: Env, capture: bool, fast_launch: bool = True):
     def make(n):
         import numbax
         kwargs = {}
+        if not fast_launch:
+            # The same callable with every launch through Numba's Python
+            # launch: the plain path as it was before fast launches.
+            if "fast_launch" not in inspect.signature(
+                    numbax.numba_cuda_callable).parameters:
+                raise Unavailable("n/a", "numba_cuda_callable has no fast_launch=")
+            kwargs["fast_launch"] = False
         if capture:
             params = inspect.signature(numbax.numba_cuda_callable).parameters
             if "capture" not in params and not any(
@@ -186,6 +193,8 @@ def all_impls(env: Env) -> list[Impl]:
              VS_CMD_BUFFER, True),
         Impl("numbax_callable", "numbax callable", _numbax_callable(env, False),
              VS_PLAIN, True),
+        Impl("numbax_callable_numba", "numbax callable (Numba launch)",
+             _numbax_callable(env, False, fast_launch=False), VS_PLAIN, False),
         Impl("numbax_capture", "numbax callable capture",
              _numbax_callable(env, True), VS_CMD_BUFFER, True),
         Impl("buffer_callback", "buffer_callback", _buffer_callback(env, False),

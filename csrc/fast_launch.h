@@ -1,0 +1,106 @@
+// Fast launches of Numba kernels from inside a plain numba_cuda_callable.
+//
+// A func that launches `kernel[grid, block, stream](arrays..., scalars...)`
+// pays Numba's Python launch (argument typing, packing, the driver call
+// through cuda.core: about 20 us) on every call. numbax replaces
+// `_LaunchConfiguration.__call__` with a LaunchHook: while numbax runs a func
+// on this thread, a launch on the stream numbax gave func, whose arguments
+// are arrays numbax handed to func and plain scalars, is packed here in
+// Numba's kernel ABI and sent to cuLaunchKernel, from a plan cached per
+// (launch configuration, device, argument types). Everything else, and the
+// first launch of each plan, goes to Numba's own launch unchanged.
+// Everything here runs with the GIL held.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "buffers.h"
+
+namespace numbax {
+
+// Why a launch made inside a numbax call went through Numba's launch.
+enum FallbackReason : int {
+  kFallbackDisabled = 0,       // switched off (env var or fast_launch=False)
+  kFallbackSimulator,          // Numba's CUDA simulator: nothing to speed up
+  kFallbackOtherThread,        // launched from a thread numbax is not calling
+  kFallbackOtherStream,        // not on the stream numbax gave func
+  kFallbackForeignArgument,    // an array numbax did not hand to func, or an
+                               // argument type the fast path does not pack
+  kFallbackUnsupportedKernel,  // debug=True, extensions, launch callbacks,
+                               // launch-config-sensitive kernels
+  kFallbackNewPlan,            // first launch of a plan: Numba launches (and
+                               // compiles) it, numbax records the plan
+  kFallbackLaunchError,        // cuLaunchKernel refused: Numba relaunches and
+                               // raises its own error
+  kFallbackNumbaError,         // Numba's launch raised (typing, compilation,
+                               // configuration): the error reaches func
+  kFallbackPlanError,          // numbax could not build a plan (a bug: the
+                               // launch still ran through Numba)
+  kFallbackReasonCount
+};
+
+const char* FallbackReasonName(int reason);
+
+struct FastLaunchCounters {
+  uint64_t fast = 0;
+  uint64_t fallbacks[kFallbackReasonCount] = {};
+};
+FastLaunchCounters& FastCounters();
+
+// The numbax call running on this thread, as launches made by func see it.
+struct ActiveCall {
+  const std::vector<BufferView>* buffers = nullptr;
+  PyObject* const* arrays = nullptr;  // arrays[i] wraps (*buffers)[i]
+  void* stream = nullptr;             // the stream numbax gave func
+  int device = -1;
+  bool cuda = false;
+  bool enabled = false;  // the fast path is on for this call site
+};
+
+// Publishes `call` on this thread for its scope (restoring the previous
+// one after: calls do not nest today, but nothing here assumes it).
+class ActiveCallScope {
+ public:
+  explicit ActiveCallScope(const ActiveCall* call);
+  ~ActiveCallScope();
+  ActiveCallScope(const ActiveCallScope&) = delete;
+  ActiveCallScope& operator=(const ActiveCallScope&) = delete;
+
+ private:
+  const ActiveCall* previous_;
+};
+
+// A new LaunchHook (a new reference), or nullptr with a Python error set.
+// `original` is Numba's `_LaunchConfiguration.__call__`; `check(cfg, args,
+// ours, device, stream)` and `plan(cfg, args, ours, device)` are numbax's
+// Python plan builders (src/numbax/_fast_launch.py).
+PyObject* NewLaunchHook(PyObject* original, PyObject* check, PyObject* plan);
+
+// Counts a simulator launch made by func inside a numbax call (the
+// simulator's own launch is never replaced). Returns true when one was
+// counted.
+bool NoteSimulatorLaunch();
+
+// The parameter words the fast path packs for one scalar `value` packed as
+// `how` (see _fast_launch.py), as bytes (8, or 16 for complex): a new
+// reference, or nullptr with a Python error set. For tests.
+PyObject* PackScalarForTest(char how, PyObject* value);
+
+// Test support: the C++ path without a GPU. With dry runs on, a fast
+// launch records what it would send to the driver (LastLaunch) instead of
+// calling it. CallAsNumbax runs `func` as numbax runs a func: with `arrays`
+// wrapping `buffers` published on this thread (a list of (address, dtype
+// name, shape)). Both return a new reference, or nullptr with an error.
+void SetDryRun(bool on);
+PyObject* LastLaunch();
+PyObject* CallAsNumbax(PyObject* func, PyObject* arrays, PyObject* buffers,
+                       void* stream, int device, bool enabled);
+
+// Drops every cached plan (and the references they hold).
+void ClearLaunchPlans();
+size_t LaunchPlanCount();
+
+}  // namespace numbax

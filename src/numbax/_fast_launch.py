@@ -1,0 +1,307 @@
+"""Kernel launches made by a plain callable's func, at C++ speed.
+
+Numba's ``kernel[grid, block, stream](*args)`` costs about 20 us in Python on
+every call: typing the arguments, packing them, and the driver call through
+cuda.core. numbax replaces ``_LaunchConfiguration.__call__`` (the configured
+launcher) with a C++ hook (csrc/fast_launch.h). While numbax runs a func on a
+thread, a launch from that thread on the stream numbax gave func, whose
+arguments are arrays numbax handed to func and plain scalars, is packed in
+C++ and sent to ``cuLaunchKernel`` from a plan recorded per (configuration,
+device, argument types). Everything else goes to Numba's own launch,
+unchanged: launches outside numbax calls, from other threads, on other
+streams, with other arguments, and the first launch of each plan, which
+Numba types, compiles and launches itself before numbax records what it did.
+
+The functions here build those plans; they run once per plan, never per
+launch. The hook is installed only on numba-cuda versions whose launch path
+numbax was checked against (``VERIFIED``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+
+import numpy as np
+
+from . import _core, _numba
+
+# numba-cuda releases whose launch path (CUDADispatcher.call,
+# _Kernel.launch, _Kernel._prepare_args) the fast path reproduces.
+VERIFIED = ((0, 30),)
+ENV = "NUMBAX_FAST_LAUNCH"
+
+_installed = False
+_note = "not installed yet (no numbax op created)"
+_install_lock = threading.Lock()
+
+# Argument types whose Numba type depends on the type alone (a Python int
+# also on its range, which the C++ side checks), grouped by what the kernel
+# parameter may be packed from, as ctypes and cuda.core would convert them.
+_INTS = (int, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+         np.uint32, np.uint64)
+_BOOLS = (bool, np.bool_)
+_FLOATS = (float, np.float32, np.float64)
+_COMPLEX = (complex, np.complex64, np.complex128)
+SCALAR_TYPES = frozenset(_INTS + _BOOLS + _FLOATS + _COMPLEX)
+
+
+def numba_cuda_version() -> str | None:
+    try:
+        from importlib.metadata import version
+        return version("numba-cuda")
+    except Exception:
+        return None
+
+
+def _verified(version: str | None) -> bool:
+    try:
+        major_minor = tuple(int(p) for p in (version or "").split(".")[:2])
+    except ValueError:
+        return False
+    return major_minor in VERIFIED
+
+
+def env_enabled() -> bool:
+    """False when NUMBAX_FAST_LAUNCH turns the fast path off (0/false/off/no)."""
+    return os.environ.get(ENV, "1").strip().lower() not in (
+        "0", "false", "off", "no")
+
+
+def _launch_path_matches() -> str | None:
+    """None if numba-cuda's launch path has the shape numbax relies on, else
+    what differs."""
+    try:
+        from numba.cuda import dispatcher
+        from numba.cuda.cext import _dispatcher
+    except Exception as exc:
+        return f"cannot import numba.cuda.dispatcher ({exc})"
+    cfg = getattr(dispatcher, "_LaunchConfiguration", None)
+    if cfg is None or not inspect.isfunction(cfg.__dict__.get("__call__")):
+        return "_LaunchConfiguration.__call__ is missing"
+    call = getattr(dispatcher.CUDADispatcher, "call", None)
+    if call is None:
+        return "CUDADispatcher.call is missing"
+    try:
+        params = list(inspect.signature(call).parameters)
+    except (TypeError, ValueError):
+        params = []
+    if params != ["self", "args", "launch_config"]:
+        return "CUDADispatcher.call has another signature"
+    if not hasattr(_dispatcher.Dispatcher, "_cuda_call") or not hasattr(
+            dispatcher, "_LAUNCH_CONFIG_KW"):
+        return "the dispatcher's _cuda_call is missing"
+    return None
+
+
+def install() -> None:
+    """Installs the launch hook once (when the first numbax op is created).
+    In the simulator it only counts launches. Never raises: without the
+    hook every launch goes through Numba, as before."""
+    global _installed, _note
+    if _installed:
+        return
+    with _install_lock:  # ops created on several threads at once
+        if _installed:
+            return
+        try:
+            _install()
+        except Exception as exc:  # noqa: BLE001 - an optimisation only
+            _installed = True
+            _note = (f"off: the launch hook could not be installed "
+                     f"({type(exc).__name__}: {exc})")
+
+
+def _install() -> None:
+    global _installed, _note
+    version = numba_cuda_version()
+    if _numba.simulator_enabled():
+        _install_simulator_counter()
+        _installed = True
+        _note = ("off in Numba's CUDA simulator: launches run there and are "
+                 "counted as fallback_simulator")
+        return
+    if not _verified(version):
+        _installed = True
+        _note = (f"off: numba-cuda {version} is not verified (0.30.x is); "
+                 "func's launches go through Numba")
+        return
+    mismatch = _launch_path_matches()
+    if mismatch is not None:
+        _installed = True
+        _note = f"off: numba-cuda {version}'s launch path differs ({mismatch})"
+        return
+    from numba.cuda import dispatcher
+    cls = dispatcher._LaunchConfiguration
+    original = cls.__dict__["__call__"]
+    if type(original).__name__ != "LaunchHook":  # never wrap a hook again
+        cls.__call__ = _core.make_launch_hook(original, _check, _plan)
+    _installed = True
+    _note = f"on (numba-cuda {version})"
+
+
+def hook_installed() -> bool:
+    """True when Numba's configured launches go through numbax's hook."""
+    try:
+        from numba.cuda import dispatcher
+        call = dispatcher._LaunchConfiguration.__dict__.get("__call__")
+    except Exception:
+        return False
+    return type(call).__name__ == "LaunchHook"
+
+
+def status() -> str:
+    """One line for ``python -m numbax info``: is the fast path on, and if
+    not, why."""
+    if _numba.simulator_enabled():
+        return ("off in Numba's CUDA simulator (launches run there, counted "
+                "as fallback_simulator)")
+    version = numba_cuda_version()
+    if not _verified(version):
+        return (f"off: numba-cuda {version} is not verified (0.30.x is); "
+                "func's launches go through Numba")
+    if _installed and not hook_installed():
+        return _note
+    if not env_enabled():
+        return f"off: {ENV}={os.environ.get(ENV)}"
+    return f"on (numba-cuda {version})"
+
+
+def enabled_for(op_flag: bool) -> bool:
+    """Whether a call site resolved now launches fast: the op's own flag,
+    the environment variable (read when XLA instantiates the program)."""
+    return bool(op_flag) and env_enabled()
+
+
+def _install_simulator_counter() -> None:
+    try:
+        from numba.cuda.simulator import kernel as sim
+    except Exception:
+        return
+    cls = sim.FakeCUDAKernel
+    original = cls.__call__
+    if getattr(original, "__numbax_counter__", False):
+        return
+
+    def __call__(self, *args):
+        # Device functions, and calls made while a kernel runs, are not
+        # launches.
+        if not self._device and sim._kernel_context is None:
+            _core.note_simulator_launch()
+        return original(self, *args)
+
+    __call__.__numbax_counter__ = True  # type: ignore[attr-defined]
+    __call__.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.__call__ = __call__
+
+
+def _stream_handle(cfg) -> int:
+    try:
+        return int(cfg.stream.handle)
+    except Exception:
+        return 0
+
+
+# How C++ marks each argument in `ours`: a buffer's index (>= 0) for an
+# array numbax gave func, one of these for a view of one (with the Numba
+# layout C++ computed for it), or OTHER.
+OTHER = -1
+VIEW_LAYOUTS = {-2: "C", -3: "F", -4: "A"}
+
+
+def _check(cfg, args, ours, device):
+    """Before Numba's first launch of a new key: may it be fast?
+
+    Returns (reason or None, whether to remember the verdict, the
+    configuration's stream handle)."""
+    del device
+    stream = _stream_handle(cfg)
+    if getattr(cfg, "pre_launch_callbacks", None):
+        return "unsupported_kernel", False, stream
+    dispatcher = cfg.dispatcher
+    options = getattr(dispatcher, "targetoptions", {}) or {}
+    if (options.get("debug") or options.get("extensions")
+            or getattr(dispatcher, "_launch_config_sensitive", True)):
+        return "unsupported_kernel", True, stream
+    for value, slot in zip(args, ours):
+        if slot == OTHER and type(value) not in SCALAR_TYPES:
+            return "foreign_argument", True, stream
+    return None, True, stream
+
+
+def _scalar_packing(ty, value) -> str | None:
+    """How C++ packs `value` for a kernel parameter of Numba type `ty`, or
+    None where the fast path does not reproduce Numba's packing."""
+    from numba.cuda import types
+    kind = type(value)
+    if ty == types.boolean:
+        if kind in _BOOLS:
+            return "b"
+        # Numba hands the value to cuda.core as it is: an int is packed at
+        # its own width and the kernel reads its low byte.
+        return "i" if kind in _INTS else None
+    if isinstance(ty, types.Integer):
+        return "i" if kind in _INTS or kind in _BOOLS else None
+    if ty == types.float32 or ty == types.float64:
+        if kind in _COMPLEX:
+            return None  # ctypes refuses it: Numba raises
+        return "f" if ty == types.float32 else "d"
+    if ty == types.complex64:
+        return "c"
+    if ty == types.complex128:
+        return "z"
+    return None  # float16, pointers, records, tuples, enums, datetimes
+
+
+def _plan(cfg, args, ours, device):
+    """After Numba's successful first launch: what it launched, as a plan
+    tuple for C++, or the reason it cannot be replayed."""
+    del device  # the plan is keyed by it; the current context is that device
+    from numba.cuda import dispatcher as nd
+    from numba.cuda import types
+    from numba.cuda.cext import _dispatcher
+
+    dispatcher = cfg.dispatcher
+    if dispatcher._launch_config_sensitive:
+        return "unsupported_kernel"
+    if dispatcher.specialized:
+        kernel = next(iter(dispatcher.overloads.values()))
+    else:
+        # The same resolution Numba's launch just made (now an exact hit).
+        kernel = _dispatcher.Dispatcher._cuda_call(
+            dispatcher, *args, **{nd._LAUNCH_CONFIG_KW: cfg})
+    if (kernel.debug or kernel.extensions
+            or getattr(kernel, "launch_config_sensitive", False)):
+        return "unsupported_kernel"
+    argtypes = tuple(kernel.argument_types)
+    if len(argtypes) != len(args):
+        return "unsupported_kernel"
+    packing = []
+    for ty, value, slot in zip(argtypes, args, ours):
+        if slot != OTHER:
+            # The array's Numba type must be what C++ keyed it as: numbax's
+            # own arrays are C-contiguous, views have the layout C++
+            # computed. A disagreement keeps the key off the fast path.
+            layout = "C" if slot >= 0 else VIEW_LAYOUTS.get(slot)
+            if (not isinstance(ty, types.Array) or ty.ndim != value.ndim
+                    or value._numba_type_.layout != layout):
+                return "plan_error"
+            packing.append("A")
+            continue
+        how = _scalar_packing(ty, value)
+        if how is None:
+            return "foreign_argument"
+        packing.append(how)
+    # The current context is the device numbax bound for this call, the one
+    # Numba just launched on. Its handle is the CUkernel Numba launches
+    # (through cuda.core); cuLaunchKernel takes it as it is and runs it in
+    # the current context, so recording a plan makes no driver call (it may
+    # happen while numbax records a CUDA graph).
+    cufunc = kernel._codelibrary.get_cufunc()
+    function = int(cufunc.handle)
+    grid = tuple(int(v) for v in cfg.griddim)
+    block = tuple(int(v) for v in cfg.blockdim)
+    return (function, grid, block, int(cfg.sharedmem or 0),
+            bool(kernel.cooperative), "".join(packing), kernel,
+            dispatcher.overloads, cfg.pre_launch_callbacks)
