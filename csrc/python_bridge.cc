@@ -445,11 +445,11 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
   } release{argv};
   // Counts this call while it holds references to cached arrays (destroyed
   // before `release`, still under the GIL): see CheckNothingKept.
-  struct Active {
+  struct CountActive {
     int& n;
-    explicit Active(int& count) : n(count) { ++n; }
-    ~Active() { --n; }
-  } active{active_calls_};
+    explicit CountActive(int& count) : n(count) { ++n; }
+    ~CountActive() { --n; }
+  } counted{active_calls_};
   const size_t num_inputs = static_cast<size_t>(num_inputs_);
   for (size_t i = 0; i < buffers.size(); ++i) {
     // In the simulator an input is read-only unless it is aliased to an
