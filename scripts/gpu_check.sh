@@ -6,7 +6,8 @@
 #   bash scripts/gpu_check.sh [--no-bench] [--quick] [-- extra pytest args]
 #
 # Wheels in .whl/ (e.g. numpy<2.5 for numba-cuda 0.30) are installed first.
-# Logs and JSON go to $OUT (default /tmp/numbax-gpu).
+# Logs and JSON go to $OUT (default /tmp/numbax-gpu). TEST_TIMEOUT and
+# BENCH_TIMEOUT (seconds, default none) bound the two steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -59,13 +60,13 @@ print("devices", jax.devices())
 PY
 
 echo "== gpu tests"
-$PY -m pytest -m gpu -q -p no:cacheprovider tests "${pytest_args[@]}" 2>&1 | tee "$OUT/pytest.log"
+timeout "${TEST_TIMEOUT:-0}" $PY -m pytest -m gpu -q -p no:cacheprovider tests "${pytest_args[@]}" 2>&1 | tee "$OUT/pytest.log"
 test_status=${PIPESTATUS[0]}
 
 bench_status=0
 if [ "$bench" = 1 ] && [ -f benchmarks/run.py ]; then
   echo "== benchmarks"
-  $PY -m benchmarks.run $quick --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+  timeout "${BENCH_TIMEOUT:-0}" $PY -m benchmarks.run $quick --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
   bench_status=${PIPESTATUS[0]}
 fi
 

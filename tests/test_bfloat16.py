@@ -167,8 +167,11 @@ def test_old_gpu_refused_at_trace_time(rng, monkeypatch, gpu_only):
         _numba, "check_bfloat16_devices",
         lambda op: (_ for _ in ()).throw(ValueError(
             f"{op}: " + _numba.bfloat16_problem({0: (7, 5)}))))
+    # A name of its own: an op equal to one traced by an earlier test would
+    # be the same (interned) op, whose lowering JAX has cached.
     op = numbax.numba_cuda_kernel(
-        product_to_f32, jax.ShapeDtypeStruct((N,), jnp.float32), launch_dims=N)
+        product_to_f32, jax.ShapeDtypeStruct((N,), jnp.float32), launch_dims=N,
+        name="test_bfloat16.old_gpu")
     x = bf16_data(rng, N)
     with pytest.raises(ValueError, match="compute capability 7.5"):
         jax.jit(op).lower(x, x)

@@ -77,7 +77,7 @@ def test_fast_path_taken_and_equal_to_numba(gpu_only, rng):
         x = random_array(rng, (1000,), np.float32)
         got, c = counted(fast, x, poisoned(1000), repeat=4)
         ref, c_slow = counted(slow, x, poisoned(1000))
-        np.testing.assert_allclose(got, x * 2.5 + 1, rtol=1e-6)
+        np.testing.assert_allclose(got, x * 2.5 + 1, rtol=1e-6, atol=1e-6)
         np.testing.assert_array_equal(got, ref)
         # One plan per (configuration, device, types): later launches fast.
         assert c["fast_launches"] + c["fallback_new_plan"] == 4, c
@@ -176,7 +176,7 @@ def test_scalar_arguments_of_every_kind(gpu_only, rng):
             np.testing.assert_array_equal(got, ref)
             kk = np.int32(np.int64(k).astype(np.int32)) if kernel is narrow else k
             v = x * np.float32(s) + np.float32(kk) + np.float32(s32) * np.float32(k16)
-            np.testing.assert_allclose(got, v if flag else -v, rtol=1e-5)
+            np.testing.assert_allclose(got, v if flag else -v, rtol=1e-5, atol=1e-6)
             assert c["fast_launches"] >= 2, (k, s, flag, c)
 
 
@@ -211,7 +211,7 @@ def test_several_kernels_per_call_with_scratch(rng):
     y = random_array(rng, (n,), np.float32)
     got, c = counted(fn, x, y, poisoned(n), repeat=3)
     want = (x * x + y) ** 2 + x
-    np.testing.assert_allclose(got, want, rtol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     if not SIMULATOR:
         # square_into and add_into each have one configuration and types:
         # at most two plans to record (none if an earlier test did), every
@@ -290,7 +290,7 @@ def test_foreign_array_falls_back(rng):
         op, outs=jax.ShapeDtypeStruct((100,), F32), input_output_aliases={1: 0}))
     x = random_array(rng, (100,), np.float32)
     got, c = counted(fn, x, poisoned(100), repeat=3)
-    np.testing.assert_allclose(got, x * x + x, rtol=1e-6)
+    np.testing.assert_allclose(got, x * x + x, rtol=1e-6, atol=1e-6)
     if not SIMULATOR:
         assert c["fallback_foreign_argument"] == 6, fallbacks(c)
         assert c["fast_launches"] == 0
@@ -336,11 +336,43 @@ def test_views_of_numbax_arrays(rng):
     for _ in range(2):
         x = random_array(rng, (100,), np.float32)
         got, c = counted(fast, x, poisoned(225), repeat=3)
-        np.testing.assert_allclose(got, views_want(x), rtol=1e-6)
+        np.testing.assert_allclose(got, views_want(x), rtol=1e-6, atol=1e-6)
         np.testing.assert_array_equal(got, slow(x, poisoned(225)))
-        if not SIMULATOR:
-            assert c["fast_launches"] >= 12, fallbacks(c)
-            assert set(fallbacks(c)) <= {"new_plan"}, fallbacks(c)
+        if not SIMULATOR:  # which views launch fast: the test below
+            assert c["fast_launches"] >= 1, fallbacks(c)
+
+
+VIEW_LAUNCHES = {
+    "slice": lambda x, out, s: square_into[2, 64, s](x[1:51], out[:50]),
+    "stride_4": lambda x, out, s: square_into[1, 32, s](x[3::4], out[50:75]),
+    "stride_2": lambda x, out, s: square_into[1, 32, s](x[51::2], out[75:100]),
+    "bounded_stride_2": lambda x, out, s: square_into[1, 32, s](
+        x[52:100:2], out[100:124]),
+    "one_element": lambda x, out, s: square_into[1, 32, s](x[:1], out[124:125]),
+    "reshape_transpose": lambda x, out, s: copy2d[(1, 1), (16, 16), s](
+        x[:100].reshape(10, 10).T, out[125:225].reshape(10, 10)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VIEW_LAUNCHES))
+def test_each_view_kind(gpu_only, rng, case):
+    """One kind of view per op: the same result as Numba's launch, and after
+    the first call (which records the plan) every launch is fast."""
+    launch = VIEW_LAUNCHES[case]
+
+    def op(x, poison, out, stream):
+        launch(x, out, stream)
+
+    def make(fast):
+        return jax.jit(numbax.numba_cuda_callable(
+            op, outs=jax.ShapeDtypeStruct((225,), F32),
+            input_output_aliases={1: 0}, fast_launch=fast,
+            name=f"test_fast_launch.view.{case}.{fast}"))
+    fast, slow = make(True), make(False)
+    x = random_array(rng, (100,), np.float32)
+    got, c = counted(fast, x, poisoned(225), repeat=3)
+    np.testing.assert_array_equal(got, slow(x, poisoned(225)))
+    assert c["fast_launches"] == 2, fallbacks(c)
 
 
 def test_views_of_foreign_arrays_fall_back(gpu_only, rng):
@@ -353,7 +385,7 @@ def test_views_of_foreign_arrays_fall_back(gpu_only, rng):
         op, outs=jax.ShapeDtypeStruct((100,), F32), input_output_aliases={1: 0}))
     x = random_array(rng, (100,), np.float32)
     got, c = counted(fn, x, poisoned(100), repeat=2)
-    np.testing.assert_allclose(got, (x * x) ** 2, rtol=1e-5)
+    np.testing.assert_allclose(got, (x * x) ** 2, rtol=1e-5, atol=1e-6)
     assert c["fast_launches"] == 0 and c["fallback_foreign_argument"] == 4, c
 
 
@@ -368,7 +400,7 @@ def test_other_stream_falls_back(gpu_only, rng):
         op, outs=jax.ShapeDtypeStruct((100,), F32), input_output_aliases={1: 0}))
     x = random_array(rng, (100,), np.float32)
     got, c = counted(fn, x, poisoned(100), repeat=3)
-    np.testing.assert_allclose(got, x * x, rtol=1e-6)
+    np.testing.assert_allclose(got, x * x, rtol=1e-6, atol=1e-6)
     assert c["fast_launches"] == 0 and c["fallback_other_stream"] == 3, c
 
 
@@ -392,7 +424,7 @@ def test_other_thread_falls_back(gpu_only, rng):
         op, outs=jax.ShapeDtypeStruct((100,), F32), input_output_aliases={1: 0}))
     x = random_array(rng, (100,), np.float32)
     got, c = counted(fn, x, poisoned(100), repeat=3)
-    np.testing.assert_allclose(got, x * x, rtol=1e-6)
+    np.testing.assert_allclose(got, x * x, rtol=1e-6, atol=1e-6)
     assert c["fast_launches"] == 0 and c["fallback_other_thread"] == 3, c
 
 
@@ -403,7 +435,7 @@ def test_launches_outside_numbax_are_untouched(gpu_only, rng):
     numbax.reset_bridge_counters()
     square_into[2, 64](d_x, d_out)
     cuda.synchronize()
-    np.testing.assert_allclose(d_out.copy_to_host(), x * x, rtol=1e-6)
+    np.testing.assert_allclose(d_out.copy_to_host(), x * x, rtol=1e-6, atol=1e-6)
     c = numbax.bridge_counters()
     assert c["fast_launches"] == 0 and c["fast_launch_fallbacks"] == 0, c
 
@@ -422,7 +454,7 @@ def test_switch_argument_and_environment(gpu_only, rng, monkeypatch):
         env_op, outs=jax.ShapeDtypeStruct((1000,), F32),
         input_output_aliases={1: 0}))
     got, c = counted(fn, x, poisoned(1000), repeat=3)
-    np.testing.assert_allclose(got, x * 2.5 + 1, rtol=1e-6)
+    np.testing.assert_allclose(got, x * 2.5 + 1, rtol=1e-6, atol=1e-6)
     assert c["fast_launches"] == 0 and fallbacks(c) == {"disabled": 3}
     assert "NUMBAX_FAST_LAUNCH" in _fast_launch.status()
 
@@ -535,7 +567,7 @@ def test_capture_mode_with_fast_launches(gpu_only, rng):
     for _ in range(4):
         x = random_array(rng, (1000,), np.float32)
         np.testing.assert_allclose(single(x, poisoned(1000)), x * 2.5 + 1,
-                                   rtol=1e-6)
+                                   rtol=1e-6, atol=1e-6)
         ref = x.astype(np.float64)
         for _ in range(6):
             ref = (ref * 2.5 + 1) * 1e-3
@@ -565,7 +597,7 @@ def test_threads_share_plans(gpu_only, rng):
         t.join()
     assert not errors, errors
     for x, got in zip(xs, results):
-        np.testing.assert_allclose(got, x * 2.5 + 1, rtol=1e-6)
+        np.testing.assert_allclose(got, x * 2.5 + 1, rtol=1e-6, atol=1e-6)
     c = numbax.bridge_counters()
     assert c["fast_launches"] >= 30, c
     assert set(fallbacks(c)) <= {"new_plan"}, fallbacks(c)
@@ -581,7 +613,7 @@ def test_second_device(gpu_only, rng):
         p = jax.device_put(poisoned(1000), dev)
         got, c = counted(fn, x, p, repeat=3)
         assert got.devices() == {dev}
-        np.testing.assert_allclose(got, np.asarray(x) * 2.5 + 1, rtol=1e-6)
+        np.testing.assert_allclose(got, np.asarray(x) * 2.5 + 1, rtol=1e-6, atol=1e-6)
         assert c["fast_launches"] >= 2, (dev, c)
 
 
@@ -591,7 +623,7 @@ def test_simulator_counts_fallbacks(simulator_only, rng):
     fn = jax.jit(make_affine(True, n=100))
     x = random_array(rng, (100,), np.float32)
     got, c = counted(fn, x, poisoned(100), repeat=3)
-    np.testing.assert_allclose(got, x * 2.5 + 1, rtol=1e-6)
+    np.testing.assert_allclose(got, x * 2.5 + 1, rtol=1e-6, atol=1e-6)
     assert c["fast_launches"] == 0
     assert fallbacks(c) == {"simulator": 3}
     assert "simulator" in _fast_launch.status()

@@ -139,6 +139,14 @@ def ensure_targets() -> None:
         _targets_registered = True
 
 
+def _backends_started() -> bool:
+    try:
+        from jax._src import xla_bridge
+        return bool(xla_bridge.backends_are_initialized())
+    except Exception:  # pragma: no cover - internals moved: stay lazy
+        return False
+
+
 def _handlers_ready(platform: str) -> bool:
     """True when registering on `platform` now reaches XLA at once (not a
     pending list, which a backend started later would replay out of order)."""
@@ -149,8 +157,15 @@ def _handlers_ready(platform: str) -> bool:
         # "gpu" but not "cuda", so "cuda" must be spelled as registered.
         registered_as = {"cpu": "cpu", "cuda": "CUDA"}.get(platform, platform)
         name = xla_client.xla_platform_names.get(registered_as, registered_as)
-        return (name in xla_client._custom_callback_handler and
-                name in xla_client._custom_type_id_handler)
+        if name not in xla_client._custom_callback_handler:
+            return False
+        # The state-type handler's table has been renamed across jaxlib
+        # releases; the plugin registers it together with the call handler.
+        for table in ("_custom_type_id_handler", "_custom_type_handler"):
+            handlers = getattr(xla_client, table, None)
+            if isinstance(handlers, dict):
+                return name in handlers
+        return True
     except Exception:  # pragma: no cover - internals moved: stay lazy
         return False
 
@@ -338,6 +353,14 @@ def register_op(op, func, *, name: str | None, config: str,
     calls it: the program's key names this group and carries the call's
     shapes and dtypes.
     """
+    if _backends_started():
+        # JAX's backends started before this op existed (so the hook that
+        # registers numbax's targets as a backend starts has already run, or
+        # never could): register now, so that a deserialised or cached
+        # program reaches numbax's handlers. Before the backends start this
+        # waits for the hook: starting them here would come before a
+        # jax.distributed.initialize() the program may still make.
+        ensure_targets()
     group_key = f"{name or base_name(func)}/{config}"
     with _lock:
         members = _groups.setdefault(group_key, {})
@@ -458,7 +481,7 @@ def _describe_others(group_key: str) -> str:
             f"{' / '.join(others)}. ")
 
 
-def _lookup(key: str, platform: str):
+def _lookup(key: str, platform: str, kind: str = "callable"):
     """The entry of `key`: traced here, or built now from the op created here."""
     with _lock:
         entry = _entries.get(key)
@@ -468,7 +491,7 @@ def _lookup(key: str, platform: str):
     # op since collected: build the entry from the op created here.
     parsed = split_key(key)
     if parsed is None:
-        raise _missing(key, "callable")
+        raise _missing(key, kind)
     group_key, call, mark = parsed
     kind = "kernel" if _config(group_key).startswith("kernel;") else "callable"
     if mark is not None:
@@ -567,7 +590,7 @@ def _one_simulated_launch_at_a_time(func):
 
 def _resolve_kernel(key: str):
     """Called by C++ at XLA's instantiate stage: the launch plan."""
-    entry = _lookup(key, "cuda")
+    entry = _lookup(key, "cuda", "kernel")
     if not isinstance(entry, KernelEntry) or entry.owner_ref() is None:
         raise _missing(key, "kernel")
     return entry.plan()
