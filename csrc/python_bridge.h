@@ -167,7 +167,8 @@ class CallSite {
                      int device, bool writable);
   // After func returned: the error naming the first argument func kept a
   // reference to (and drops that array from the cache), or success.
-  ::xla::ffi::Error CheckNothingKept(PyObject* const* args, size_t n);
+  ::xla::ffi::Error CheckNothingKept(PyObject* const* args, size_t n,
+                                     Platform platform);
 
   std::string key_;
   PyObject* func_ = nullptr;  // strong reference
