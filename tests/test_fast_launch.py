@@ -349,15 +349,19 @@ VIEW_LAUNCHES = {
     "bounded_stride_2": lambda x, out, s: square_into[1, 32, s](
         x[52:100:2], out[100:124]),
     "one_element": lambda x, out, s: square_into[1, 32, s](x[:1], out[124:125]),
+    # Numba's 2-D .T is no view: it launches Numba's transpose kernel on the
+    # default stream into a new array, so both launches fall back.
     "reshape_transpose": lambda x, out, s: copy2d[(1, 1), (16, 16), s](
         x[:100].reshape(10, 10).T, out[125:225].reshape(10, 10)),
 }
+NOT_VIEWS = {"reshape_transpose": {"other_stream", "foreign_argument"}}
 
 
 @pytest.mark.parametrize("case", sorted(VIEW_LAUNCHES))
 def test_each_view_kind(gpu_only, rng, case):
-    """One kind of view per op: the same result as Numba's launch, and after
-    the first call (which records the plan) every launch is fast."""
+    """One kind of view per op: the same result as Numba's launch, and every
+    launch fast once a plan exists (the first may record it, unless an
+    earlier test's launch of the same kernel and layout already did)."""
     launch = VIEW_LAUNCHES[case]
 
     def op(x, poison, out, stream):
@@ -372,7 +376,12 @@ def test_each_view_kind(gpu_only, rng, case):
     x = random_array(rng, (100,), np.float32)
     got, c = counted(fast, x, poisoned(225), repeat=3)
     np.testing.assert_array_equal(got, slow(x, poisoned(225)))
-    assert c["fast_launches"] == 2, fallbacks(c)
+    if case in NOT_VIEWS:
+        assert c["fast_launches"] == 0, fallbacks(c)
+        assert set(fallbacks(c)) == NOT_VIEWS[case], fallbacks(c)
+    else:
+        assert c["fast_launches"] >= 2, fallbacks(c)
+        assert set(fallbacks(c)) <= {"new_plan"}, fallbacks(c)
 
 
 def test_views_of_foreign_arrays_fall_back(gpu_only, rng):
