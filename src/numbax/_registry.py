@@ -177,7 +177,11 @@ def _on_backend_started(backend) -> None:
     try:
         platform = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda"}.get(
             str(getattr(backend, "platform", "")).lower())
-        if platform is None or not _handlers_ready(platform):
+        # A CUDA backend exists only once its plugin has initialised, which
+        # registers the plugin's call and type handlers first: registering
+        # now reaches XLA at once, whatever jaxlib names its tables.
+        if platform is None or (platform == "cpu" and
+                                not _handlers_ready(platform)):
             return
         with _lock:
             _register_platform(platform)
