@@ -201,3 +201,36 @@ def test_import_starts_no_backend_and_registers_targets_when_one_starts():
         # jax < 0.10 has no backend start hook: the targets arrive with the
         # first op (docs/export.md).
         assert result["after"] == [], result
+
+
+def test_backend_registration_mechanism_follows_what_jax_offers():
+    """jax 0.10 calls a hook as each backend starts; jax 0.11 has none (seen
+    on the H200), so numbax registers once the PJRT plugins are discovered."""
+    from numbax import _registry
+
+    calls = []
+
+    class WithHook:
+        @staticmethod
+        def register_backend_initialization_hook(f):
+            calls.append(("hook", f))
+
+        @staticmethod
+        def register_plugin_callbacks(f):
+            calls.append(("plugins", f))
+
+    class PluginsOnly:
+        @staticmethod
+        def register_plugin_callbacks(f):
+            calls.append(("plugins", f))
+
+    assert _registry._install_backend_hook(WithHook) == "backend hook"
+    assert calls == [("hook", _registry._on_backend_started)]
+    calls.clear()
+    assert _registry._install_backend_hook(PluginsOnly) == "plugin callback"
+    assert calls == [("plugins", _registry._on_plugins_discovered)]
+    assert _registry._install_backend_hook(object()) == "none"
+    # Called as JAX calls it (c_api=...), after the targets are registered:
+    # a second registration is a no-op and never raises.
+    _registry.ensure_targets()
+    _registry._on_plugins_discovered(c_api=None)

@@ -192,13 +192,40 @@ def _on_backend_started(backend) -> None:
                      exc)
 
 
-def _install_backend_hook() -> None:
-    try:
-        from jax._src import xla_bridge
-        hook = xla_bridge.register_backend_initialization_hook
-    except (ImportError, AttributeError):  # pragma: no cover - older/newer jax
-        return
-    hook(_on_backend_started)
+def _on_plugins_discovered(*args, **kwargs) -> None:
+    """Where JAX has no backend-start hook (jax 0.11, seen on the H200): once
+    the PJRT plugins are discovered their handlers are registered, and no
+    backend has started yet; registering now reaches XLA at once."""
+    del args, kwargs  # the plugin's C API: not needed
+    for platform in ("cuda", "cpu"):
+        try:
+            if _handlers_ready(platform):
+                with _lock:
+                    _register_platform(platform)
+        except Exception as exc:  # never break JAX's plugin discovery
+            _log.warning("numbax: could not register its FFI targets for %s "
+                         "yet (%s: %s); they are registered when the first "
+                         "numbax op is created", platform, type(exc).__name__,
+                         exc)
+
+
+def _install_backend_hook(xla_bridge=None) -> str:
+    """Arranges for numbax's targets to be registered as JAX starts its
+    backends; returns which mechanism was used."""
+    if xla_bridge is None:
+        try:
+            from jax._src import xla_bridge
+        except ImportError:  # pragma: no cover - internals moved
+            return "none"
+    hook = getattr(xla_bridge, "register_backend_initialization_hook", None)
+    if hook is not None:  # jax 0.10
+        hook(_on_backend_started)
+        return "backend hook"
+    callbacks = getattr(xla_bridge, "register_plugin_callbacks", None)
+    if callbacks is not None:  # jax 0.11 has no backend-start hook
+        callbacks(_on_plugins_discovered)
+        return "plugin callback"
+    return "none"  # registered when the first op is traced or created
 
 
 _install_backend_hook()
