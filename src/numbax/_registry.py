@@ -18,6 +18,7 @@ export), with an error asking for name=.
 from __future__ import annotations
 
 import atexit
+import importlib
 import itertools
 import logging
 import re
@@ -209,19 +210,20 @@ def _on_plugins_discovered(*args, **kwargs) -> None:
                          exc)
 
 
-def _install_backend_hook(xla_bridge=None) -> str:
+def _install_backend_hook(bridge: Any = None) -> str:
     """Arranges for numbax's targets to be registered as JAX starts its
-    backends; returns which mechanism was used."""
-    if xla_bridge is None:
+    backends (`bridge`: jax._src.xla_bridge, or a stand-in in tests);
+    returns which mechanism was used."""
+    if bridge is None:
         try:
-            from jax._src import xla_bridge
+            bridge = importlib.import_module("jax._src.xla_bridge")
         except ImportError:  # pragma: no cover - internals moved
             return "none"
-    hook = getattr(xla_bridge, "register_backend_initialization_hook", None)
+    hook = getattr(bridge, "register_backend_initialization_hook", None)
     if hook is not None:  # jax 0.10
         hook(_on_backend_started)
         return "backend hook"
-    callbacks = getattr(xla_bridge, "register_plugin_callbacks", None)
+    callbacks = getattr(bridge, "register_plugin_callbacks", None)
     if callbacks is not None:  # jax 0.11 has no backend-start hook
         callbacks(_on_plugins_discovered)
         return "plugin callback"

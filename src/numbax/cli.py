@@ -21,7 +21,6 @@ import argparse
 import ctypes
 import json
 import os
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -53,16 +52,8 @@ def _version(dist: str) -> str | None:
 
 
 def _release(version: str | None) -> tuple[int, ...]:
-    """(major, minor, patch) of a version string, ignoring suffixes."""
-    if not version:
-        return ()
-    parts = []
-    for piece in version.split(".")[:3]:
-        m = re.match(r"\d+", piece)
-        if not m:
-            break
-        parts.append(int(m.group()))
-    return tuple(parts)
+    from ._compat import release  # one parser for every version check
+    return release(version)
 
 
 def _error(exc: BaseException) -> str:
