@@ -527,3 +527,44 @@ def test_workload_benchmarks_run_and_check(rng):
     assert snn_rows[0]["spikes_per_step"] > 0  # the network does spike
     table = workloads.format_tables(vmap_rows, snn_rows)
     assert "(d) numba_cuda_kernel, aliased zeros" in table
+
+
+_EXPORT_FOLDED = """
+import sys, jax, jax.numpy as jnp, numpy as np, numbax
+from numba import cuda
+
+@cuda.jit
+def add_one(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = x[i] + 1
+
+op = numbax.numba_cuda_kernel(add_one, jax.ShapeDtypeStruct((8,), jnp.float32),
+                              launch_dims=8, name="test_kernel_vmap.add_one")
+x = jnp.arange(32, dtype=jnp.float32).reshape(4, 8)
+if sys.argv[1] == "export":
+    assert op.vmap_fold(jax.ShapeDtypeStruct((8,), jnp.float32)).folds
+    exp = jax.export.export(jax.jit(jax.vmap(op)),
+                            disabled_checks=numbax.export_disabled_checks())(x)
+    open(sys.argv[2], "wb").write(exp.serialize())
+else:  # a fresh process that only created the op
+    exp = jax.export.deserialize(bytearray(open(sys.argv[2], "rb").read()))
+    np.testing.assert_array_equal(exp.call(x), np.asarray(x) + 1)
+    print("LOADED")
+"""
+
+
+@pytest.mark.usefixtures("simulator_only")
+def test_exported_folded_vmap_runs_in_a_fresh_process(tmp_path):
+    # Before: the folded call's key held "fold=z/65535", whose "/" split the
+    # key in the wrong place, so only the exporting process could run it.
+    import os
+    import subprocess
+    import sys
+    blob = tmp_path / "folded.bin"
+    for stage in ("export", "load"):
+        result = subprocess.run(
+            [sys.executable, "-c", _EXPORT_FOLDED, stage, str(blob)],
+            capture_output=True, text=True, timeout=300, env=dict(os.environ))
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert "LOADED" in result.stdout

@@ -505,3 +505,33 @@ def test_grad_of_callable_names_the_users_op():
     x = jnp.ones(8, F32)
     grad = jax.grad(lambda v: (op(jax.lax.stop_gradient(v)) * v).sum())(x)
     np.testing.assert_allclose(grad, np.full(8, 3.0))
+
+
+@pytest.mark.usefixtures("simulator_only")
+def test_check_inputs_setting_is_per_op_and_survives_a_rebuilt_entry(
+        monkeypatch):
+    # Before: ops of one func shared the first op's entry (so an op created
+    # with NUMBAX_CHECK_INPUTS=1 could run unchecked), and an entry rebuilt
+    # from the key (a deserialised program) called the bare func.
+    from numbax import _registry
+
+    def g(x, out, stream):
+        affine[1, 8, stream](x, out)
+
+    x = jnp.ones(8, F32)
+    monkeypatch.delenv("NUMBAX_CHECK_INPUTS", raising=False)
+    plain = numbax.numba_cuda_callable(g, _spec())
+    monkeypatch.setenv("NUMBAX_CHECK_INPUTS", "1")
+    checked = numbax.numba_cuda_callable(g, _spec())
+    assert checked._called is not g and plain._called is g
+    keys = {}
+    for op in (plain, checked):
+        np.testing.assert_allclose(jax.jit(op)(x), np.full(8, 3.0))
+        keys[op] = op._key([x])
+        assert _registry._entries[keys[op]].func_ref() is op._called
+    assert keys[plain] != keys[checked]
+    # As a process that only created the ops finds the key:
+    del _registry._entries[keys[checked]]
+    _registry._memo.clear()
+    resolved = _registry._resolve_callable(keys[checked], "cpu")[0]
+    assert getattr(resolved, "__wrapped__", resolved) is checked._called

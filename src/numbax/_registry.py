@@ -567,7 +567,10 @@ def _build_entry(key, group_key, call, member, kind, platform):
     else:
         fields = spec_fields(call)
         avals = parse_avals(fields.get("in", ""))
-        entry = CallableEntry(key, weak_ref_to(func), len(avals),
+        # What the op's traced entries call: func, or func checked for
+        # writes to its inputs (NUMBAX_CHECK_INPUTS=1 when it was created).
+        target = getattr(op, "_called", func) if op is not None else func
+        entry = CallableEntry(key, weak_ref_to(target), len(avals),
                               member.num_outputs, member.num_scratch,
                               bfloat16=_numba.has_bfloat16(
                                   [d for _, d in avals]) or "bfloat16" in

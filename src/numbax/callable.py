@@ -57,7 +57,10 @@ class NumbaCudaCallable:
                 f";capture={int(self.capture)}"
                 # Only a switched-off op says so: every other op's key stays
                 # what it was before the switch existed.
-                + ("" if self.fast_launch else ";fast=0"))
+                + ("" if self.fast_launch else ";fast=0")
+                # Likewise an op that checks its inputs: its entry calls the
+                # checking wrapper, never shared with an op that does not.
+                + (";check=1" if self._called is not self.func else ""))
 
     def _key(self, inputs) -> str:
         call = "in=" + _registry.avals_text(

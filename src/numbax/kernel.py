@@ -418,17 +418,20 @@ class NumbaCudaKernel:
         # anew from the compiled kernel wherever the key is resolved; it is
         # in the key so that a program built under another chunk limit
         # never shares an entry with this one.
-        return spec + (f";fold={fold}" if fold else "")
+        spec += f";fold={fold}" if fold else ""
+        assert "/" not in spec, spec  # "/" separates a key's parts
+        return spec
 
     def _fold_spec(self, avals, batch, broadcast) -> str:
-        """'axis/max slices per launch' for a folded vmapped call, else ''."""
+        """'axis:max slices per launch' for a folded vmapped call, else ''."""
         if batch <= 0:
             return ""
         argtypes = self._argtypes(list(avals) + self._out_avals(batch), batch)
         decision, batched = self._folded(argtypes, batch, broadcast)
         if batched is None or not decision.folds:
             return ""
-        return f"{decision.axis}/{_fold.MAX_SLICES_PER_LAUNCH}"
+        # ":" not "/": "/" separates the parts of a key (_registry.split_key).
+        return f"{decision.axis}:{_fold.MAX_SLICES_PER_LAUNCH}"
 
     def _parse_call(self, call: str):
         fields = _registry.spec_fields(call)
