@@ -40,7 +40,12 @@ def run_exported(path, data, create):
     from jax import export
 
     # Creating the ops is all this process does before deserialising: no
-    # call and no trace of them here.
+    # call and no trace of them here. (On JAX without a backend-start hook,
+    # 0.8, 0.9 and 0.11, JAX is started first: docs/export.md.)
+    from numbax import _registry
+    if _registry.BACKEND_REGISTRATION != "backend hook":
+        import jax
+        jax.devices()
     if create == "all":
         os.environ["EXPORT_OPS_CREATE"] = "all"
         import export_ops  # noqa: F401 - creates every op

@@ -47,6 +47,15 @@ def make(kind, factor, named=False):
                                       name=name)
 
 
+def start_jax_where_numbax_cannot_follow_it():
+    """On JAX without a backend-start hook (0.8, 0.9, 0.11) a process starts
+    JAX before it creates the ops a deserialised program needs (the ops then
+    register numbax's targets): docs/export.md."""
+    from numbax import _registry
+    if _registry.BACKEND_REGISTRATION != "backend hook":
+        jax.devices()
+
+
 def report(**fields):
     print("RESULT " + json.dumps(fields), flush=True)
 
@@ -81,6 +90,7 @@ def main():
         report(ok=True, stage="export", text=exp.mlir_module())
     elif mode == "load":
         blob, order, named = sys.argv[3], sys.argv[4], sys.argv[5] == "1"
+        start_jax_where_numbax_cannot_follow_it()
         ops = [make(kind, int(f), named) for f in order.split(",")]
         with open(blob, "rb") as f:
             exp = jax.export.deserialize(bytearray(f.read()))

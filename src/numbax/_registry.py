@@ -193,21 +193,26 @@ def _on_backend_started(backend) -> None:
                      exc)
 
 
+def _register_ready_platforms() -> None:
+    for platform in ("cpu", "cuda"):
+        try:
+            if platform not in _platforms_registered and \
+                    _handlers_ready(platform):
+                with _lock:
+                    _register_platform(platform)
+        except Exception as exc:  # never break op creation or JAX start-up
+            _log.warning("numbax: could not register its FFI targets for %s "
+                         "yet (%s: %s); they are registered when the first "
+                         "numbax op is traced", platform, type(exc).__name__,
+                         exc)
+
+
 def _on_plugins_discovered(*args, **kwargs) -> None:
     """Where JAX has no backend-start hook (jax 0.11, seen on the H200): once
     the PJRT plugins are discovered their handlers are registered, and no
     backend has started yet; registering now reaches XLA at once."""
     del args, kwargs  # the plugin's C API: not needed
-    for platform in ("cuda", "cpu"):
-        try:
-            if _handlers_ready(platform):
-                with _lock:
-                    _register_platform(platform)
-        except Exception as exc:  # never break JAX's plugin discovery
-            _log.warning("numbax: could not register its FFI targets for %s "
-                         "yet (%s: %s); they are registered when the first "
-                         "numbax op is created", platform, type(exc).__name__,
-                         exc)
+    _register_ready_platforms()
 
 
 def _install_backend_hook(bridge: Any = None) -> str:
@@ -230,7 +235,11 @@ def _install_backend_hook(bridge: Any = None) -> str:
     return "none"  # registered when the first op is traced or created
 
 
-_install_backend_hook()
+# "backend hook" (jax 0.10): a program deserialised in a process that only
+# created its ops reaches numbax's handlers. Elsewhere ("plugin callback",
+# "none": jax 0.8, 0.9, 0.11) JAX must have started (jax.devices()) before
+# the ops are created, or one op must have been traced (docs/export.md).
+BACKEND_REGISTRATION = _install_backend_hook()
 
 
 @dataclass
@@ -390,10 +399,15 @@ def register_op(op, func, *, name: str | None, config: str,
         # JAX's backends started before this op existed (so the hook that
         # registers numbax's targets as a backend starts has already run, or
         # never could): register now, so that a deserialised or cached
-        # program reaches numbax's handlers. Before the backends start this
-        # waits for the hook: starting them here would come before a
-        # jax.distributed.initialize() the program may still make.
+        # program reaches numbax's handlers.
         ensure_targets()
+    else:
+        # Not starting them here (that would come before a
+        # jax.distributed.initialize() the program may still make), but
+        # registering where XLA's handlers already exist (the CPU's, from
+        # jaxlib's import): JAX versions without a backend-start hook (0.8,
+        # 0.9, 0.11) then still reach numbax's handlers.
+        _register_ready_platforms()
     group_key = f"{name or base_name(func)}/{config}"
     with _lock:
         members = _groups.setdefault(group_key, {})
