@@ -227,6 +227,9 @@ class NumbaCudaKernel:
         self._batched_kernels: dict = {}
         self.__name__ = getattr(kernel, "__name__", "numba_cuda_kernel")
         self._identity = self._value_identity()
+        # JAX hashes the op (a primitive parameter) on every eager bind.
+        self._hash = id(self) if self._identity is None else hash(
+            self._identity)
         # Registered now, not when first traced: a process that only
         # creates the op can run a deserialised program that calls it (the
         # kernel is compiled then, from the shapes and dtypes in the key).
@@ -352,9 +355,7 @@ class NumbaCudaKernel:
         return identity
 
     def __hash__(self):
-        if self._identity is None:
-            return id(self)
-        return hash(self._identity)
+        return self._hash
 
     def __eq__(self, other):
         if self is other:
