@@ -158,8 +158,15 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
 
   if (plan.empty_launch) {
     // Nothing to launch, but outputs must never be returned uninitialised.
+    // An output aliased to an input (XLA hands both the same buffer) keeps
+    // the input's values: no kernel ran to change them.
     for (size_t i = plan.num_inputs; i < buffers.size(); ++i) {
       if (buffers[i].nbytes == 0) continue;
+      bool aliased = false;
+      for (size_t j = 0; j < static_cast<size_t>(plan.num_inputs); ++j) {
+        aliased |= buffers[j].data == buffers[i].data;
+      }
+      if (aliased) continue;
       cuda::CUresult r = driver->cuMemsetD8Async(
           reinterpret_cast<cuda::CUdeviceptr>(buffers[i].data), 0,
           buffers[i].nbytes, stream);

@@ -235,6 +235,30 @@ def test_zero_extent_launches_nothing_and_zero_fills(rng):
     np.testing.assert_array_equal(out, np.zeros(n, np.float32))
 
 
+def test_zero_extent_keeps_an_aliased_output_and_zero_fills_the_rest(rng):
+    # Before: an empty launch zero-filled every output, so an in-place
+    # update whose launch size came out 0 wiped the aliased input's values.
+    @cuda.jit
+    def bump_and_copy(x, out, other):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] += 1
+            other[i] = x[i]
+
+    n = 16
+    spec = jax.ShapeDtypeStruct((n,), F32)
+    op = numbax.numba_cuda_kernel(bump_and_copy, (spec, spec), launch_dims=0,
+                                  input_output_aliases={0: 0})
+    x = random_array(rng, (n,), np.float32)
+    kept, zeroed = jax.jit(op)(x)
+    np.testing.assert_array_equal(kept, x)
+    np.testing.assert_array_equal(zeroed, np.zeros(n, np.float32))
+    xs = random_array(rng, (3, n), np.float32)
+    kept, zeroed = jax.jit(jax.vmap(op))(xs)
+    np.testing.assert_array_equal(kept, xs)
+    np.testing.assert_array_equal(zeroed, np.zeros((3, n), np.float32))
+
+
 def test_kernel_aliasing_in_place(rng):
     @cuda.jit
     def bump(x, out):

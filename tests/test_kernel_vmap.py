@@ -568,3 +568,42 @@ def test_exported_folded_vmap_runs_in_a_fresh_process(tmp_path):
             capture_output=True, text=True, timeout=300, env=dict(os.environ))
         assert result.returncode == 0, result.stderr[-3000:]
     assert "LOADED" in result.stdout
+
+
+@cuda.jit(device=True)
+def _block_z():
+    return cuda.blockIdx.z
+
+
+_HELPERS = (_block_z,)
+
+
+@cuda.jit
+def _reads_z_through_a_tuple(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = x[i] + 100 * _HELPERS[0]()
+
+
+@cuda.jit
+def _uses_type_globals(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = numba.float32(x[i]) + np.float32(1)
+
+
+@pytest.mark.usefixtures("simulator_only")
+def test_simulator_reader_does_not_trust_what_it_cannot_look_inside():
+    # Before: a device function reached through a tuple (or a class) was not
+    # followed and counted as safe, so the fold changed the result.
+    spec = jax.ShapeDtypeStruct((8,), jnp.float32)
+    op = numbax.numba_cuda_kernel(_reads_z_through_a_tuple, spec, launch_dims=8)
+    decision = op.vmap_fold(spec)
+    assert not decision.folds and "tuple" in decision.reason, decision
+    xs = np.zeros((3, 8), np.float32)
+    np.testing.assert_array_equal(
+        jax.vmap(op)(xs), np.stack([np.asarray(op(x)) for x in xs]))
+    # Numba's and numpy's types are values: such kernels still fold.
+    typed = numbax.numba_cuda_kernel(_uses_type_globals, spec, launch_dims=8)
+    assert typed.vmap_fold(spec).folds
+    np.testing.assert_array_equal(jax.vmap(typed)(xs), xs + 1)

@@ -32,6 +32,8 @@ import re
 import types
 from dataclasses import dataclass
 
+import numpy as np
+
 # Grid axes the batch may take, in order of preference; CUDA allows 65535
 # blocks on each, so larger batches are split into several launches.
 FOLD_AXES = (2, 1)
@@ -214,7 +216,27 @@ def _scan_value(value, read: set, seen: set) -> str | None:
                 "does not follow")
     if isinstance(value, types.FunctionType) or hasattr(value, "py_func"):
         return _scan_function(value, read, seen)
-    return None  # numbers, dtypes, arrays, classes: they index no blocks
+    if _plain(value):
+        return None  # values and types index no blocks
+    # A tuple, list, dict, class or other object may hold a device function
+    # (HELPERS[0](), H.z()): numbax does not look inside, so it counts as a
+    # read of every axis.
+    return (f"it uses a {type(value).__name__}, whose contents numbax does "
+            "not follow")
+
+
+def _plain(value) -> bool:
+    if value is None or isinstance(value, (bool, int, float, complex, str,
+                                           bytes, np.generic, np.ndarray,
+                                           np.dtype)):
+        return True
+    if isinstance(value, type) and issubclass(value, np.generic):
+        return True  # np.float32(...)
+    try:  # Numba's types (float32(...), types.int64): values, no code
+        from numba.core import types as numba_types
+        return isinstance(value, numba_types.Type)
+    except ImportError:  # pragma: no cover
+        return False
 
 
 # -- the batched kernel --------------------------------------------------------

@@ -583,8 +583,13 @@ class NumbaCudaKernel:
         def launcher(*arrays):
             *arrays, stream = arrays
             if empty:
+                # As the GPU handler: outputs are zero-filled, except one
+                # aliased to an input, which keeps the input's values.
+                inputs = {a._ary.__array_interface__["data"][0]
+                          for a in arrays[:n_in]}
                 for out in arrays[n_in:]:
-                    out._ary.fill(0)
+                    if out._ary.__array_interface__["data"][0] not in inputs:
+                        out._ary.fill(0)
                 return None
             if batched is not None:
                 for start in range(0, batch, max_slices):
@@ -709,8 +714,8 @@ def numba_cuda_kernel(
     Launch configuration: ``grid`` and ``block`` (int or up to 3 ints), or
     ``launch_dims`` (1-3 extents; 1-D blocks of ``min(threads_per_block, n)``,
     2-D 16x16, 3-D 8x8x4, grid rounded up). A zero extent launches nothing and
-    the outputs are zero-filled. ``shared_mem`` is dynamic shared memory in
-    bytes.
+    the outputs are zero-filled (one aliased to an input keeps its values).
+    ``shared_mem`` is dynamic shared memory in bytes.
 
     Under ``jax.vmap`` every slice runs the unbatched kernel. When the
     compiled kernel cannot tell the difference (a grid axis is free, the
