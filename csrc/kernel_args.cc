@@ -9,8 +9,8 @@ constexpr int64_t kMaxChunkRank = 64;
 
 void KernelArgs::Reset() { words_.clear(); }
 
-void KernelArgs::AddArray(void* data, const int64_t* dims, int64_t rank,
-                          size_t itemsize) {
+void KernelArgs::AddHeader(void* data, const int64_t* dims, int64_t rank,
+                           size_t itemsize) {
   int64_t count = 1;
   for (int64_t i = 0; i < rank; ++i) count *= dims[i];
   words_.push_back(0);  // meminfo
@@ -19,6 +19,11 @@ void KernelArgs::AddArray(void* data, const int64_t* dims, int64_t rank,
   words_.push_back(static_cast<int64_t>(itemsize));
   words_.push_back(static_cast<int64_t>(reinterpret_cast<intptr_t>(data)));
   for (int64_t i = 0; i < rank; ++i) words_.push_back(dims[i]);
+}
+
+void KernelArgs::AddArray(void* data, const int64_t* dims, int64_t rank,
+                          size_t itemsize) {
+  AddHeader(data, dims, rank, itemsize);
   // C-contiguous strides in bytes, innermost last.
   const size_t first_stride = words_.size();
   words_.resize(first_stride + static_cast<size_t>(rank));
@@ -32,14 +37,7 @@ void KernelArgs::AddArray(void* data, const int64_t* dims, int64_t rank,
 void KernelArgs::AddStridedArray(void* data, const int64_t* dims,
                                  const int64_t* strides, int64_t rank,
                                  size_t itemsize) {
-  int64_t count = 1;
-  for (int64_t i = 0; i < rank; ++i) count *= dims[i];
-  words_.push_back(0);  // meminfo
-  words_.push_back(0);  // parent
-  words_.push_back(count);
-  words_.push_back(static_cast<int64_t>(itemsize));
-  words_.push_back(static_cast<int64_t>(reinterpret_cast<intptr_t>(data)));
-  for (int64_t i = 0; i < rank; ++i) words_.push_back(dims[i]);
+  AddHeader(data, dims, rank, itemsize);
   for (int64_t i = 0; i < rank; ++i) words_.push_back(strides[i]);
 }
 

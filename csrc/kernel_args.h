@@ -40,6 +40,11 @@ class KernelArgs {
   const std::vector<int64_t>& words() const { return words_; }
 
  private:
+  // meminfo, parent, nitems, itemsize, data, shape[rank]: every array's
+  // words before its strides.
+  void AddHeader(void* data, const int64_t* dims, int64_t rank,
+                 size_t itemsize);
+
   std::vector<int64_t> words_;
   std::vector<void*> params_;
 };

@@ -17,6 +17,8 @@ import numbax
 from numbax import _fold
 from numbax.custom_kernel import XLACustomKernel
 from conftest import SIMULATOR, random_array
+# Kernels that couple the elements of a slice, shared with test_kernel.py.
+from test_kernel import reverse, stencil
 
 pytestmark = pytest.mark.gpu
 
@@ -51,24 +53,6 @@ def assert_folded(op, *unbatched):
     assert decision.folds, decision
     assert op._batched_kernels, "no batched kernel was built"
     assert f"blockIdx.{decision.axis}" in repr(op)
-
-
-@cuda.jit
-def reverse(x, out):
-    i = cuda.grid(1)
-    n = x.shape[0]
-    if i < n:
-        out[i] = x[n - 1 - i]
-
-
-@cuda.jit
-def stencil(x, w, out):
-    i = cuda.grid(1)
-    n = x.shape[0]
-    if i < n:
-        left = x[i - 1] if i > 0 else 0
-        right = x[i + 1] if i < n - 1 else 0
-        out[i] = w[0] * left + w[1] * x[i] + w[2] * right
 
 
 @cuda.jit
