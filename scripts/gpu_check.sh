@@ -50,7 +50,9 @@ if ! $PY -m pip install -q --no-index --no-deps --only-binary numbax \
     >> "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
 fi
 echo "built in $(( $(date +%s) - t0 ))s"
-$PY - <<'PY'
+# Bounded: a hang while JAX starts (as once with jax 0.11's plugin locks)
+# must fail the check, not eat the machine's time.
+timeout 180 $PY - <<'PY' || { echo "numbax or JAX failed to start (status $?)"; exit 1; }
 import jax, numba, numpy, numbax, importlib.metadata as md
 import numbax._build_info as b
 print("jax", jax.__version__, "numba", numba.__version__, "numba-cuda",

@@ -234,3 +234,50 @@ def test_backend_registration_mechanism_follows_what_jax_offers():
     # a second registration is a no-op and never raises.
     _registry.ensure_targets()
     _registry._on_plugins_discovered(c_api=None)
+
+
+_PLUGIN_LOCK_CHILD = r"""
+import threading
+import numbax
+from numbax import _registry
+from jax._src import xla_bridge
+from jax._src.lib import xla_client
+
+# As on jax 0.11 with a GPU plugin: its handlers are ready when the plugin
+# callbacks run, before any backend has started.
+_registry._handlers_ready = lambda platform: platform == "cpu"
+declared = []
+xla_client.register_custom_call_as_batch_partitionable = (
+    lambda *a: declared.append(a))
+plugin = object()
+
+# JAX runs plugin callbacks holding this (non-reentrant) lock.
+with xla_bridge._plugin_callback_lock:
+    t = threading.Thread(
+        target=_registry._on_plugins_discovered, kwargs={"c_api": plugin},
+        daemon=True)
+    t.start()
+    t.join(30)
+    hung = t.is_alive()
+print("RESULT", hung, sorted(_registry._platforms_registered),
+      sorted((a[0], len(a) == 2 and a[1] is plugin) for a in declared))
+"""
+
+
+def test_plugin_callback_never_reenters_jax_plugin_lock():
+    """On jax 0.11 JAX calls numbax's plugin callback with its plugin locks
+    held; declaring the batch targets through jax.ffi took that lock again,
+    and `jax.devices()` hung forever (seen on the H200). The callback must
+    finish and declare the batch targets for XLA and for the plugin."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", _PLUGIN_LOCK_CHILD],
+                          capture_output=True, text=True, timeout=240,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")]
+    assert line, proc.stdout + proc.stderr[-3000:]
+    assert line[-1] == (
+        "RESULT False ['cpu'] "
+        "[('numbax_callable_batch', False), ('numbax_callable_batch', True), "
+        "('numbax_callable_capture_batch', False), "
+        "('numbax_callable_capture_batch', True)]"), line[-1]

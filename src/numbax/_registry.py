@@ -77,14 +77,15 @@ def _install_python_hooks() -> None:
     _hooks_installed = True
 
 
-def _register_platform(platform: str) -> None:
+def _register_platform(platform: str, plugin_c_api: Any = None) -> None:
     """Registers the state types, then the targets, of one platform (once).
 
     Called with _lock held, once that platform's backend has started: a
     backend that starts later registers pending FFI targets before pending
     types, and refuses handlers whose state types it has not seen yet.
+    `plugin_c_api` is set when JAX calls this while it discovers plugins
+    (_on_plugins_discovered).
     """
-    global _batch_declared
     if platform in _platforms_registered:
         return
     _install_python_hooks()
@@ -112,16 +113,36 @@ def _register_platform(platform: str) -> None:
         jax.ffi.register_ffi_target(
             KERNEL_TARGET, _core.kernel_handlers()["cuda"], platform="CUDA")
     _platforms_registered.add(platform)
-    if not _batch_declared:
-        _batch_declared = True
-        try:
+    _declare_batch_partitionable(plugin_c_api)
+
+
+def _declare_batch_partitionable(plugin_c_api: Any = None) -> None:
+    """Declares the batch targets partitionable along their leading axis
+    (once; with _lock held)."""
+    global _batch_declared
+    if _batch_declared:
+        return
+    _batch_declared = True
+    try:
+        if plugin_c_api is None:
             for target in BATCH_TARGETS.values():
                 jax.ffi.register_ffi_target_as_batch_partitionable(target)
-        except Exception as exc:  # partitioning is an optimisation
-            _log.warning(
-                "numbax: XLA refused the batch-partitionable declaration "
-                "(%s: %s); batch_partitionable=True ops still run correctly, "
-                "but XLA gathers their inputs", type(exc).__name__, exc)
+            return
+        # JAX is running its plugin callbacks and holds the lock that
+        # jax.ffi.register_ffi_target_as_batch_partitionable takes again to
+        # queue a callback for later plugins: calling it here hangs the
+        # process (seen on the H200 with jax 0.11). Declare for XLA and for
+        # the plugin being started directly, as that function would.
+        from jax._src.lib import xla_client
+        for target in BATCH_TARGETS.values():
+            xla_client.register_custom_call_as_batch_partitionable(target)
+            xla_client.register_custom_call_as_batch_partitionable(
+                target, plugin_c_api)
+    except Exception as exc:  # partitioning is an optimisation
+        _log.warning(
+            "numbax: XLA refused the batch-partitionable declaration "
+            "(%s: %s); batch_partitionable=True ops still run correctly, "
+            "but XLA gathers their inputs", type(exc).__name__, exc)
 
 
 def ensure_targets() -> None:
@@ -193,13 +214,13 @@ def _on_backend_started(backend) -> None:
                      exc)
 
 
-def _register_ready_platforms() -> None:
+def _register_ready_platforms(plugin_c_api: Any = None) -> None:
     for platform in ("cpu", "cuda"):
         try:
             if platform not in _platforms_registered and \
                     _handlers_ready(platform):
                 with _lock:
-                    _register_platform(platform)
+                    _register_platform(platform, plugin_c_api)
         except Exception as exc:  # never break op creation or JAX start-up
             _log.warning("numbax: could not register its FFI targets for %s "
                          "yet (%s: %s); they are registered when the first "
@@ -207,12 +228,15 @@ def _register_ready_platforms() -> None:
                          exc)
 
 
-def _on_plugins_discovered(*args, **kwargs) -> None:
+def _on_plugins_discovered(*args, c_api: Any = None, **kwargs) -> None:
     """Where JAX has no backend-start hook (jax 0.11, seen on the H200): once
     the PJRT plugins are discovered their handlers are registered, and no
-    backend has started yet; registering now reaches XLA at once."""
-    del args, kwargs  # the plugin's C API: not needed
-    _register_ready_platforms()
+    backend has started yet; registering now reaches XLA at once.
+
+    JAX calls this once per plugin (`c_api`) with its plugin locks held:
+    nothing here may call back into jax._src.xla_bridge."""
+    del args, kwargs
+    _register_ready_platforms(c_api)
 
 
 def _install_backend_hook(bridge: Any = None) -> str:
