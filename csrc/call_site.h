@@ -17,6 +17,7 @@
 
 #include "call_frame.h"
 #include "graph_cache.h"
+#include "python_errors.h"
 #include "python_hooks.h"
 
 namespace numbax {
@@ -46,6 +47,21 @@ class CallSite {
   // Whether func's kernel launches may take numbax's fast path
   // (csrc/fast_launch.h); fixed when the key is resolved.
   bool fast_launch() const { return fast_launch_; }
+
+  // Decodes XLA's call frame into `buffers`, checked against the counts
+  // this site resolved; a failure names the op. Inline: every call of every
+  // callable handler starts here.
+  ::xla::ffi::Error DecodeBuffers(const ::xla::ffi::RemainingArgs& args,
+                                  const ::xla::ffi::RemainingRets& rets,
+                                  std::vector<BufferView>* buffers) const {
+    if (::xla::ffi::Error err = DecodeCallBuffers(
+            args, rets, num_inputs_, num_outputs_ + num_scratch_, buffers);
+        err.failure()) {
+      return ::xla::ffi::Error::InvalidArgument(
+          OpMessage(OpKind::kCallable, key_, err.message()));
+    }
+    return ::xla::ffi::Error::Success();
+  }
 
   // Calls func(*arrays, stream) with the GIL held by the caller. `buffers`
   // are the inputs, outputs and scratch buffers in that order. For CUDA,

@@ -32,7 +32,7 @@ ffi::ErrorOr<std::unique_ptr<CpuCallSite>> InstantiateCpu(
 ffi::Error Run(CallSite* site, ffi::RemainingArgs args, ffi::RemainingRets rets,
                Platform platform, int device, void* stream) {
   thread_local std::vector<BufferView> buffers;
-  if (ffi::Error err = DecodeCallableBuffers(*site, args, rets, &buffers);
+  if (ffi::Error err = site->DecodeBuffers(args, rets, &buffers);
       err.failure()) {
     return err;
   }
@@ -52,20 +52,6 @@ ffi::Error ExecuteCpu(CpuCallSite* site, std::string_view /*key*/,
 }
 
 }  // namespace
-
-ffi::Error DecodeCallableBuffers(const CallSite& site,
-                                 const ffi::RemainingArgs& args,
-                                 const ffi::RemainingRets& rets,
-                                 std::vector<BufferView>* buffers) {
-  const int64_t expected_rets = site.num_outputs() + site.num_scratch();
-  if (ffi::Error err = DecodeCallBuffers(args, rets, site.num_inputs(),
-                                         expected_rets, buffers);
-      err.failure()) {
-    return ffi::Error::InvalidArgument(
-        OpMessage(OpKind::kCallable, site.key(), err.message()));
-  }
-  return ffi::Error::Success();
-}
 
 ffi::Error ExecuteCallableCuda(void* stream, int32_t device, CudaCallSite* site,
                                std::string_view /*key*/,

@@ -79,7 +79,7 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
   }
 
   thread_local std::vector<BufferView> buffers;
-  if (ffi::Error err = DecodeCallableBuffers(*site, args, rets, &buffers);
+  if (ffi::Error err = site->DecodeBuffers(args, rets, &buffers);
       err.failure()) {
     return err;
   }
