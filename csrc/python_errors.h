@@ -16,12 +16,11 @@ namespace numbax {
 // it. Must be called with the GIL held and an exception set.
 std::string TakePythonError();
 
-// Which op an error is about; each kind has its own prefix.
-enum class OpKind {
-  kCallable,  // numba_cuda_callable:          "numbax op 'KEY': "
-  kCapture,  // the same with capture=True:   "numbax op 'KEY' (capture=True): "
-  kKernel,   // numba_cuda_kernel:            "numbax kernel 'KEY': "
-};
+// Which op an error is about; each kind has its own prefix:
+//   kCallable  numba_cuda_callable         "numbax op 'KEY': "
+//   kCapture   the same with capture=True  "numbax op 'KEY' (capture=True): "
+//   kKernel    numba_cuda_kernel           "numbax kernel 'KEY': "
+enum class OpKind { kCallable, kCapture, kKernel };
 
 // `what`, prefixed with the op it is about. Built only when an error is
 // returned: never on a call that succeeds.
