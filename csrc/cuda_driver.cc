@@ -107,7 +107,7 @@ std::string ErrorText(const Driver& driver, CUresult result) {
 CUresult PrimaryContext(const Driver& driver, int ordinal, CUcontext* out) {
   static std::array<CUcontext, kMaxDevices> contexts{};
   static std::mutex mutex;
-  if (ordinal < 0 || ordinal >= kMaxDevices) return 101;  // INVALID_DEVICE
+  if (ordinal < 0 || ordinal >= kMaxDevices) return CUDA_ERROR_INVALID_DEVICE;
   // Fast path without the lock: a context, once stored, never changes.
   if (CUcontext c = __atomic_load_n(&contexts[ordinal], __ATOMIC_ACQUIRE)) {
     *out = c;
@@ -127,6 +127,32 @@ CUresult PrimaryContext(const Driver& driver, int ordinal, CUcontext* out) {
   }
   *out = contexts[ordinal];
   return CUDA_SUCCESS;
+}
+
+bool KernelFunction(const Driver& driver, CUkernel kernel, int64_t shared_mem,
+                    CUfunction* out, std::string* error) {
+  CUfunction f = nullptr;
+  if (driver.cuKernelGetFunction) {
+    CUresult r = driver.cuKernelGetFunction(&f, kernel);
+    if (r != CUDA_SUCCESS) {
+      *error = "cuKernelGetFunction: " + ErrorText(driver, r);
+      return false;
+    }
+  } else {
+    f = reinterpret_cast<CUfunction>(kernel);
+  }
+  if (shared_mem > 48 * 1024 && driver.cuFuncSetAttribute) {
+    CUresult r = driver.cuFuncSetAttribute(
+        f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        static_cast<int>(shared_mem));
+    if (r != CUDA_SUCCESS) {
+      *error = "shared_mem=" + std::to_string(shared_mem) +
+               " bytes is more than the device allows: " + ErrorText(driver, r);
+      return false;
+    }
+  }
+  *out = f;
+  return true;
 }
 
 ScopedDevice::ScopedDevice(const Driver& driver, int ordinal)

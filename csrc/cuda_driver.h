@@ -7,11 +7,13 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+
+#include "status_codes.h"
 
 namespace numbax::cuda {
 
-using CUresult = int;
 using CUdevice = int;
 using CUcontext = struct CUctx_st*;
 using CUstream = struct CUstream_st*;
@@ -21,7 +23,6 @@ using CUdeviceptr = unsigned long long;
 using CUgraph = struct CUgraph_st*;
 using CUgraphExec = struct CUgraphExec_st*;
 
-constexpr CUresult CUDA_SUCCESS = 0;
 constexpr int CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
 constexpr int CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH = 95;
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
@@ -74,6 +75,14 @@ std::string ErrorText(const Driver& driver, CUresult result);
 // The primary context of `ordinal`, retained once per process and cached.
 // Returns CUDA_SUCCESS or the driver's error.
 CUresult PrimaryContext(const Driver& driver, int ordinal, CUcontext* out);
+
+// The function of a Numba kernel handle in the current context, loaded
+// there now (a CUkernel, where the driver has cuKernelGetFunction; else the
+// handle is already a CUfunction), with its dynamic shared memory limit
+// raised when `shared_mem` is above the default 48 KiB. Returns false, with
+// `error` saying why, when the driver refuses.
+bool KernelFunction(const Driver& driver, CUkernel kernel, int64_t shared_mem,
+                    CUfunction* out, std::string* error);
 
 // Makes the primary context of a device current on this thread for the
 // lifetime of the object, then restores whatever was current before.

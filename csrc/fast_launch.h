@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "buffers.h"
+#include "call_frame.h"
 
 namespace numbax {
 

@@ -13,7 +13,7 @@
 #include <mutex>
 #include <vector>
 
-#include "buffers.h"
+#include "call_frame.h"
 #include "cuda_driver.h"
 
 namespace numbax {

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "buffers.h"
+#include "call_frame.h"
 
 namespace numbax {
 

@@ -6,13 +6,21 @@
 #include <stdexcept>
 #include <string>
 
-#include "callable_handlers.h"
+#include "call_guard.h"
+#include "call_site.h"
+#include "callable_handler.h"
+#include "counters.h"
 #include "cuda_driver.h"
+#include "device_binding.h"
 #include "fast_launch.h"
 #include "graph_cache.h"
+#include "interpreter.h"
 #include "kernel_args.h"
-#include "kernel_handlers.h"
-#include "python_bridge.h"
+#include "kernel_handler.h"
+#include "kernel_site.h"
+#include "launch_plan.h"
+#include "python_hooks.h"
+#include "stream_cache.h"
 
 namespace nb = nanobind;
 
@@ -36,29 +44,10 @@ nb::dict TypeRegistration() {
 }
 
 nb::dict Counters() {
-  const numbax::BridgeCounters& c = numbax::Counters();
   nb::dict d;
-  d["calls"] = c.calls;
-  d["array_hits"] = c.array_hits;
-  d["array_misses"] = c.array_misses;
-  d["stream_hits"] = c.stream_hits;
-  d["stream_misses"] = c.stream_misses;
-  d["errors"] = c.errors;
-  d["resolves"] = c.resolves;
-  const numbax::GraphCounters& g = numbax::GraphStats();
-  d["graph_hits"] = g.hits.load();
-  d["graph_misses"] = g.misses.load();
-  d["graph_evictions"] = g.evictions.load();
-  d["xla_captures"] = g.xla_captures.load();
-  const numbax::FastLaunchCounters& f = numbax::FastCounters();
-  d["fast_launches"] = f.fast;
-  uint64_t fallbacks = 0;
-  for (int i = 0; i < numbax::kFallbackReasonCount; ++i) {
-    d[("fallback_" + std::string(numbax::FallbackReasonName(i))).c_str()] =
-        f.fallbacks[i];
-    fallbacks += f.fallbacks[i];
+  for (const auto& [name, value] : numbax::CounterSnapshot()) {
+    d[name.c_str()] = value;
   }
-  d["fast_launch_fallbacks"] = fallbacks;
   return d;
 }
 
@@ -95,6 +84,7 @@ NB_MODULE(_core, m) {
     return d;
   });
   m.def("kernel_site_type", &TypeRegistration<numbax::KernelSite>);
+  numbax::BindLaunchPlan(m);
 
   m.def(
       "set_python_hooks",
@@ -144,38 +134,16 @@ NB_MODULE(_core, m) {
         // A Numba kernel handle (CUkernel) -> the CUfunction of one device's
         // primary context, loading it there now rather than lazily inside
         // XLA's execution (where a graph capture may be under way).
-        std::string why;
-        const numbax::cuda::Driver* d = numbax::cuda::Load(&why);
-        if (!d) throw std::runtime_error(why);
-        numbax::cuda::ScopedDevice bind(*d, ordinal);
-        if (bind.status() != numbax::cuda::CUDA_SUCCESS) {
-          throw std::runtime_error("cannot bind CUDA device " +
-                                   std::to_string(ordinal) + ": " +
-                                   numbax::cuda::ErrorText(*d, bind.status()));
-        }
-        numbax::cuda::CUfunction f = nullptr;
-        if (d->cuKernelGetFunction) {
-          numbax::cuda::CUresult r = d->cuKernelGetFunction(
-              &f, reinterpret_cast<numbax::cuda::CUkernel>(kernel));
-          if (r != numbax::cuda::CUDA_SUCCESS) {
-            throw std::runtime_error("cuKernelGetFunction: " +
-                                     numbax::cuda::ErrorText(*d, r));
+        return numbax::RunOnDevice(ordinal, [&](const numbax::cuda::Driver& d) {
+          numbax::cuda::CUfunction f = nullptr;
+          std::string error;
+          if (!numbax::cuda::KernelFunction(
+                  d, reinterpret_cast<numbax::cuda::CUkernel>(kernel),
+                  shared_mem, &f, &error)) {
+            throw std::runtime_error(error);
           }
-        } else {
-          f = reinterpret_cast<numbax::cuda::CUfunction>(kernel);
-        }
-        if (shared_mem > 48 * 1024 && d->cuFuncSetAttribute) {
-          numbax::cuda::CUresult r = d->cuFuncSetAttribute(
-              f, numbax::cuda::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-              static_cast<int>(shared_mem));
-          if (r != numbax::cuda::CUDA_SUCCESS) {
-            throw std::runtime_error(
-                "shared_mem=" + std::to_string(shared_mem) +
-                " bytes is more than the device allows: " +
-                numbax::cuda::ErrorText(*d, r));
-          }
-        }
-        return reinterpret_cast<uint64_t>(f);
+          return reinterpret_cast<uint64_t>(f);
+        });
       },
       nb::arg("kernel"), nb::arg("ordinal"), nb::arg("shared_mem") = 0);
 
@@ -184,29 +152,13 @@ NB_MODULE(_core, m) {
       [](int ordinal, nb::callable fn) -> nb::object {
         // Runs fn with the device's primary context current, so Numba
         // (which follows the current context) loads modules there.
-        std::string why;
-        const numbax::cuda::Driver* d = numbax::cuda::Load(&why);
-        if (!d) throw std::runtime_error(why);
-        numbax::cuda::ScopedDevice bind(*d, ordinal);
-        if (bind.status() != numbax::cuda::CUDA_SUCCESS) {
-          throw std::runtime_error("cannot bind CUDA device " +
-                                   std::to_string(ordinal) + ": " +
-                                   numbax::cuda::ErrorText(*d, bind.status()));
-        }
-        return fn();
+        return numbax::RunOnDevice(
+            ordinal, [&](const numbax::cuda::Driver&) { return fn(); });
       },
       nb::arg("ordinal"), nb::arg("fn"));
 
   m.def("counters", &Counters, "Bridge cache and call counters.");
-  m.def("reset_counters", [] {
-    numbax::Counters() = {};
-    auto& g = numbax::GraphStats();
-    g.hits = 0;
-    g.misses = 0;
-    g.evictions = 0;
-    g.xla_captures = 0;
-    numbax::FastCounters() = {};
-  });
+  m.def("reset_counters", &numbax::ResetCounters);
 
   m.def(
       "make_launch_hook",

@@ -4,7 +4,7 @@
 #
 #   bash scripts/fuzz.sh                        # FUZZ_SECONDS=20 per harness
 #   FUZZ_SECONDS=3600 bash scripts/fuzz.sh      # longer, by hand
-#   FUZZ_HARNESSES=buffers_fuzz bash scripts/fuzz.sh
+#   FUZZ_HARNESSES=call_frame_fuzz bash scripts/fuzz.sh
 #
 # Needs clang and its runtime (Debian: apt-get install clang
 # libclang-rt-14-dev; scripts/test.sh installs them) and the project's venv
@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 seconds=${FUZZ_SECONDS:-20}
-harnesses=${FUZZ_HARNESSES:-"buffers_fuzz kernel_args_fuzz"}
+harnesses=${FUZZ_HARNESSES:-"call_frame_fuzz kernel_args_fuzz"}
 out=build/fuzz
 
 cxx=${CXX_FUZZ:-}
@@ -45,7 +45,7 @@ echo "fuzz.sh: $($cxx --version | head -1); ${seconds}s per harness"
 status=0
 for h in $harnesses; do
   echo "== $h: build"
-  "$cxx" "${flags[@]}" "tests/fuzz/$h.cc" csrc/buffers.cc csrc/kernel_args.cc \
+  "$cxx" "${flags[@]}" "tests/fuzz/$h.cc" csrc/call_frame.cc csrc/kernel_args.cc \
     -o "$out/$h"
   regressions=tests/fuzz/regressions/$h
   if compgen -G "$regressions/*" >/dev/null; then

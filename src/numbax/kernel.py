@@ -489,7 +489,7 @@ class NumbaCudaKernel:
         max_slices = _fold.MAX_SLICES_PER_LAUNCH
         # The registry keeps `plan` but must not keep the op alive: the plan
         # refers to it weakly, and the C++ call site that asks for the plan
-        # holds the op (the first element) for as long as it lives.
+        # holds the op (the plan's owner) for as long as it lives.
         op_ref = weakref.ref(self)
 
         def plan():
@@ -501,10 +501,16 @@ class NumbaCudaKernel:
             for ordinal in range(len(cuda.gpus)):
                 functions.append(_core.call_on_device(
                     ordinal, lambda o=ordinal: op._load(compiled, grid, block, o)))
-            return (op, tuple(functions), n_in, len(op.out_specs), grid,
-                    block, op.shared_mem, bool(compiled.cooperative),
-                    empty or batch < 0, int(batch), tuple(broadcast),
-                    fold_axis, max_slices)
+            # By keyword: a field that C++ (csrc/launch_plan.h) and this
+            # call do not agree on fails here, at construction.
+            return _core.LaunchPlan(
+                owner=op, functions=functions, num_inputs=n_in,
+                num_outputs=len(op.out_specs), grid=grid, block=block,
+                shared_mem=op.shared_mem,
+                cooperative=bool(compiled.cooperative),
+                empty_launch=bool(empty or batch < 0), batch=int(batch),
+                broadcast=[bool(b) for b in broadcast], fold_axis=fold_axis,
+                max_slices=max_slices)
 
         return _registry.KernelEntry(key, plan, op_ref)
 

@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "buffers.h"
+#include "call_frame.h"
 #include "kernel_args.h"
 
 namespace {

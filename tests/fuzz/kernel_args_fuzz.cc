@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "buffers.h"
+#include "call_frame.h"
 #include "fuzz_input.h"
 #include "kernel_args.h"
 

@@ -1,4 +1,4 @@
-#include "buffers.h"
+#include "call_frame.h"
 
 #include <cstdio>
 #include <limits>

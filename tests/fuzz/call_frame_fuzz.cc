@@ -1,4 +1,4 @@
-// libFuzzer harness for csrc/buffers.cc: XLA call frames built from
+// libFuzzer harness for csrc/call_frame.cc: XLA call frames built from
 // arbitrary bytes (argument and result types, dtypes, ranks, dimensions,
 // null pointers, expected counts) through DecodeBuffer and
 // DecodeCallBuffers. The decoder must reject what it cannot describe
@@ -13,7 +13,7 @@
 #include <deque>
 #include <vector>
 
-#include "buffers.h"
+#include "call_frame.h"
 #include "fuzz_input.h"
 #include "kernel_args.h"
 #include "xla/ffi/api/c_api.h"

@@ -1,9 +1,9 @@
-// Tests for the decoding of XLA's buffer descriptors (csrc/buffers.*).
+// Tests for the decoding of XLA's buffer descriptors (csrc/call_frame.*).
 //
 // The call frames here are built by hand from the C API structs, the way
 // XLA lays them out, so that malformed frames XLA itself would never send
 // can be fed to the decoder too.
-#include "buffers.h"
+#include "call_frame.h"
 
 #include <gtest/gtest.h>
 
@@ -131,7 +131,7 @@ struct Supported {
   size_t itemsize;
 };
 
-// Spelled out independently of buffers.cc: these names are what the Python
+// Spelled out independently of call_frame.cc: these names are what the Python
 // side matches against numpy's dtype names.
 const Supported kSupported[] = {
     {ffi::DataType::PRED, "bool", 1},

@@ -1,0 +1,127 @@
+// The Python call site of one numba_cuda_callable custom call.
+//
+// A CallSite is the instantiate-stage state of one custom call in one
+// compiled program: the Python function its stable key resolved to, and a
+// small cache of the Numba arrays built around XLA's buffers (the streams
+// are cached process-wide: stream_cache.h). Everything here runs with the
+// GIL held; the cache needs no other lock.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "call_frame.h"
+#include "graph_cache.h"
+#include "python_errors.h"
+#include "python_hooks.h"
+
+namespace numbax {
+
+class CallSite {
+ public:
+  // Resolves `key` through the resolve hook. Takes the GIL itself. `Site`
+  // is CpuCallSite or CudaCallSite.
+  template <typename Site>
+  static ::xla::ffi::ErrorOr<std::unique_ptr<Site>> Create(std::string_view key,
+                                                           Platform platform) {
+    std::unique_ptr<Site> site(new Site);
+    if (::xla::ffi::Error err = site->Resolve(key, platform); err.failure()) {
+      return ::xla::ffi::Unexpected(std::move(err));
+    }
+    return site;
+  }
+
+  virtual ~CallSite();
+  CallSite(const CallSite&) = delete;
+  CallSite& operator=(const CallSite&) = delete;
+
+  const std::string& key() const { return key_; }
+  int64_t num_inputs() const { return num_inputs_; }
+  int64_t num_outputs() const { return num_outputs_; }
+  int64_t num_scratch() const { return num_scratch_; }
+  // Whether func's kernel launches may take numbax's fast path
+  // (csrc/fast_launch.h); fixed when the key is resolved.
+  bool fast_launch() const { return fast_launch_; }
+
+  // Decodes XLA's call frame into `buffers`, checked against the counts
+  // this site resolved; a failure names the op. Inline: every call of every
+  // callable handler starts here.
+  ::xla::ffi::Error DecodeBuffers(const ::xla::ffi::RemainingArgs& args,
+                                  const ::xla::ffi::RemainingRets& rets,
+                                  std::vector<BufferView>* buffers) const {
+    if (::xla::ffi::Error err = DecodeCallBuffers(
+            args, rets, num_inputs_, num_outputs_ + num_scratch_, buffers);
+        err.failure()) {
+      return ::xla::ffi::Error::InvalidArgument(
+          OpMessage(OpKind::kCallable, key_, err.message()));
+    }
+    return ::xla::ffi::Error::Success();
+  }
+
+  // Calls func(*arrays, stream) with the GIL held by the caller. `buffers`
+  // are the inputs, outputs and scratch buffers in that order. For CUDA,
+  // the device's primary context must already be current.
+  ::xla::ffi::Error Invoke(const std::vector<BufferView>& buffers,
+                           Platform platform, int device, void* stream);
+
+  // Drops every cached array (tests, and numbax.clear_caches()).
+  void ClearCache();
+
+ protected:
+  CallSite() = default;
+
+ private:
+  ::xla::ffi::Error Resolve(std::string_view key, Platform platform);
+
+  struct CachedArray {
+    void* data;
+    int device;
+    bool writable;
+    PyObject* array;  // strong reference
+    // The object every view of `array` refers to (the simulator's numpy
+    // array, the device memory's owner), or null; strong reference.
+    PyObject* root;
+    // Reference counts with only numbax holding them: more after func
+    // returns means func kept the array or a view of it.
+    Py_ssize_t array_refs;
+    Py_ssize_t root_refs;
+  };
+  // A few arrays per buffer slot: XLA rotates among a handful of addresses
+  // for the same call site, so a tiny most-recently-used list hits.
+  static constexpr size_t kArraysPerSlot = 8;
+
+  PyObject* ArrayFor(size_t slot, const BufferView& view, Platform platform,
+                     int device, bool writable);
+  // After func returned: the error naming the first argument func kept a
+  // reference to (and drops that array from the cache), or success.
+  ::xla::ffi::Error CheckNothingKept(PyObject* const* args, size_t n,
+                                     Platform platform);
+
+  std::string key_;
+  PyObject* func_ = nullptr;  // strong reference
+  int64_t num_inputs_ = 0;
+  int64_t num_outputs_ = 0;
+  int64_t num_scratch_ = 0;
+  bool fast_launch_ = false;
+  std::vector<std::vector<CachedArray>> slots_;
+  int active_calls_ = 0;  // Invoke calls running func now (under the GIL)
+};
+
+// One state type per platform. XLA's CPU runtime and the CUDA plugin keep
+// separate type registries and each writes the id it assigns into the
+// TypeId it is given: a TypeId shared by both would carry the CPU id into
+// the plugin, where it names another type (and another deleter).
+struct CpuCallSite final : CallSite {
+  static ::xla::ffi::TypeId id;
+};
+struct CudaCallSite final : CallSite {
+  static ::xla::ffi::TypeId id;
+  GraphCache graphs;  // used by capture mode only
+};
+
+}  // namespace numbax

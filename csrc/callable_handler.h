@@ -1,0 +1,29 @@
+// The FFI handlers behind numba_cuda_callable (one per stage and platform),
+// and the plain-mode call the capture-mode handler (capture_handler.cc)
+// falls back to.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "call_site.h"
+#include "xla/ffi/api/c_api.h"
+
+extern "C" {
+XLA_FFI_Error* NumbaxCallableInstantiateCuda(XLA_FFI_CallFrame* frame);
+XLA_FFI_Error* NumbaxCallableInstantiateCpu(XLA_FFI_CallFrame* frame);
+XLA_FFI_Error* NumbaxCallableExecuteCuda(XLA_FFI_CallFrame* frame);
+XLA_FFI_Error* NumbaxCallableExecuteCudaCapture(XLA_FFI_CallFrame* frame);
+XLA_FFI_Error* NumbaxCallableExecuteCpu(XLA_FFI_CallFrame* frame);
+}
+
+namespace numbax {
+
+// A plain-mode call on CUDA (the handler itself: see BindCudaExecute):
+// binds the device, then runs func under the GIL on XLA's stream. Capture
+// mode falls back to it where it cannot record.
+ffi::Error ExecuteCallableCuda(void* stream, int32_t device, CudaCallSite* site,
+                               std::string_view key, ffi::RemainingArgs args,
+                               ffi::RemainingRets rets);
+
+}  // namespace numbax

@@ -1,0 +1,39 @@
+// The call site of one numba_cuda_kernel custom call: its key and the
+// launch plan it resolved to at XLA's instantiate stage.
+#pragma once
+
+#include <Python.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "launch_plan.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace numbax {
+
+class KernelSite {
+ public:
+  static ::xla::ffi::TypeId id;
+
+  // Resolves `key` through numbax's Python registry (takes the GIL).
+  static ::xla::ffi::ErrorOr<std::unique_ptr<KernelSite>> Create(
+      std::string_view key);
+  ~KernelSite();
+
+  const std::string& key() const { return key_; }
+  const LaunchPlan& plan() const { return plan_; }
+
+ private:
+  KernelSite() = default;
+  std::string key_;
+  LaunchPlan plan_;
+  PyObject* owner_ = nullptr;  // keeps the Numba dispatcher (and module) alive
+};
+
+// Sets the Python function that resolves keys of kernels:
+//   (key) -> numbax._core.LaunchPlan
+void SetKernelResolver(PyObject* resolver);
+
+}  // namespace numbax

@@ -1,0 +1,159 @@
+#include "launch_plan.h"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <limits>
+#include <utility>
+
+namespace nb = nanobind;
+
+namespace numbax {
+namespace {
+
+// numbax._core.LaunchPlan: the plan, and the Python object whose life the
+// plan's functions depend on (the op, holding the compiled kernel).
+struct PyLaunchPlan {
+  LaunchPlan plan;
+  nb::object owner;
+};
+
+bool ToTriple(const std::vector<int64_t>& values,
+              std::array<unsigned, 3>* out) {
+  if (values.size() != 3) return false;
+  for (size_t i = 0; i < 3; ++i) {
+    // Out of range would be truncated into a different launch.
+    if (values[i] < 0 ||
+        static_cast<uint64_t>(values[i]) > std::numeric_limits<unsigned>::max())
+      return false;
+    (*out)[i] = static_cast<unsigned>(values[i]);
+  }
+  return true;
+}
+
+// Fills `plan`; returns an empty string or the reason the fields do not
+// make a launch.
+std::string MakePlan(const std::vector<uint64_t>& functions, int64_t num_inputs,
+                     int64_t num_outputs, const std::vector<int64_t>& grid,
+                     const std::vector<int64_t>& block, int64_t shared_mem,
+                     bool cooperative, bool empty_launch, int64_t batch,
+                     const std::vector<bool>& broadcast, int fold_axis,
+                     int64_t max_slices, LaunchPlan* plan) {
+  if (fold_axis != -1 && fold_axis != 1 && fold_axis != 2) {
+    return "fold_axis must be -1, 1 or 2";
+  }
+  if (max_slices < 1) return "max_slices must be >= 1";
+  if (!ToTriple(grid, &plan->grid) || !ToTriple(block, &plan->block)) {
+    return "grid and block must be 3-tuples of ints in [0, 2**32)";
+  }
+  if (static_cast<int64_t>(broadcast.size()) != num_inputs) {
+    return "broadcast needs one flag per input";
+  }
+  if (shared_mem < 0 || batch < 0 || num_inputs < 0 || num_outputs < 0) {
+    return "negative launch parameter";
+  }
+  if (static_cast<uint64_t>(shared_mem) >
+      std::numeric_limits<unsigned>::max()) {
+    return "shared_mem does not fit in 32 bits";
+  }
+  for (uint64_t f : functions) {
+    plan->functions.push_back(reinterpret_cast<cuda::CUfunction>(f));
+  }
+  plan->num_inputs = num_inputs;
+  plan->num_outputs = num_outputs;
+  plan->shared_mem = static_cast<unsigned>(shared_mem);
+  plan->cooperative = cooperative;
+  plan->empty_launch = empty_launch;
+  plan->batch = batch;
+  for (bool b : broadcast) plan->broadcast.push_back(b ? 1 : 0);
+  plan->fold_axis = fold_axis;
+  plan->max_slices = max_slices;
+  return "";
+}
+
+nb::tuple Triple(const std::array<unsigned, 3>& t) {
+  return nb::make_tuple(t[0], t[1], t[2]);
+}
+
+}  // namespace
+
+void BindLaunchPlan(nb::module_& m) {
+  nb::class_<PyLaunchPlan>(
+      m, "LaunchPlan",
+      "What one numba_cuda_kernel launch needs, built by numbax at XLA's "
+      "instantiate stage and read by the C++ handler on every call. "
+      "Keyword arguments only.")
+      .def(
+          "__init__",
+          [](PyLaunchPlan* self, nb::object owner,
+             std::vector<uint64_t> functions, int64_t num_inputs,
+             int64_t num_outputs, std::vector<int64_t> grid,
+             std::vector<int64_t> block, int64_t shared_mem, bool cooperative,
+             bool empty_launch, int64_t batch, std::vector<bool> broadcast,
+             int fold_axis, int64_t max_slices) {
+            LaunchPlan plan;
+            const std::string error =
+                MakePlan(functions, num_inputs, num_outputs, grid, block,
+                         shared_mem, cooperative, empty_launch, batch,
+                         broadcast, fold_axis, max_slices, &plan);
+            if (!error.empty()) {
+              throw nb::value_error(("LaunchPlan: " + error).c_str());
+            }
+            new (self) PyLaunchPlan{std::move(plan), std::move(owner)};
+          },
+          nb::kw_only(), nb::arg("owner"), nb::arg("functions"),
+          nb::arg("num_inputs"), nb::arg("num_outputs"), nb::arg("grid"),
+          nb::arg("block"), nb::arg("shared_mem"), nb::arg("cooperative"),
+          nb::arg("empty_launch"), nb::arg("batch"), nb::arg("broadcast"),
+          nb::arg("fold_axis"), nb::arg("max_slices"))
+      .def_prop_ro("owner", [](const PyLaunchPlan& p) { return p.owner; })
+      .def_prop_ro("functions",
+                   [](const PyLaunchPlan& p) {
+                     std::vector<uint64_t> out;
+                     for (cuda::CUfunction f : p.plan.functions) {
+                       out.push_back(reinterpret_cast<uint64_t>(f));
+                     }
+                     return out;
+                   })
+      .def_prop_ro("num_inputs",
+                   [](const PyLaunchPlan& p) { return p.plan.num_inputs; })
+      .def_prop_ro("num_outputs",
+                   [](const PyLaunchPlan& p) { return p.plan.num_outputs; })
+      .def_prop_ro("grid",
+                   [](const PyLaunchPlan& p) { return Triple(p.plan.grid); })
+      .def_prop_ro("block",
+                   [](const PyLaunchPlan& p) { return Triple(p.plan.block); })
+      .def_prop_ro("shared_mem",
+                   [](const PyLaunchPlan& p) { return p.plan.shared_mem; })
+      .def_prop_ro("cooperative",
+                   [](const PyLaunchPlan& p) { return p.plan.cooperative; })
+      .def_prop_ro("empty_launch",
+                   [](const PyLaunchPlan& p) { return p.plan.empty_launch; })
+      .def_prop_ro("batch", [](const PyLaunchPlan& p) { return p.plan.batch; })
+      .def_prop_ro("broadcast",
+                   [](const PyLaunchPlan& p) {
+                     std::vector<bool> out;
+                     for (uint8_t b : p.plan.broadcast) out.push_back(b != 0);
+                     return out;
+                   })
+      .def_prop_ro("fold_axis",
+                   [](const PyLaunchPlan& p) { return p.plan.fold_axis; })
+      .def_prop_ro("max_slices",
+                   [](const PyLaunchPlan& p) { return p.plan.max_slices; });
+}
+
+PyObject* ReadLaunchPlan(PyObject* object, LaunchPlan* plan,
+                         std::string* error) {
+  nb::handle h(object);
+  if (!nb::isinstance<PyLaunchPlan>(h)) {
+    *error = std::string("the kernel resolver returned a ") +
+             Py_TYPE(object)->tp_name + ", not a numbax._core.LaunchPlan";
+    return nullptr;
+  }
+  const PyLaunchPlan* p = nb::inst_ptr<PyLaunchPlan>(h);
+  *plan = p->plan;
+  return p->owner.ptr();
+}
+
+}  // namespace numbax

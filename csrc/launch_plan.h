@@ -1,0 +1,58 @@
+// The launch plan of a numba_cuda_kernel call site: everything one launch
+// needs, fixed when XLA instantiates the program.
+//
+// numbax's Python side (src/numbax/kernel.py) builds it as a
+// numbax._core.LaunchPlan, by keyword only: a field one side has and the
+// other lacks fails at construction (TypeError), instead of shifting the
+// others; a value no launch can take fails there too (ValueError).
+// The call site copies the plan out once, at instantiate; the per-call path
+// reads only this struct.
+#pragma once
+
+#include <Python.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda_driver.h"
+
+namespace nanobind {
+class module_;
+}  // namespace nanobind
+
+namespace numbax {
+
+struct LaunchPlan {
+  std::vector<cuda::CUfunction> functions;  // indexed by device ordinal
+  int64_t num_inputs = 0;
+  int64_t num_outputs = 0;
+  std::array<unsigned, 3> grid{1, 1, 1};
+  std::array<unsigned, 3> block{1, 1, 1};
+  unsigned shared_mem = 0;
+  bool cooperative = false;
+  bool empty_launch = false;  // a zero extent: zero the outputs instead
+  // vmap: 0 when unbatched, else the number of slices along axis 0; each
+  // slice is one launch of the unbatched kernel.
+  int64_t batch = 0;
+  std::vector<uint8_t> broadcast;  // per input: reuse slice 0 for every slice
+  // vmap in one launch: the grid axis (1 or 2) that indexes the slice in
+  // the generated batched kernel, or -1 for one launch per slice. Batches
+  // above max_slices (CUDA's limit on that axis) take several launches.
+  int fold_axis = -1;
+  int64_t max_slices = 65535;
+};
+
+// Registers numbax._core.LaunchPlan on the extension module.
+void BindLaunchPlan(nanobind::module_& m);
+
+// Reads a numbax._core.LaunchPlan (the kernel resolver's result): copies
+// the plan into `plan` and returns its owner (a borrowed reference: the
+// object that keeps the kernel's module loaded). Returns nullptr, with
+// `error` saying why, when `object` is something else. Call with the GIL
+// held.
+PyObject* ReadLaunchPlan(PyObject* object, LaunchPlan* plan,
+                         std::string* error);
+
+}  // namespace numbax

@@ -1,0 +1,77 @@
+"""numbax._core.LaunchPlan: the typed launch plan kernel.py hands C++.
+
+The plan is built by keyword only, so kernel.py and csrc/launch_plan.h
+cannot drift apart silently: a missing, extra or positional field fails at
+construction, and so does a value no launch can take. (The handler that
+reads it runs on a GPU: tests/test_kernel.py covers it there.)
+"""
+import pytest
+
+from numbax import _core
+
+
+def _fields(**overrides):
+    fields = dict(owner=object(), functions=[11, 22], num_inputs=2,
+                  num_outputs=1, grid=(3, 2, 1), block=(128, 1, 1),
+                  shared_mem=4096, cooperative=True, empty_launch=False,
+                  batch=5, broadcast=[False, True], fold_axis=1,
+                  max_slices=65535)
+    fields.update(overrides)
+    return fields
+
+
+def test_fields_read_back_as_given():
+    fields = _fields()
+    plan = _core.LaunchPlan(**fields)
+    assert plan.owner is fields["owner"]
+    assert plan.functions == [11, 22]
+    assert (plan.num_inputs, plan.num_outputs) == (2, 1)
+    assert plan.grid == (3, 2, 1)
+    assert plan.block == (128, 1, 1)
+    assert plan.shared_mem == 4096
+    assert plan.cooperative is True
+    assert plan.empty_launch is False
+    assert plan.batch == 5
+    assert plan.broadcast == [False, True]
+    assert plan.fold_axis == 1
+    assert plan.max_slices == 65535
+
+
+def test_every_field_is_required():
+    for name in _fields():
+        fields = _fields()
+        del fields[name]
+        with pytest.raises(TypeError):
+            _core.LaunchPlan(**fields)
+
+
+def test_unknown_field_and_positional_arguments_fail():
+    with pytest.raises(TypeError):
+        _core.LaunchPlan(**_fields(), grid_x=3)
+    with pytest.raises(TypeError):
+        _core.LaunchPlan(*_fields().values())
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("fold_axis", 0, "fold_axis must be -1, 1 or 2"),
+    ("fold_axis", 3, "fold_axis must be -1, 1 or 2"),
+    ("max_slices", 0, "max_slices must be >= 1"),
+    ("grid", (1, 2), "grid and block must be 3-tuples"),
+    ("grid", (1, 1, 2**32), "grid and block must be 3-tuples"),
+    ("block", (-1, 1, 1), "grid and block must be 3-tuples"),
+    ("broadcast", [True], "broadcast needs one flag per input"),
+    ("batch", -1, "negative launch parameter"),
+    ("shared_mem", -1, "negative launch parameter"),
+    ("num_outputs", -1, "negative launch parameter"),
+    ("shared_mem", 2**32, "shared_mem does not fit in 32 bits"),
+])
+def test_values_no_launch_can_take_fail(name, value, message):
+    with pytest.raises(ValueError, match=message):
+        _core.LaunchPlan(**_fields(**{name: value}))
+
+
+def test_wrong_types_fail():
+    with pytest.raises(TypeError):
+        _core.LaunchPlan(**_fields(functions=[-1]))  # not a handle
+    with pytest.raises(TypeError):
+        _core.LaunchPlan(**_fields(num_inputs=2.0))
