@@ -13,6 +13,7 @@ put the shard on; the offset keeps an unwritten, zeroed tag from passing as
 device 0.
 """
 
+import faulthandler
 import os
 import threading
 import time
@@ -40,6 +41,7 @@ JIT_REPEATS = 5 if SIMULATOR else 50
 THREADS = 8
 THREAD_ITERATIONS = 5 if SIMULATOR else 50
 JOIN_TIMEOUT = 300
+WATCHDOG = 1200  # seconds for the whole module
 TAG = 1000
 OPS = ("plain", "capture", "kernel")
 COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce",
@@ -157,6 +159,15 @@ def chain_reference(x):
     w1 = 2 * x + 1
     w2 = 2 * w1 + 1
     return w1, w2, w2 * w2 - 3
+
+
+@pytest.fixture(scope="module", autouse=True)
+def watchdog():
+    """A hang (a deadlock in a handler) ends the run with every thread's
+    stack printed, instead of blocking the GPU check until its timeout."""
+    faulthandler.dump_traceback_later(WATCHDOG, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="module")
