@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs numbax from a wheel on a GPU machine with no network (building the
 # wheel there when none was brought), runs the `gpu` tests on real
-# CUDA, then the benchmark suite, and prints a short table last.
+# CUDA, the `multigpu` tests when the machine has 2 or more GPUs, then the
+# benchmark suite, and prints a short table last.
 #
 #   bash scripts/gpu_check.sh [--no-bench] [--quick] [-- extra pytest args]
 #
 # Wheels in .whl/ (e.g. numpy<2.5 for numba-cuda 0.30) are installed first.
 # Logs and JSON go to $OUT (default /tmp/numbax-gpu). TEST_TIMEOUT and
-# BENCH_TIMEOUT (seconds, default none) bound the two steps.
+# BENCH_TIMEOUT (seconds, default none) bound the test and benchmark steps
+# (TEST_TIMEOUT each test run). The extra pytest args go to both test runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -52,18 +54,36 @@ fi
 echo "built in $(( $(date +%s) - t0 ))s"
 # Bounded: a hang while JAX starts (as once with jax 0.11's plugin locks)
 # must fail the check, not eat the machine's time.
-timeout 180 $PY - <<'PY' || { echo "numbax or JAX failed to start (status $?)"; exit 1; }
-import jax, numba, numpy, numbax, importlib.metadata as md
+rm -f "$OUT/gpu_count"
+OUT="$OUT" timeout 180 $PY - <<'PY' || { echo "numbax or JAX failed to start (status $?)"; exit 1; }
+import os, jax, numba, numpy, numbax, importlib.metadata as md
 import numbax._build_info as b
 print("jax", jax.__version__, "numba", numba.__version__, "numba-cuda",
       md.version("numba-cuda"), "numpy", numpy.__version__, "numbax", numbax.__version__,
       "(XLA FFI API %d.%d, %s)" % (*b.XLA_FFI_API, b.XLA_FFI_HEADERS_FROM))
 print("devices", jax.devices())
+# JAX's count of GPUs, not nvidia-smi's: it honours CUDA_VISIBLE_DEVICES.
+with open(os.path.join(os.environ["OUT"], "gpu_count"), "w") as f:
+    f.write(str(sum(d.platform in ("gpu", "cuda") for d in jax.local_devices())))
 PY
+ngpu=$(cat "$OUT/gpu_count" 2>/dev/null)
+case "$ngpu" in ''|*[!0-9]*) ngpu=0 ;; esac
 
 echo "== gpu tests"
 timeout "${TEST_TIMEOUT:-0}" $PY -m pytest -m gpu -q -p no:cacheprovider tests "${pytest_args[@]}" 2>&1 | tee "$OUT/pytest.log"
 test_status=${PIPESTATUS[0]}
+
+# tests/test_multigpu.py and tests/test_multiprocess.py: not marked `gpu`, so
+# the run above leaves them out; they need 2 GPUs.
+multigpu_status=0
+rm -f "$OUT/pytest-multigpu.log"
+if [ "$ngpu" -ge 2 ]; then
+  echo "== multigpu tests ($ngpu GPUs)"
+  timeout "${TEST_TIMEOUT:-0}" $PY -m pytest -m multigpu -q -rs -p no:cacheprovider tests "${pytest_args[@]}" 2>&1 | tee "$OUT/pytest-multigpu.log"
+  multigpu_status=${PIPESTATUS[0]}
+  # 5: the extra pytest args selected none of them; not a failure.
+  [ "$multigpu_status" = 5 ] && multigpu_status=0
+fi
 
 bench_status=0
 if [ "$bench" = 1 ] && [ -f benchmarks/run.py ]; then
@@ -75,11 +95,20 @@ fi
 echo "== summary"
 # pytest's own closing line ("N passed, M skipped in Ts"), not whatever line
 # came last (a warnings footer when pytest runs quietly).
-summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|error)|^(=+ )?no tests ran' "$OUT/pytest.log" | tail -1)
+closing_line() {
+  grep -E '^(=+ )?[0-9]+ (passed|failed|errors?|skipped|deselected)|^(=+ )?no tests ran' "$1" | tail -1
+}
+summary=$(closing_line "$OUT/pytest.log")
 echo "gpu tests: ${summary:-no pytest summary line (see $OUT/pytest.log)}"
+if [ -f "$OUT/pytest-multigpu.log" ]; then
+  summary=$(closing_line "$OUT/pytest-multigpu.log")
+  echo "multigpu tests: ${summary:-no pytest summary line (see $OUT/pytest-multigpu.log)}"
+else
+  echo "multigpu tests: not run ($ngpu GPU(s); they need 2)"
+fi
 if [ -f "$OUT/bench.log" ]; then
   start='^== table'
   grep -q '^== vmap (' "$OUT/bench.log" && start='^== vmap ('
   sed -n "/$start/,\$p" "$OUT/bench.log"
 fi
-exit $(( test_status != 0 || bench_status != 0 ))
+exit $(( test_status != 0 || multigpu_status != 0 || bench_status != 0 ))

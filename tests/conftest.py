@@ -5,6 +5,13 @@ run on JAX's CPU backend through Numba's CUDA simulator. On a GPU machine,
 scripts/gpu_check.sh runs the tests marked `gpu` without the simulator, on
 real CUDA. Tests that only make sense in one mode say so with the
 `simulator_only` or `gpu_only` fixtures.
+
+Tests marked `multigpu` need 2 or more local devices: GPUs of one host, or
+(a dry run of the test code) fake CPU devices under the simulator, which
+`python scripts/multigpu_check.py --cpu` sets up. Below that they are
+skipped, before any of their fixtures run. They do not carry `gpu`, so the
+single-GPU run (`pytest -m gpu`) leaves them out; scripts/gpu_check.sh runs
+`pytest -m multigpu` on its own when the machine has 2 GPUs.
 """
 
 import os
@@ -16,6 +23,40 @@ SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
 if not SIMULATOR:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    # NVLink multicast (NVLS) stays off for the collectives of the
+    # multi-GPU tests; children started by tests inherit it.
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+
+_multigpu_skip: list[str | None] = []  # computed once: why multigpu tests skip
+
+
+def multigpu_skip_reason():
+    """None when this run has 2 or more local devices a multigpu test can use."""
+    if not _multigpu_skip:
+        import jax
+
+        devices = jax.local_devices()
+        if SIMULATOR:
+            reason = None if len(devices) >= 2 else (
+                f"needs 2 or more GPUs of one host; this simulator run has "
+                f"{len(devices)} CPU device(s) (a dry run on 2 fake CPU devices: "
+                f"python scripts/multigpu_check.py --cpu)")
+        else:
+            gpus = [d for d in devices if d.platform in ("gpu", "cuda")]
+            reason = None if len(gpus) >= 2 else (
+                f"needs 2 or more GPUs of one host; found {len(gpus)}")
+        _multigpu_skip.append(reason)
+    return _multigpu_skip[0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    # A hook, not a fixture: it runs before the test's module-scoped fixtures,
+    # which build meshes over every device and start processes.
+    if item.get_closest_marker("multigpu") is not None:
+        reason = multigpu_skip_reason()
+        if reason:
+            pytest.skip(reason)
 
 
 @pytest.fixture

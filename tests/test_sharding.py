@@ -27,7 +27,7 @@ F32 = jnp.float32
 def report(request):
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") in ("", "0"):
         pytest.skip("simulator mode only: the GPU version is "
-                    "scripts/multigpu_check.py")
+                    "tests/test_multigpu.py (pytest -m multigpu)")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", JAX_PLATFORMS="cpu")
     seed = int.from_bytes(os.urandom(4), "little")
     proc = subprocess.run(

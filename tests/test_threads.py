@@ -8,7 +8,7 @@ as a script in a process with 4 fake CPU devices.
 
 On the simulator numbax runs one func at a time (Numba's simulator cannot
 launch kernels concurrently); on a GPU nothing is serialised, which
-scripts/multigpu_check.py checks.
+tests/test_multigpu.py checks on 2 GPUs.
 """
 
 import faulthandler
