@@ -37,15 +37,9 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import dispatch as _dispatch
 from jax.interpreters import ad, batching, mlir
 
-try:  # jax >= 0.4.36
-    from jax.extend.core import Primitive
-except ImportError:  # pragma: no cover
-    from jax.core import Primitive
-
-from . import _checks, _numba
+from . import _checks, _compat, _numba
 
 __all__ = ["XLACustomKernel", "is_undefined_primal", "NUMBA_CUDA"]
 
@@ -163,10 +157,7 @@ class XLACustomKernel:
         self._transpose_rule: Callable | None = None
         self._batching_rule: Callable | None = None
 
-        prim = Primitive(name)
-        prim.multiple_results = True
-        # Eager calls compile the primitive alone, as jax does for its own.
-        prim.def_impl(partial(_dispatch.apply_primitive, prim))
+        prim = _compat.eager_primitive(name)
         prim.def_abstract_eval(_abstract_eval)
         for platform in ("cpu", "cuda", "rocm"):
             mlir.register_lowering(
@@ -648,7 +639,7 @@ class XLACustomKernel:
                     leaf = leaf.astype(dtype)
                 sums[j] = leaf if sums[j] is None else sums[j] + leaf
         tangent_out = [
-            ad.Zero(jax.core.ShapedArray(shape, dtype).to_tangent_aval())
+            ad.Zero(_compat.shaped_array(shape, dtype).to_tangent_aval())
             if t is None else t for t, (shape, dtype) in zip(sums, outs)]
         return primal_out, tangent_out
 
@@ -842,7 +833,7 @@ def _batch_size(args, axes) -> int:
 
 def _abstract_eval(*avals, outs, **params):
     del avals, params
-    return [jax.core.ShapedArray(shape, dtype) for shape, dtype in outs]
+    return [_compat.shaped_array(shape, dtype) for shape, dtype in outs]
 
 
 def _outs_struct(outs, out_tree):
