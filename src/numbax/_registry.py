@@ -600,7 +600,7 @@ def _one_simulated_launch_at_a_time(func):
     def run_in_simulator(*args):
         with _simulator_lock:
             return func(*args)
-    run_in_simulator.__wrapped__ = func
+    run_in_simulator.__wrapped__ = func  # type: ignore[attr-defined]
     return run_in_simulator
 
 
