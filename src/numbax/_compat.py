@@ -165,7 +165,10 @@ def check() -> None:
 
 
 # -- JAX shims -----------------------------------------------------------------
-# Checked against jax 0.8.1 (the floor), 0.10.2 (CI) and 0.11.2 (the GPU box).
+# Each is the code that sat in the module using it, moved here unchanged, so
+# it runs where that did (the wheel matrix: jax 0.8.1 and 0.10.2; the GPU
+# box: 0.11.2). What is said below about public alternatives was read in jax
+# 0.10.2's sources. "Keep" marks what no released jax lets go yet.
 
 
 def eager_primitive(name: str) -> Any:
@@ -174,9 +177,9 @@ def eager_primitive(name: str) -> Any:
     # jax.extend.core.Primitive is public since jax 0.4.36, below the floor
     # (the old jax.core fallback was dead code and is gone).
     from jax.extend.core import Primitive
-    # jax._src: dispatch.apply_primitive has no public home (the
-    # jax.interpreters.xla alias is on JAX's list of modules to trim); keep
-    # while jax's own primitives (jax.experimental.rnn, sparse) use it.
+    # jax._src, keep: apply_primitive (what jax's own primitives, e.g.
+    # jax.experimental.rnn's, run eagerly) is public only as a re-export in
+    # jax.interpreters.xla, a module of legacy aliases.
     from jax._src import dispatch
     prim = Primitive(name)
     prim.multiple_results = True
@@ -193,9 +196,10 @@ def shaped_array(shape: tuple[int, ...], dtype: Any) -> Any:
 def _shaped_array_class() -> type:
     try:
         from jax.core import ShapedArray
-    except ImportError:  # pragma: no cover - drop if jax.core keeps it
-        # A future jax may take ShapedArray out of jax.core (jax 0.10
-        # deprecates most of that module); jax._src.core keeps it.
+    except ImportError:  # pragma: no cover
+        # For a jax that takes ShapedArray out of jax.core (jax 0.10
+        # deprecates most of that module); jax._src.core keeps it. Every
+        # jax from the floor to 0.11.2 has jax.core.ShapedArray.
         from jax._src.core import ShapedArray
     return ShapedArray
 
@@ -203,7 +207,7 @@ def _shaped_array_class() -> type:
 def ffi_effect() -> Any:
     """The effect ``jax.ffi.ffi_call(..., has_side_effect=True)`` gives its
     calls (XLA neither merges nor drops them), or None if it moved."""
-    # jax._src: no public name for it in any jax up to 0.11.2.
+    # jax._src, keep: jax.ffi exports ffi_call but not its effect.
     try:
         from jax._src.ffi import _FfiEffect
         return _FfiEffect
@@ -214,8 +218,8 @@ def ffi_effect() -> Any:
 def shardy_on() -> bool:
     """Whether jit partitions with Shardy (else GSPMD)."""
     try:
-        # jax._src: the config holder reads the thread-local value that
-        # jax.config.update and the context managers set.
+        # jax._src, keep: the config holder reads the thread-local value
+        # that jax.config.update and the context managers set.
         from jax._src import config as jax_config
         return bool(jax_config.use_shardy_partitioner.value)
     except (ImportError, AttributeError):  # pragma: no cover
@@ -226,8 +230,8 @@ def shardy_on() -> bool:
 def sdy_sharding_rule_api() -> tuple[Callable, Callable]:
     """(str_to_sdy_sharding_rule, sdy_sharding_rule_to_mlir): an einsum-like
     Shardy rule parsed, and its MLIR ``sdy.sharding_rule`` attribute."""
-    # jax._src: jax.experimental.custom_partitioning exports the rule class
-    # but neither function (still so in jax 0.11.2).
+    # jax._src, keep: jax.experimental.custom_partitioning exports the rule
+    # class (SdyShardingRule) but neither function.
     from jax._src.custom_partitioning_sharding_rule import (
         sdy_sharding_rule_to_mlir, str_to_sdy_sharding_rule)
     return str_to_sdy_sharding_rule, sdy_sharding_rule_to_mlir
@@ -236,7 +240,7 @@ def sdy_sharding_rule_api() -> tuple[Callable, Callable]:
 def backends_started() -> bool:
     """Whether JAX has started its backends (without starting them)."""
     try:
-        # jax._src: no public query; jax.devices() would start them.
+        # jax._src, keep: no public query; jax.devices() would start them.
         from jax._src import xla_bridge
         return bool(xla_bridge.backends_are_initialized())
     except Exception:  # pragma: no cover - internals moved: stay lazy
@@ -248,7 +252,7 @@ def ffi_handlers_ready(platform: str) -> bool:
     reaches XLA at once, not a pending list that a backend started later
     would replay out of order."""
     try:
-        # jax._src: the handler tables of the PJRT plugins are private.
+        # jax._src, keep: the handler tables of the PJRT plugins are private.
         from jax._src.lib import xla_client
         # numbax registers on "cpu" and "CUDA"; XLA keys its handlers by
         # its own platform names ("Host", "CUDA"). xla_platform_names maps
@@ -277,11 +281,12 @@ def install_backend_start_hook(on_backend_started: Callable,
     or a stand-in in tests."""
     if bridge is None:
         try:
-            # jax._src: neither hook has a public name.
+            # jax._src, keep: neither hook has a public name.
             bridge = importlib.import_module("jax._src.xla_bridge")
         except ImportError:  # pragma: no cover - internals moved
             return "none"
-    # jax 0.10 only (0.8, 0.9 and 0.11 lack it): keep while 0.10 is supported.
+    # jax 0.10 only (0.8, 0.9 and 0.11 lack it): drop when jax>=0.11 is the
+    # floor (then the plugin callback below is all there is).
     hook = getattr(bridge, "register_backend_initialization_hook", None)
     if hook is not None:
         hook(on_backend_started)
@@ -295,8 +300,8 @@ def install_backend_start_hook(on_backend_started: Callable,
 
 def trace_base() -> type:
     """JAX's ``Trace`` class, for a trace that refuses every operation."""
-    # jax._src: jax.core.Trace is the same class, but the trace-state swaps
-    # below need jax._src.core anyway; one module for both.
+    # jax._src, keep: jax.core.Trace is the same class, but the trace-state
+    # swaps below need jax._src.core anyway; one module for both.
     from jax._src import core
     return core.Trace
 
@@ -305,7 +310,7 @@ def current_trace_swaps(trace: Any) -> tuple:
     """(swap, value, ...) pairs that make `trace` the current JAX trace of
     the calling thread: ``old = swap(value)`` installs it, ``swap(old)``
     restores. C++ runs them around each func call (_guard.py)."""
-    from jax._src import core  # jax._src: the trace state is private
+    from jax._src import core  # jax._src, keep: the trace state is private
     if hasattr(core, "trace_state_strong_ref"):
         # jax >= 0.10: the current trace lives in two thread-local configs
         # whose C++ swap_local needs no Python frame.
