@@ -138,3 +138,13 @@ def test_python_m_numbax_info_still_runs_when_import_would_fail(tmp_path):
     assert info.returncode == 1, info.stdout + info.stderr
     assert "compiled against XLA FFI API 0.99, the headers of jaxlib 9.9" in info.stdout
     assert "fix: install the numbax wheel" in info.stdout
+
+
+def test_jax_internals_are_reached_only_from_compat():
+    """Every jax._src access and JAX-version shim lives in _compat.py, so
+    a JAX release that moves one has a single place to fix."""
+    src = ROOT / "src" / "numbax"
+    offenders = [str(p.relative_to(src)) for p in sorted(src.rglob("*.py"))
+                 if p.name != "_compat.py" and "jax._src" in p.read_text()]
+    assert offenders == []
+    assert "jax._src" in (src / "_compat.py").read_text()

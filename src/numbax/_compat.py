@@ -25,6 +25,8 @@ import importlib
 import os
 import re
 import sys
+from functools import cache, partial
+from typing import Any, Callable
 
 #: The oldest jax and jaxlib numbax runs on (see the module docstring).
 MIN_JAX = (0, 8, 1)
@@ -160,3 +162,168 @@ def check() -> None:
         what, fix = found
         raise ImportError(f"numbax cannot run here: {what}. Fix: {fix}. "
                           f"(python -m numbax info shows the versions)")
+
+
+# -- JAX shims -----------------------------------------------------------------
+# Each is the code that sat in the module using it, moved here unchanged, so
+# it runs where that did (the wheel matrix: jax 0.8.1 and 0.10.2; the GPU
+# box: 0.11.2). What is said below about public alternatives was read in jax
+# 0.10.2's sources. "Keep" marks what no released jax lets go yet.
+
+
+def eager_primitive(name: str) -> Any:
+    """A new multiple-results ``jax.extend.core.Primitive`` whose eager calls
+    compile it alone, as jax does for its own primitives."""
+    # jax.extend.core.Primitive is public since jax 0.4.36, below the floor
+    # (the old jax.core fallback was dead code and is gone).
+    from jax.extend.core import Primitive
+    # jax._src, keep: apply_primitive (what jax's own primitives, e.g.
+    # jax.experimental.rnn's, run eagerly) is public only as a re-export in
+    # jax.interpreters.xla, a module of legacy aliases.
+    from jax._src import dispatch
+    prim = Primitive(name)
+    prim.multiple_results = True
+    prim.def_impl(partial(dispatch.apply_primitive, prim))
+    return prim
+
+
+def shaped_array(shape: tuple[int, ...], dtype: Any) -> Any:
+    """``jax.core.ShapedArray(shape, dtype)``, an abstract eval's result."""
+    return _shaped_array_class()(shape, dtype)
+
+
+@cache
+def _shaped_array_class() -> type:
+    try:
+        from jax.core import ShapedArray
+    except ImportError:  # pragma: no cover
+        # For a jax that takes ShapedArray out of jax.core (jax 0.10
+        # deprecates most of that module); jax._src.core keeps it. Every
+        # jax from the floor to 0.11.2 has jax.core.ShapedArray.
+        from jax._src.core import ShapedArray
+    return ShapedArray
+
+
+def ffi_effect() -> Any:
+    """The effect ``jax.ffi.ffi_call(..., has_side_effect=True)`` gives its
+    calls (XLA neither merges nor drops them), or None if it moved."""
+    # jax._src, keep: jax.ffi exports ffi_call but not its effect.
+    try:
+        from jax._src.ffi import _FfiEffect
+        return _FfiEffect
+    except ImportError:  # pragma: no cover - moved in a later jax
+        return None
+
+
+def shardy_on() -> bool:
+    """Whether jit partitions with Shardy (else GSPMD)."""
+    try:
+        # jax._src, keep: the config holder reads the thread-local value
+        # that jax.config.update and the context managers set.
+        from jax._src import config as jax_config
+        return bool(jax_config.use_shardy_partitioner.value)
+    except (ImportError, AttributeError):  # pragma: no cover
+        import jax
+        return bool(getattr(jax.config, "jax_use_shardy_partitioner", True))
+
+
+def sdy_sharding_rule_api() -> tuple[Callable, Callable]:
+    """(str_to_sdy_sharding_rule, sdy_sharding_rule_to_mlir): an einsum-like
+    Shardy rule parsed, and its MLIR ``sdy.sharding_rule`` attribute."""
+    # jax._src, keep: jax.experimental.custom_partitioning exports the rule
+    # class (SdyShardingRule) but neither function.
+    from jax._src.custom_partitioning_sharding_rule import (
+        sdy_sharding_rule_to_mlir, str_to_sdy_sharding_rule)
+    return str_to_sdy_sharding_rule, sdy_sharding_rule_to_mlir
+
+
+def backends_started() -> bool:
+    """Whether JAX has started its backends (without starting them)."""
+    try:
+        # jax._src, keep: no public query; jax.devices() would start them.
+        from jax._src import xla_bridge
+        return bool(xla_bridge.backends_are_initialized())
+    except Exception:  # pragma: no cover - internals moved: stay lazy
+        return False
+
+
+def ffi_handlers_ready(platform: str) -> bool:
+    """True when a ``jax.ffi`` registration on `platform` ("cpu", "cuda")
+    reaches XLA at once, not a pending list that a backend started later
+    would replay out of order."""
+    try:
+        # jax._src, keep: the handler tables of the PJRT plugins are private.
+        from jax._src.lib import xla_client
+        # numbax registers on "cpu" and "CUDA"; XLA keys its handlers by
+        # its own platform names ("Host", "CUDA"). xla_platform_names maps
+        # "gpu" but not "cuda", so "cuda" must be spelled as registered.
+        registered_as = {"cpu": "cpu", "cuda": "CUDA"}.get(platform, platform)
+        name = xla_client.xla_platform_names.get(registered_as, registered_as)
+        if name not in xla_client._custom_callback_handler:
+            return False
+        # The state-type handler's table has been renamed across jaxlib
+        # releases; the plugin registers it together with the call handler.
+        for table in ("_custom_type_id_handler", "_custom_type_handler"):
+            handlers = getattr(xla_client, table, None)
+            if isinstance(handlers, dict):
+                return name in handlers
+        return True
+    except Exception:  # pragma: no cover - internals moved: stay lazy
+        return False
+
+
+def install_backend_start_hook(on_backend_started: Callable,
+                               on_plugins_discovered: Callable,
+                               bridge: Any = None) -> str:
+    """Has JAX call back as it starts its backends; returns the mechanism:
+    "backend hook" (each backend as it starts), "plugin callback" (once the
+    PJRT plugins are discovered) or "none". `bridge`: jax._src.xla_bridge,
+    or a stand-in in tests."""
+    if bridge is None:
+        try:
+            # jax._src, keep: neither hook has a public name.
+            bridge = importlib.import_module("jax._src.xla_bridge")
+        except ImportError:  # pragma: no cover - internals moved
+            return "none"
+    # jax 0.10 only (0.8, 0.9 and 0.11 lack it): drop when jax>=0.11 is the
+    # floor (then the plugin callback below is all there is).
+    hook = getattr(bridge, "register_backend_initialization_hook", None)
+    if hook is not None:
+        hook(on_backend_started)
+        return "backend hook"
+    callbacks = getattr(bridge, "register_plugin_callbacks", None)
+    if callbacks is not None:  # jax 0.11 has no backend-start hook
+        callbacks(on_plugins_discovered)
+        return "plugin callback"
+    return "none"  # registered when the first op is traced or created
+
+
+def trace_base() -> type:
+    """JAX's ``Trace`` class, for a trace that refuses every operation."""
+    # jax._src, keep: jax.core.Trace is the same class, but the trace-state
+    # swaps below need jax._src.core anyway; one module for both.
+    from jax._src import core
+    return core.Trace
+
+
+def current_trace_swaps(trace: Any) -> tuple:
+    """(swap, value, ...) pairs that make `trace` the current JAX trace of
+    the calling thread: ``old = swap(value)`` installs it, ``swap(old)``
+    restores. C++ runs them around each func call (_guard.py)."""
+    from jax._src import core  # jax._src, keep: the trace state is private
+    if hasattr(core, "trace_state_strong_ref"):
+        # jax >= 0.10: the current trace lives in two thread-local configs
+        # whose C++ swap_local needs no Python frame.
+        return (core.trace_state.swap_local, trace._weakref,
+                core.trace_state_strong_ref.swap_local, trace)
+    # jax 0.8 - 0.9 (drop when jax>=0.10 is the floor): a thread-local
+    # TracingContext, whose set_trace also updates the jit cache key; one
+    # Python frame per swap.
+    ctx = core.trace_ctx
+
+    def swap_trace(new):
+        old = ctx.trace
+        ctx.set_trace(new)
+        return old
+
+    return (swap_trace, trace)

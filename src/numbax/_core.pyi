@@ -1,6 +1,72 @@
-# Type stub of numbax's C++ extension (csrc/module.cc, built with nanobind).
-# Its functions are internal and change with the C++ side; they are typed as
-# Any here so the Python modules that call them type-check.
-from typing import Any
+"""numbax's C++ core: XLA FFI handlers and the CUDA driver bridge"""
 
-def __getattr__(name: str) -> Any: ...
+from collections.abc import Callable, Sequence
+
+
+def callable_handlers() -> dict: ...
+
+def kernel_handlers() -> dict: ...
+
+def call_site_types() -> dict: ...
+
+def kernel_site_type() -> dict: ...
+
+def set_python_hooks(resolve: object, device_array: object, host_array: object, device_stream: object, host_stream: object, format_exception: object) -> None: ...
+
+def set_call_guard(pairs: object | None) -> None:
+    """Thread-local state swapped in around every call of a func."""
+
+def prepare_for_exit(timeout_s: float = 5.0) -> int:
+    """
+    Refuses Python in handlers from now on and waits for the calls in flight; registered with atexit by numbax.
+    """
+
+def set_kernel_resolver(resolver: object) -> None: ...
+
+def kernel_function(kernel: int, ordinal: int, shared_mem: int = 0) -> int: ...
+
+def call_on_device(ordinal: int, fn: Callable) -> object: ...
+
+def counters() -> dict:
+    """Bridge cache and call counters."""
+
+def reset_counters() -> None: ...
+
+def make_launch_hook(original: object, check: object, plan: object) -> object:
+    """The object numbax sets as Numba's _LaunchConfiguration.__call__."""
+
+def note_simulator_launch() -> bool:
+    """Counts a simulator launch made inside a numbax call."""
+
+def numba_layout(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> str:
+    """
+    The Numba layout the fast launch path computes for a view ('' where it leaves the launch to Numba); for tests.
+    """
+
+def pack_scalar(how: str, value: object) -> object:
+    """The words the fast launch path packs for a scalar; for tests."""
+
+def set_fast_launch_dry_run(on: bool) -> None:
+    """Tests only: fast launches record what they would launch instead."""
+
+def last_fast_launch() -> object: ...
+
+def call_as_numbax(func: object, arrays: object, buffers: object, stream: int, device: int = 0, enabled: bool = True) -> object:
+    """
+    Tests only: runs func() as numbax runs a func, with `arrays` over `buffers` ((address, dtype, shape) each) on `stream`.
+    """
+
+def clear_launch_plans() -> None: ...
+
+def launch_plan_count() -> int: ...
+
+def set_graph_cache_size(arg: int, /) -> None: ...
+
+def graph_cache_size() -> int: ...
+
+def clear_graph_caches() -> None: ...
+
+def clear_stream_cache() -> None: ...
+
+def driver_status() -> str:
+    """'ok' when the CUDA driver loaded, else why it did not."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 
-from . import _core
+from . import _compat, _core
 
 _log = logging.getLogger("numbax")
 
@@ -39,9 +39,7 @@ def _message(what) -> str:
 
 
 def _make_trace():
-    from jax._src import core
-
-    class NoJaxInsideFuncTrace(core.Trace):
+    class NoJaxInsideFuncTrace(_compat.trace_base()):  # type: ignore[misc]
         """The current trace while func runs: every JAX operation fails."""
 
         def _refuse(self, what):
@@ -74,33 +72,18 @@ def _make_trace():
                 return lambda *args, **kwargs: self._refuse(name[8:])
             raise AttributeError(name)
 
-    return core, NoJaxInsideFuncTrace()
+    return NoJaxInsideFuncTrace()
 
 
 _pairs: tuple = ()
 
 
 def guard_pairs() -> tuple:
-    """(swap, value, swap, value): what C++ swaps in around each func call."""
+    """(swap, value, ...): what C++ swaps in around each func call (two
+    pairs on jax >= 0.10, one before; _compat.current_trace_swaps)."""
     global _pairs
     if not _pairs:
-        core, trace = _make_trace()
-        if hasattr(core, "trace_state_strong_ref"):
-            # jax >= 0.10: the current trace lives in two thread-local
-            # configs whose C++ swap_local needs no Python frame.
-            _pairs = (core.trace_state.swap_local, trace._weakref,
-                      core.trace_state_strong_ref.swap_local, trace)
-        else:
-            # jax 0.8 - 0.9: a thread-local TracingContext, whose set_trace
-            # also updates the jit cache key; one Python frame per swap.
-            ctx = core.trace_ctx
-
-            def swap_trace(new):
-                old = ctx.trace
-                ctx.set_trace(new)
-                return old
-
-            _pairs = (swap_trace, trace)
+        _pairs = _compat.current_trace_swaps(_make_trace())
     return _pairs
 
 

@@ -19,31 +19,16 @@ the serialised module.
 
 from __future__ import annotations
 
-from functools import partial
-
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import dispatch as _dispatch
 from jax.interpreters import batching, mlir
 
-try:  # jax >= 0.4.36
-    from jax.extend.core import Primitive
-except ImportError:  # pragma: no cover
-    from jax.core import Primitive
-try:
-    from jax.core import ShapedArray
-except ImportError:  # pragma: no cover - moved in a later jax
-    from jax._src.core import ShapedArray
-
-from . import _registry
+from . import _compat, _registry
 
 BATCH_FACTOR = "batch"
 
-numbax_callable_batch_p = Primitive("numbax_callable_batch")
-numbax_callable_batch_p.multiple_results = True
-numbax_callable_batch_p.def_impl(
-    partial(_dispatch.apply_primitive, numbax_callable_batch_p))
+numbax_callable_batch_p = _compat.eager_primitive("numbax_callable_batch")
 
 
 def check_leading_axis(inputs, out_specs, op: str) -> None:
@@ -77,36 +62,20 @@ def bind(target: str, inputs, result_specs, *, key: str, aliases,
         has_side_effect=bool(has_side_effect))
 
 
-def _ffi_effect():
-    try:
-        from jax._src.ffi import _FfiEffect
-        return _FfiEffect
-    except ImportError:  # pragma: no cover - moved in a later jax
-        return None
-
-
 @numbax_callable_batch_p.def_effectful_abstract_eval
 def _abstract_eval(*avals, target, op_key, out_shapes, aliases, vmap_method,
                    partitionable, has_side_effect=False):
     # The same effect ffi_call gives has_side_effect=True: XLA then neither
     # merges two identical calls nor drops one whose result is unused.
-    effect = _ffi_effect() if has_side_effect else None
-    return ([ShapedArray(s, d) for s, d in out_shapes],
+    effect = _compat.ffi_effect() if has_side_effect else None
+    return ([_compat.shaped_array(s, d) for s, d in out_shapes],
             {effect} if effect is not None else set())
-
-
-def _shardy_on() -> bool:
-    try:
-        from jax._src import config as jax_config
-        return bool(jax_config.use_shardy_partitioner.value)
-    except (ImportError, AttributeError):  # pragma: no cover
-        return bool(getattr(jax.config, "jax_use_shardy_partitioner", True))
 
 
 def _sharding_rule_attr(op):
     """The Shardy rule: axis 0 shared by all, every other axis replicated."""
-    from jax._src.custom_partitioning_sharding_rule import (
-        sdy_sharding_rule_to_mlir, str_to_sdy_sharding_rule)
+    str_to_sdy_sharding_rule, sdy_sharding_rule_to_mlir = \
+        _compat.sdy_sharding_rule_api()
     operand_types = [v.type for v in op.operands]
     result_types = [v.type for v in op.results]
     others = []
@@ -142,7 +111,7 @@ def _lower(ctx, *args, target, op_key, out_shapes, aliases, vmap_method,
         op = getattr(op, "operation", op)
         op.attributes["mhlo.frontend_attributes"] = mlir.ir.DictAttr.get(
             {"num_batch_dims": mlir.ir.StringAttr.get("1")})
-        if _shardy_on():
+        if _compat.shardy_on():
             op.attributes["sdy.sharding_rule"] = _sharding_rule_attr(op)
     return results
 

@@ -18,7 +18,6 @@ export), with an error asking for name=.
 from __future__ import annotations
 
 import atexit
-import importlib
 import itertools
 import logging
 import re
@@ -31,7 +30,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from . import _core, _fast_launch, _guard, _numba
+from . import _compat, _core, _fast_launch, _guard, _numba
 
 CALLABLE_TARGET = "numbax_callable"
 CAPTURE_TARGET = "numbax_callable_capture"
@@ -162,34 +161,13 @@ def ensure_targets() -> None:
 
 
 def _backends_started() -> bool:
-    try:
-        from jax._src import xla_bridge
-        return bool(xla_bridge.backends_are_initialized())
-    except Exception:  # pragma: no cover - internals moved: stay lazy
-        return False
+    return _compat.backends_started()
 
 
 def _handlers_ready(platform: str) -> bool:
     """True when registering on `platform` now reaches XLA at once (not a
     pending list, which a backend started later would replay out of order)."""
-    try:
-        from jax._src.lib import xla_client
-        # numbax registers on "cpu" and "CUDA"; XLA keys its handlers by
-        # its own platform names ("Host", "CUDA"). xla_platform_names maps
-        # "gpu" but not "cuda", so "cuda" must be spelled as registered.
-        registered_as = {"cpu": "cpu", "cuda": "CUDA"}.get(platform, platform)
-        name = xla_client.xla_platform_names.get(registered_as, registered_as)
-        if name not in xla_client._custom_callback_handler:
-            return False
-        # The state-type handler's table has been renamed across jaxlib
-        # releases; the plugin registers it together with the call handler.
-        for table in ("_custom_type_id_handler", "_custom_type_handler"):
-            handlers = getattr(xla_client, table, None)
-            if isinstance(handlers, dict):
-                return name in handlers
-        return True
-    except Exception:  # pragma: no cover - internals moved: stay lazy
-        return False
+    return _compat.ffi_handlers_ready(platform)
 
 
 def _on_backend_started(backend) -> None:
@@ -241,22 +219,10 @@ def _on_plugins_discovered(*args, c_api: Any = None, **kwargs) -> None:
 
 def _install_backend_hook(bridge: Any = None) -> str:
     """Arranges for numbax's targets to be registered as JAX starts its
-    backends (`bridge`: jax._src.xla_bridge, or a stand-in in tests);
+    backends (`bridge`: JAX's xla_bridge module, or a stand-in in tests);
     returns which mechanism was used."""
-    if bridge is None:
-        try:
-            bridge = importlib.import_module("jax._src.xla_bridge")
-        except ImportError:  # pragma: no cover - internals moved
-            return "none"
-    hook = getattr(bridge, "register_backend_initialization_hook", None)
-    if hook is not None:  # jax 0.10
-        hook(_on_backend_started)
-        return "backend hook"
-    callbacks = getattr(bridge, "register_plugin_callbacks", None)
-    if callbacks is not None:  # jax 0.11 has no backend-start hook
-        callbacks(_on_plugins_discovered)
-        return "plugin callback"
-    return "none"  # registered when the first op is traced or created
+    return _compat.install_backend_start_hook(
+        _on_backend_started, _on_plugins_discovered, bridge)
 
 
 # "backend hook" (jax 0.10): a program deserialised in a process that only
@@ -658,7 +624,7 @@ def _one_simulated_launch_at_a_time(func):
     def run_in_simulator(*args):
         with _simulator_lock:
             return func(*args)
-    run_in_simulator.__wrapped__ = func
+    run_in_simulator.__wrapped__ = func  # type: ignore[attr-defined]
     return run_in_simulator
 
 

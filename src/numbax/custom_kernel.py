@@ -22,44 +22,40 @@ each with a rule the user may supply:
 
 See docs/custom_kernel.md for a worked example (a CSR sparse matrix-vector
 product with Numba forward and backward kernels).
+
+This module is the public class: registration, calls and backend selection.
+The rest of an op lives with its concept: ``_custom_primitive.py`` (the
+primitive, abstract eval, lowering), ``_custom_rules.py`` (JVP and transpose,
+and the checks of their results), ``_custom_batching.py`` (everything under
+``vmap``) and ``_custom_outs.py`` (the declared outputs, and the checks of
+what kernels and rules return against them).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import inspect
 import threading
 import warnings
-from functools import partial
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import dispatch as _dispatch
-from jax.interpreters import ad, batching, mlir
 
-try:  # jax >= 0.4.36
-    from jax.extend.core import Primitive
-except ImportError:  # pragma: no cover
-    from jax.core import Primitive
-
-from . import _checks, _numba
+from . import (_checks, _custom_batching, _custom_outs, _custom_primitive,
+               _custom_rules, _numba)
+from ._custom_rules import is_undefined_primal
 
 __all__ = ["XLACustomKernel", "is_undefined_primal", "NUMBA_CUDA"]
 
 #: The backend name of kernels registered with ``def_numba_cuda_kernel``.
 NUMBA_CUDA = "numba_cuda"
 
-#: Whether an argument of a transpose rule is the linear input being
-#: transposed (JAX's ``UndefinedPrimal``; its ``.aval`` has shape and dtype).
-is_undefined_primal = ad.is_undefined_primal
-
-# The platforms users name, and the lowering platforms JAX uses for them.
+# The platforms users name (the lowering platforms JAX uses for them are in
+# _custom_primitive.py).
 _USER_PLATFORMS = ("cpu", "gpu")
 _PLATFORM_ALIASES = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu"}
-_LOWERING_PLATFORMS = {"cpu": "cpu", "cuda": "gpu"}
 
 _names_lock = threading.Lock()
 _ops_by_name: dict[str, "XLACustomKernel"] = {}
@@ -82,11 +78,6 @@ def _canonical_platform(platform: Any) -> str:
                 "kernels on NVIDIA GPUs ('gpu') and, through Numba's CUDA "
                 "simulator, on the CPU ('cpu')")
     raise ValueError(f"platform must be 'cpu' or 'gpu', got {platform!r}")
-
-
-def _is_float0(x) -> bool:
-    dtype = getattr(getattr(x, "aval", x), "dtype", None)
-    return dtype is not None and dtype == jax.dtypes.float0
 
 
 def _wrap_error(exc: Exception, message: str) -> Exception:
@@ -163,18 +154,9 @@ class XLACustomKernel:
         self._transpose_rule: Callable | None = None
         self._batching_rule: Callable | None = None
 
-        prim = Primitive(name)
-        prim.multiple_results = True
-        # Eager calls compile the primitive alone, as jax does for its own.
-        prim.def_impl(partial(_dispatch.apply_primitive, prim))
-        prim.def_abstract_eval(_abstract_eval)
-        for platform in ("cpu", "cuda", "rocm"):
-            mlir.register_lowering(
-                prim, partial(self._lower, lowering_platform=platform),
-                platform=platform)
-        batching.primitive_batchers[prim] = self._batch
         #: The underlying ``jax.extend.core.Primitive``.
-        self.primitive = prim
+        self.primitive = _custom_primitive.create(self)
+        _custom_batching.register(self)
 
     def __repr__(self):
         return f"XLACustomKernel({self.name!r})"
@@ -326,7 +308,7 @@ class XLACustomKernel:
             raise TypeError(f"{self!r}: the JVP rule for all inputs is None")
         self._jvp_rules = tuple(rules)
         self._jvp_per_input = bool(per_input)
-        ad.primitive_jvps[self.primitive] = self._jvp
+        _custom_rules.register_jvp(self)
         return rules[0] if len(rules) == 1 else rules
 
     def def_transpose_rule(self, fn: Callable) -> Callable:
@@ -351,7 +333,7 @@ class XLACustomKernel:
         if not callable(fn):
             raise TypeError(f"{self!r}: the transpose rule must be callable")
         self._transpose_rule = fn
-        ad.primitive_transposes[self.primitive] = self._transpose
+        _custom_rules.register_transpose(self)
         return fn
 
     def def_batching_rule(self, fn: Callable) -> Callable:
@@ -456,23 +438,6 @@ class XLACustomKernel:
                 f"{self!r}: input {i} ({type(x).__name__}) is not an array "
                 f"JAX can hold: {exc}") from exc
 
-    def _check_rule_call(self, rule, what: str, args, kwargs) -> None:
-        """TypeError naming the op and the rule if `rule` cannot take the
-        arguments numbax passes (instead of a bare TypeError from inside)."""
-        try:
-            sig = inspect.signature(rule)
-        except (TypeError, ValueError):
-            return
-        try:
-            sig.bind(*args, **kwargs)
-        except TypeError as exc:
-            passed = ", ".join([f"<{len(args)} positional>"] +
-                               [f"{k}=..." for k in kwargs])
-            raise TypeError(
-                f"{self!r}: {what} {getattr(rule, '__name__', rule)}{sig} "
-                f"cannot take the arguments numbax passes ({passed}): {exc}. "
-                f"docs/custom_kernel.md gives each rule's signature") from None
-
     # -- kernel tables -----------------------------------------------------
 
     def _candidates(self, platform: str) -> dict[str, tuple[str, Callable]]:
@@ -535,14 +500,15 @@ class XLACustomKernel:
             if fn is not None:
                 return fn
         try:
-            fn = generator(**dict(static), outs=_outs_struct(outs, out_tree))
+            fn = generator(**dict(static),
+                           outs=_custom_outs.outs_struct(outs, out_tree))
         except Exception as exc:
             args = ", ".join(f"{k}={v!r}" for k, v in static)
             raise _wrap_error(exc, (
                 f"{self!r}: the kernel generator of backend '{backend}' "
                 f"(platform '{platform}') raised {type(exc).__name__}: {exc} "
                 f"[static arguments: {args or 'none'}; outs: "
-                f"{_outs_str(outs)}]")) from exc
+                f"{_custom_outs.outs_str(outs)}]")) from exc
         if not callable(fn):
             raise TypeError(
                 f"{self!r}: the kernel generator of backend '{backend}' "
@@ -551,333 +517,13 @@ class XLACustomKernel:
         with self._lock:
             return self._generated.setdefault(key, fn)
 
-    # -- primitive rules ---------------------------------------------------
-
-    def _lower(self, ctx, *args, outs, out_tree, backends, static,
-               lowering_platform):
-        platform = _LOWERING_PLATFORMS.get(lowering_platform)
-        if platform is None:
-            raise NotImplementedError(
-                f"{self!r}: platform '{lowering_platform}' is not supported; "
-                "numbax runs on NVIDIA GPUs and, through Numba's CUDA "
-                "simulator, on the CPU")
-        backend = dict(backends)[platform]
-        fn = self._kernel_for(platform, backend, outs, out_tree, static)
-
-        def body(*xs):
-            result = fn(*xs)
-            return self._check_outputs(
-                result, outs, out_tree,
-                f"the '{backend}' kernel (platform '{platform}')")
-
-        # The returned op is traced and lowered inline: it emits numbax's own
-        # custom calls (or whatever jnp code it is) into this program.
-        return mlir.lower_fun(body, multiple_results=True)(ctx, *args)
-
-    def _check_outputs(self, result, outs, out_tree, what: str) -> list:
-        leaves = _flatten_like(result, out_tree, len(outs))
-        if leaves is None:
-            raise TypeError(
-                f"{self!r}: {what} returned {_value_str(result)}, but outs "
-                f"declares {len(outs)} output(s): {_outs_str(outs)}")
-        checked = []
-        for i, (leaf, (shape, dtype)) in enumerate(zip(leaves, outs)):
-            got = (tuple(np.shape(leaf)), np.dtype(jnp.result_type(leaf)))
-            if got != (shape, dtype):
-                raise TypeError(
-                    f"{self!r}: output {i} of {what} is "
-                    f"{got[1].name}{list(got[0])}, but outs declares "
-                    f"{dtype.name}{list(shape)}")
-            checked.append(leaf)
-        return checked
-
-    def _jvp(self, primals, tangents, *, outs, out_tree, backends, static):
-        primal_out = self.primitive.bind(*primals, outs=outs, out_tree=out_tree,
-                                         backends=backends, static=static)
-        kwargs = dict(static)
-        outs_struct = _outs_struct(outs, out_tree)
-        rules = self._jvp_rules
-        contributions = []
-        with self._inherit(backends):
-            if self._jvp_per_input:
-                if len(rules) != len(primals):
-                    raise TypeError(
-                        f"{self!r} was called with {len(primals)} inputs but "
-                        f"def_jvp_rule gave {len(rules)} per-input rules")
-                for i, (rule, t) in enumerate(zip(rules, tangents)):
-                    if rule is None or type(t) is ad.Zero or _is_float0(t):
-                        continue
-                    self._check_rule_call(
-                        rule, f"the JVP rule of input {i}", (t, *primals),
-                        dict(outs=outs_struct, **kwargs))
-                    contributions.append(
-                        (i, rule(t, *primals, outs=outs_struct, **kwargs)))
-            else:
-                # Like jax.custom_jvp: zeros where there is no tangent, but
-                # None for integer inputs, whose float0 tangents are unusable.
-                ts = [None if _is_float0(t) else ad.instantiate_zeros(t)
-                      for t in tangents]
-                self._check_rule_call(rules[0], "the JVP rule",
-                                      (ts, *primals),
-                                      dict(outs=outs_struct, **kwargs))
-                contributions.append(
-                    (None, rules[0](ts, *primals, outs=outs_struct, **kwargs)))
-        sums: list = [None] * len(outs)
-        for i, result in contributions:
-            if result is None:
-                continue
-            what = ("the JVP rule" if i is None else
-                    f"the JVP rule of input {i}")
-            leaves = _flatten_like(result, out_tree, len(outs))
-            if leaves is None:
-                raise TypeError(
-                    f"{self!r}: {what} returned {_value_str(result)}, which "
-                    f"does not match outs: {_outs_str(outs)}")
-            for j, (leaf, (shape, dtype)) in enumerate(zip(leaves, outs)):
-                if leaf is None or type(leaf) is ad.Zero:
-                    continue
-                if not jnp.issubdtype(dtype, jnp.inexact):
-                    continue  # integer outputs have no tangent
-                leaf = jnp.asarray(leaf)
-                if tuple(leaf.shape) != shape:
-                    raise TypeError(
-                        f"{self!r}: {what} gave output {j} a tangent of "
-                        f"shape {tuple(leaf.shape)}, but the output has "
-                        f"shape {shape}")
-                if leaf.dtype != dtype:
-                    leaf = leaf.astype(dtype)
-                sums[j] = leaf if sums[j] is None else sums[j] + leaf
-        tangent_out = [
-            ad.Zero(jax.core.ShapedArray(shape, dtype).to_tangent_aval())
-            if t is None else t for t, (shape, dtype) in zip(sums, outs)]
-        return primal_out, tangent_out
-
-    def _transpose(self, cts, *args, outs, out_tree, backends, static):
-        if all(type(ct) is ad.Zero for ct in cts):
-            return [None] * len(args)
-        cts = [None if _is_float0(ct) else ad.instantiate_zeros(ct)
-               for ct in cts]
-        ct_tree = jax.tree_util.tree_unflatten(out_tree, cts)
-        self._check_rule_call(self._transpose_rule, "the transpose rule",
-                              (ct_tree, *args),
-                              dict(outs=_outs_struct(outs, out_tree),
-                                   **dict(static)))
-        with self._inherit(backends):
-            result = self._transpose_rule(
-                ct_tree, *args,
-                outs=_outs_struct(outs, out_tree), **dict(static))
-        if not isinstance(result, (tuple, list)) or len(result) != len(args):
-            raise TypeError(
-                f"{self!r}: the transpose rule must return a tuple with one "
-                f"entry per input ({len(args)}: the cotangent of each linear "
-                f"input, None for the others); got {_value_str(result)}")
-        cotangents = []
-        for i, (arg, ct) in enumerate(zip(args, result)):
-            if not is_undefined_primal(arg) or ct is None or \
-                    type(ct) is ad.Zero:
-                cotangents.append(None)
-                continue
-            ct = jnp.asarray(ct)
-            aval = arg.aval
-            if tuple(ct.shape) != tuple(aval.shape):
-                raise TypeError(
-                    f"{self!r}: the transpose rule gave input {i} a cotangent "
-                    f"of shape {tuple(ct.shape)}, but the input has shape "
-                    f"{tuple(aval.shape)}")
-            if ct.dtype != aval.dtype:
-                ct = ct.astype(aval.dtype)
-            cotangents.append(ct)
-        return cotangents
-
-    def _batch(self, args, axes, *, outs, out_tree, backends, static):
-        params = dict(outs=outs, out_tree=out_tree, backends=backends,
-                      static=static)
-        if self._batching_rule is not None:
-            self._check_rule_call(
-                self._batching_rule, "the batching rule",
-                (list(args), list(axes)),
-                dict(outs=_outs_struct(outs, out_tree), **dict(static)))
-            with self._inherit(backends):
-                result = self._batching_rule(
-                    list(args), list(axes), outs=_outs_struct(outs, out_tree),
-                    **dict(static))
-            if result is not NotImplemented:
-                size = next(a.shape[ax] for a, ax in zip(args, axes)
-                            if ax is not None)
-                return self._check_batched(result, out_tree, outs, size)
-        folded = self._kernel_batch(args, axes, outs, out_tree, backends,
-                                    static)
-        if folded is not None:
-            return folded
-        return self._loop_batch(args, axes, params)
-
-    def _kernel_batch(self, args, axes, outs, out_tree, backends, static):
-        """The default rule when the backend is a numbax kernel: vmap it.
-
-        ``numba_cuda_kernel``'s own batching then runs the batch in one
-        launch where that is the same as one per slice (docs/quickstart.md,
-        "vmap of a kernel"). Only where the result needs no rule of this op: under
-        ``jit`` or eagerly, not inside ``jvp``/``grad``/another ``vmap``,
-        whose tracers need this op's JVP, transpose or batching rules (the
-        loop keeps them). None where it does not apply.
-        """
-        from .kernel import NumbaCudaKernel
-        if not all(_plain_value(a) for a in args):
-            return None
-        fns = set()
-        for platform, backend in backends:
-            if backend is None:
-                continue
-            try:
-                fns.add(self._kernel_for(platform, backend, outs, out_tree,
-                                         static))
-            except Exception:  # lowering reports it, with its context
-                return None
-        if len(fns) != 1:
-            return None
-        fn = fns.pop()
-        if not isinstance(fn, NumbaCudaKernel) or \
-                fn.vmap_method == "sequential":
-            return None
-        result = jax.vmap(fn, in_axes=tuple(axes))(*args)
-        leaves = self._check_outputs(
-            result, tuple(((_batch_size(args, axes),) + tuple(s), d)
-                          for s, d in outs), out_tree,
-            f"the batched '{NUMBA_CUDA}' kernel")
-        return leaves, [0] * len(leaves)
-
-    def _check_batched(self, result, out_tree, outs, size):
-        n_outs = len(outs)
-        try:
-            outputs, out_axes = result
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"{self!r}: the batching rule must return (outputs, out_axes) "
-                f"or NotImplemented; got {_value_str(result)}") from None
-        leaves = _flatten_like(outputs, out_tree, n_outs)
-        if leaves is None:
-            raise TypeError(
-                f"{self!r}: the batching rule returned outputs "
-                f"{_value_str(outputs)}, which do not match outs")
-        if out_axes is None or isinstance(out_axes, (int, np.integer)):
-            axes = [out_axes] * n_outs
-        else:
-            try:
-                axes = out_tree.flatten_up_to(out_axes)
-            except (TypeError, ValueError):
-                axes = list(out_axes) if isinstance(out_axes, (tuple, list)) \
-                    else None
-            if axes is None or len(axes) != n_outs:
-                raise TypeError(
-                    f"{self!r}: the batching rule's out_axes {out_axes!r} "
-                    "must be an int, None, or have the structure of outs")
-        # Each output must be one unbatched output with the batch axis (of
-        # the vmapped size) at its out_axis, as JVP and transpose results
-        # are checked against outs.
-        for j, (leaf, ax, (shape, dtype)) in enumerate(
-                zip(leaves, axes, outs)):
-            got = tuple(np.shape(leaf))
-            if ax is None:
-                want = tuple(shape)
-            else:
-                ax = int(ax)
-                if not -len(shape) - 1 <= ax <= len(shape):
-                    raise TypeError(
-                        f"{self!r}: the batching rule gave output {j} "
-                        f"out_axis {ax}, outside the output's "
-                        f"{len(shape) + 1} axes")
-                ax = ax % (len(shape) + 1)
-                want = tuple(shape[:ax]) + (int(size),) + tuple(shape[ax:])
-            if got != want:
-                raise TypeError(
-                    f"{self!r}: the batching rule returned output {j} of "
-                    f"shape {got}, but outs declares {list(shape)} and the "
-                    f"batch of {size} at axis {ax} makes that {want}")
-            got_dtype = np.dtype(jnp.result_type(leaf))
-            if got_dtype != np.dtype(dtype):
-                raise TypeError(
-                    f"{self!r}: the batching rule returned output {j} of "
-                    f"dtype {got_dtype.name}, but outs declares "
-                    f"{np.dtype(dtype).name}")
-        return list(leaves), list(axes)
-
-    def _loop_batch(self, args, axes, params):
-        """The default batching rule: one call per element of the batch.
-
-        Correct for any kernel; unbatched inputs are passed to every call
-        unchanged (no copy), batched ones sliced along their axis.
-        """
-        mapped = [ax is not None for ax in axes]  # None: not batched
-        sliced = [jnp.moveaxis(a, ax, 0)
-                  for a, ax, m in zip(args, axes, mapped) if m]
-
-        def one(xs):
-            it = iter(xs)
-            full = [next(it) if m else a for a, m in zip(args, mapped)]
-            return self.primitive.bind(*full, **params)
-
-        results = jax.lax.map(one, sliced)
-        return list(results), [0] * len(results)
-
     @contextlib.contextmanager
     def _inherit(self, backends):
+        """While a user rule of this op runs (_custom_rules.py,
+        _custom_batching.py): its calls of this op use `backends`."""
         token = _inherited_backends.set(
             {**_inherited_backends.get(), id(self): backends})
         try:
             yield
         finally:
             _inherited_backends.reset(token)
-
-
-def _plain_value(x) -> bool:
-    """An array, or a tracer of jit: nothing that needs this op's rules."""
-    if not isinstance(x, jax.core.Tracer):
-        return True
-    return type(x).__name__ == "DynamicJaxprTracer"
-
-
-def _batch_size(args, axes) -> int:
-    return next(a.shape[ax] for a, ax in zip(args, axes) if ax is not None)
-
-
-def _abstract_eval(*avals, outs, **params):
-    del avals, params
-    return [jax.core.ShapedArray(shape, dtype) for shape, dtype in outs]
-
-
-def _outs_struct(outs, out_tree):
-    return jax.tree_util.tree_unflatten(
-        out_tree, [jax.ShapeDtypeStruct(s, d) for s, d in outs])
-
-
-def _flatten_like(value, out_tree, n: int) -> list | None:
-    """`value`'s leaves in the order of `out_tree`, or None if it doesn't fit.
-
-    Accepts the structure of ``outs`` itself, or a flat tuple/list of the
-    outputs in order (what a multi-output numbax op built from a flat list
-    of specs returns).
-    """
-    if n == 1 and out_tree.num_nodes == 1:
-        if isinstance(value, (tuple, list)) and len(value) == 1:
-            return [value[0]]
-        return [value]
-    try:
-        leaves = out_tree.flatten_up_to(value)
-    except (TypeError, ValueError):
-        leaves = list(value) if isinstance(value, (tuple, list)) else None
-    if leaves is None or len(leaves) != n:
-        return None
-    return list(leaves)
-
-
-def _outs_str(outs) -> str:
-    return ", ".join(f"{np.dtype(d).name}{list(s)}" for s, d in outs)
-
-
-def _value_str(value) -> str:
-    if hasattr(value, "shape") and hasattr(value, "dtype"):
-        return f"an array {np.dtype(value.dtype).name}{list(value.shape)}"
-    if isinstance(value, (tuple, list)):
-        return (f"a {type(value).__name__} of {len(value)}: ["
-                + ", ".join(_value_str(v) for v in value) + "]")
-    return f"{type(value).__name__}"

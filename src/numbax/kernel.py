@@ -10,15 +10,9 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import dispatch as _dispatch
 from jax.interpreters import batching, mlir
 
-try:  # jax >= 0.4.36
-    from jax.extend.core import Primitive
-except ImportError:  # pragma: no cover
-    from jax.core import Primitive
-
-from . import _checks, _core, _fast_launch, _fold, _numba, _registry
+from . import _checks, _compat, _core, _fast_launch, _fold, _numba, _registry
 
 _DEFAULT_BLOCKS = {1: None, 2: (16, 16), 3: (8, 8, 4)}
 
@@ -118,15 +112,12 @@ def _is_dispatcher(kernel) -> bool:
         return False
 
 
-numbax_kernel_p = Primitive("numbax_kernel")
-numbax_kernel_p.multiple_results = True
-# Eager calls compile the primitive alone, as jax does for its own.
-numbax_kernel_p.def_impl(partial(_dispatch.apply_primitive, numbax_kernel_p))
+numbax_kernel_p = _compat.eager_primitive("numbax_kernel")
 
 
 @numbax_kernel_p.def_abstract_eval
 def _abstract_eval(*args, op, out_shapes, batch, broadcast):
-    return [jax.core.ShapedArray(s, d) for s, d in out_shapes]
+    return [_compat.shaped_array(s, d) for s, d in out_shapes]
 
 
 def _lower(ctx, *args, op, out_shapes, batch, broadcast, platform):

@@ -12,6 +12,8 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from typing import Any
+
 import jax
 import numpy as np
 
@@ -116,7 +118,7 @@ def _numbax_kernel(env: Env):
 def _numbax_callable(env: Env, capture: bool, fast_launch: bool = True):
     def make(n):
         import numbax
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         if not fast_launch:
             # The same callable with every launch through Numba's Python
             # launch: the plain path as it was before fast launches.

@@ -7,6 +7,7 @@ import os
 import platform
 import sys
 from importlib import metadata
+from typing import Any
 
 from .impls import VS_CMD_BUFFER, VS_PLAIN
 
@@ -27,7 +28,7 @@ def add_ratios(rows: list[dict], comparable: bool = True) -> None:
     by_name = {r["name"]: r for r in rows}
 
     def get(name, *keys):
-        r = by_name.get(name) or {}
+        r: Any = by_name.get(name) or {}
         for k in keys:
             r = (r or {}).get(k)
         return r

@@ -1,0 +1,182 @@
+"""What an XLACustomKernel does under ``jax.vmap``.
+
+In order: the user's batching rule (``def_batching_rule``), its result
+checked against the call's ``outs`` and the batch; where there is none (or
+it returns NotImplemented) and the op's kernel is a ``numba_cuda_kernel``,
+that kernel vmapped, which runs the batch in one launch where that is
+provably the same as one launch per slice; otherwise a loop over the batch,
+one call per slice, which is always correct.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.interpreters import batching
+
+from ._custom_outs import check_outputs, flatten_like, outs_struct, value_str
+from ._custom_rules import check_rule_call
+
+if TYPE_CHECKING:
+    from .custom_kernel import XLACustomKernel
+
+
+def register(op: XLACustomKernel) -> None:
+    """Gives `op`'s primitive its batching rule (:func:`batch`)."""
+    batching.primitive_batchers[op.primitive] = partial(batch, op)
+
+
+def batch(op: XLACustomKernel, args, axes, *, outs, out_tree, backends,
+          static):
+    """The primitive's batching rule: the user's, the kernel's, or a loop."""
+    params = dict(outs=outs, out_tree=out_tree, backends=backends,
+                  static=static)
+    if op._batching_rule is not None:
+        check_rule_call(
+            op, op._batching_rule, "the batching rule",
+            (list(args), list(axes)),
+            dict(outs=outs_struct(outs, out_tree), **dict(static)))
+        with op._inherit(backends):
+            result = op._batching_rule(
+                list(args), list(axes), outs=outs_struct(outs, out_tree),
+                **dict(static))
+        if result is not NotImplemented:
+            size = next(a.shape[ax] for a, ax in zip(args, axes)
+                        if ax is not None)
+            return _check_batched(op, result, out_tree, outs, size)
+    folded = _kernel_batch(op, args, axes, outs, out_tree, backends, static)
+    if folded is not None:
+        return folded
+    return _loop_batch(op, args, axes, params)
+
+
+def _kernel_batch(op: XLACustomKernel, args, axes, outs, out_tree, backends,
+                  static):
+    """The default rule when the backend is a numbax kernel: vmap it.
+
+    ``numba_cuda_kernel``'s own batching then runs the batch in one
+    launch where that is the same as one per slice (docs/quickstart.md,
+    "vmap of a kernel"). Only where the result needs no rule of this op: under
+    ``jit`` or eagerly, not inside ``jvp``/``grad``/another ``vmap``,
+    whose tracers need this op's JVP, transpose or batching rules (the
+    loop keeps them). None where it does not apply.
+    """
+    from .custom_kernel import NUMBA_CUDA
+    from .kernel import NumbaCudaKernel
+    if not all(_plain_value(a) for a in args):
+        return None
+    fns = set()
+    for platform, backend in backends:
+        if backend is None:
+            continue
+        try:
+            fns.add(op._kernel_for(platform, backend, outs, out_tree,
+                                   static))
+        except Exception:  # lowering reports it, with its context
+            return None
+    if len(fns) != 1:
+        return None
+    fn = fns.pop()
+    if not isinstance(fn, NumbaCudaKernel) or \
+            fn.vmap_method == "sequential":
+        return None
+    result = jax.vmap(fn, in_axes=tuple(axes))(*args)
+    leaves = check_outputs(
+        op, result, tuple(((_batch_size(args, axes),) + tuple(s), d)
+                          for s, d in outs), out_tree,
+        f"the batched '{NUMBA_CUDA}' kernel")
+    return leaves, [0] * len(leaves)
+
+
+def _check_batched(op: XLACustomKernel, result, out_tree, outs, size):
+    """The user rule's (outputs, out_axes), checked against outs and the
+    batch size; TypeError naming the rule and the output otherwise."""
+    n_outs = len(outs)
+    try:
+        outputs, out_axes = result
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{op!r}: the batching rule must return (outputs, out_axes) "
+            f"or NotImplemented; got {value_str(result)}") from None
+    leaves = flatten_like(outputs, out_tree, n_outs)
+    if leaves is None:
+        raise TypeError(
+            f"{op!r}: the batching rule returned outputs "
+            f"{value_str(outputs)}, which do not match outs")
+    if out_axes is None or isinstance(out_axes, (int, np.integer)):
+        axes = [out_axes] * n_outs
+    else:
+        flat: list | None
+        try:
+            flat = out_tree.flatten_up_to(out_axes)
+        except (TypeError, ValueError):
+            flat = list(out_axes) if isinstance(out_axes, (tuple, list)) \
+                else None
+        if flat is None or len(flat) != n_outs:
+            raise TypeError(
+                f"{op!r}: the batching rule's out_axes {out_axes!r} "
+                "must be an int, None, or have the structure of outs")
+        axes = flat
+    # Each output must be one unbatched output with the batch axis (of
+    # the vmapped size) at its out_axis, as JVP and transpose results
+    # are checked against outs.
+    for j, (leaf, ax, (shape, dtype)) in enumerate(
+            zip(leaves, axes, outs)):
+        got = tuple(np.shape(leaf))
+        if ax is None:
+            want = tuple(shape)
+        else:
+            ax = int(ax)
+            if not -len(shape) - 1 <= ax <= len(shape):
+                raise TypeError(
+                    f"{op!r}: the batching rule gave output {j} "
+                    f"out_axis {ax}, outside the output's "
+                    f"{len(shape) + 1} axes")
+            ax = ax % (len(shape) + 1)
+            want = tuple(shape[:ax]) + (int(size),) + tuple(shape[ax:])
+        if got != want:
+            raise TypeError(
+                f"{op!r}: the batching rule returned output {j} of "
+                f"shape {got}, but outs declares {list(shape)} and the "
+                f"batch of {size} at axis {ax} makes that {want}")
+        got_dtype = np.dtype(jnp.result_type(leaf))
+        if got_dtype != np.dtype(dtype):
+            raise TypeError(
+                f"{op!r}: the batching rule returned output {j} of "
+                f"dtype {got_dtype.name}, but outs declares "
+                f"{np.dtype(dtype).name}")
+    return list(leaves), list(axes)
+
+
+def _loop_batch(op: XLACustomKernel, args, axes, params):
+    """The default batching rule: one call per element of the batch.
+
+    Correct for any kernel; unbatched inputs are passed to every call
+    unchanged (no copy), batched ones sliced along their axis.
+    """
+    mapped = [ax is not None for ax in axes]  # None: not batched
+    sliced = [jnp.moveaxis(a, ax, 0)
+              for a, ax, m in zip(args, axes, mapped) if m]
+
+    def one(xs):
+        it = iter(xs)
+        full = [next(it) if m else a for a, m in zip(args, mapped)]
+        return op.primitive.bind(*full, **params)
+
+    results = jax.lax.map(one, sliced)
+    return list(results), [0] * len(results)
+
+
+def _plain_value(x) -> bool:
+    """An array, or a tracer of jit: nothing that needs this op's rules."""
+    if not isinstance(x, jax.core.Tracer):
+        return True
+    return type(x).__name__ == "DynamicJaxprTracer"
+
+
+def _batch_size(args, axes) -> int:
+    return next(a.shape[ax] for a, ax in zip(args, axes) if ax is not None)
