@@ -298,6 +298,18 @@ def install_backend_start_hook(on_backend_started: Callable,
     return "none"  # registered when the first op is traced or created
 
 
+def declare_batch_partitionable_in_plugin_callback(target: str,
+                                                   c_api: Any) -> None:
+    """What jax.ffi.register_ffi_target_as_batch_partitionable does, for XLA
+    and for the plugin whose callback is running, without queueing a plugin
+    callback: that takes JAX's plugin-callback lock, which JAX holds while
+    it runs the callbacks (a hang on jax 0.11)."""
+    # jax._src, keep: xla_client's registration has no public name.
+    from jax._src.lib import xla_client
+    xla_client.register_custom_call_as_batch_partitionable(target)
+    xla_client.register_custom_call_as_batch_partitionable(target, c_api)
+
+
 def trace_base() -> type:
     """JAX's ``Trace`` class, for a trace that refuses every operation."""
     # jax._src, keep: jax.core.Trace is the same class, but the trace-state

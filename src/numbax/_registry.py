@@ -132,10 +132,8 @@ def _declare_batch_partitionable(plugin_c_api: Any = None) -> None:
         # queue a callback for later plugins: calling it here hangs the
         # process (seen on the H200 with jax 0.11). Declare for XLA and for
         # the plugin being started directly, as that function would.
-        from jax._src.lib import xla_client
         for target in BATCH_TARGETS.values():
-            xla_client.register_custom_call_as_batch_partitionable(target)
-            xla_client.register_custom_call_as_batch_partitionable(
+            _compat.declare_batch_partitionable_in_plugin_callback(
                 target, plugin_c_api)
     except Exception as exc:  # partitioning is an optimisation
         _log.warning(
@@ -212,7 +210,7 @@ def _on_plugins_discovered(*args, c_api: Any = None, **kwargs) -> None:
     backend has started yet; registering now reaches XLA at once.
 
     JAX calls this once per plugin (`c_api`) with its plugin locks held:
-    nothing here may call back into jax._src.xla_bridge."""
+    nothing here may call back into JAX's xla_bridge."""
     del args, kwargs
     _register_ready_platforms(c_api)
 

@@ -14,7 +14,8 @@ from jax.interpreters import batching, mlir
 
 from . import _checks, _compat, _core, _fast_launch, _fold, _numba, _registry
 
-_DEFAULT_BLOCKS = {1: None, 2: (16, 16), 3: (8, 8, 4)}
+# Per rank: 1-D launches use threads_per_block instead.
+_DEFAULT_BLOCKS: dict[int, tuple[int, ...]] = {2: (16, 16), 3: (8, 8, 4)}
 
 
 # CUDA's launch limits, the same on every device Numba CUDA supports.
@@ -488,7 +489,7 @@ class NumbaCudaKernel:
             op = op_ref()
             if op is None:
                 raise LookupError("the numba_cuda_kernel op was collected")
-            functions = []
+            functions: list[Any] = []
             for ordinal in range(len(cuda.gpus)):
                 functions.append(_core.call_on_device(
                     ordinal, lambda o=ordinal: op._load(compiled, grid, block, o)))
@@ -577,8 +578,8 @@ class NumbaCudaKernel:
         chunks of at most MAX_SLICES_PER_LAUNCH slices when folded)."""
         kernel, shared_mem = self.kernel, self.shared_mem
 
-        def launcher(*arrays):
-            *arrays, stream = arrays
+        def launcher(*args):
+            *arrays, stream = args
             if empty:
                 # As the GPU handler: outputs are zero-filled, except one
                 # aliased to an input, which keeps the input's values.
@@ -591,12 +592,12 @@ class NumbaCudaKernel:
             if batched is not None:
                 for start in range(0, batch, max_slices):
                     count = min(max_slices, batch - start)
-                    view = [a[0:1] if (i < n_in and broadcast[i])
-                            else a[start:start + count]
-                            for i, a in enumerate(arrays)]
+                    chunk = [a[0:1] if (i < n_in and broadcast[i])
+                             else a[start:start + count]
+                             for i, a in enumerate(arrays)]
                     chunk_grid = list(grid)
                     chunk_grid[fold_axis] = count
-                    batched[tuple(chunk_grid), block, stream, shared_mem](*view)
+                    batched[tuple(chunk_grid), block, stream, shared_mem](*chunk)
                 return None
             slices = range(batch) if batch else [None]
             for s in slices:
@@ -607,7 +608,8 @@ class NumbaCudaKernel:
                             for i, a in enumerate(arrays)]
                 kernel[grid[:3], block[:3], stream, shared_mem](*view)
             return None
-        launcher.__module__ = getattr(self._py_func, "__module__", None)
+        launcher.__module__ = getattr(
+            self._py_func, "__module__", None)  # type: ignore[assignment]
         launcher.__qualname__ = (
             getattr(self._py_func, "__qualname__", "kernel") + ".simulator")
         return launcher
