@@ -7,9 +7,10 @@
 #   bash scripts/gpu_check.sh [--no-bench] [--quick] [-- extra pytest args]
 #
 # Wheels in .whl/ (e.g. numpy<2.5 for numba-cuda 0.30) are installed first.
-# Logs and JSON go to $OUT (default /tmp/numbax-gpu). TEST_TIMEOUT and
-# BENCH_TIMEOUT (seconds, default none) bound the test and benchmark steps
-# (TEST_TIMEOUT each test run). The extra pytest args go to both test runs.
+# Logs and JSON go to $OUT (default /tmp/numbax-gpu). TEST_TIMEOUT,
+# MULTIGPU_TIMEOUT (default: TEST_TIMEOUT) and BENCH_TIMEOUT (seconds,
+# default none) bound the gpu tests, the multigpu tests and the benchmarks.
+# The extra pytest args go to both test runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -79,7 +80,7 @@ multigpu_status=0
 rm -f "$OUT/pytest-multigpu.log"
 if [ "$ngpu" -ge 2 ]; then
   echo "== multigpu tests ($ngpu GPUs)"
-  timeout "${TEST_TIMEOUT:-0}" $PY -m pytest -m multigpu -q -rs -p no:cacheprovider tests "${pytest_args[@]}" 2>&1 | tee "$OUT/pytest-multigpu.log"
+  timeout "${MULTIGPU_TIMEOUT:-${TEST_TIMEOUT:-0}}" $PY -m pytest -m multigpu -q -rs -p no:cacheprovider tests "${pytest_args[@]}" 2>&1 | tee "$OUT/pytest-multigpu.log"
   multigpu_status=${PIPESTATUS[0]}
   # 5: the extra pytest args selected none of them; not a failure.
   [ "$multigpu_status" = 5 ] && multigpu_status=0
