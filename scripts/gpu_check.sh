@@ -99,11 +99,20 @@ echo "== summary"
 closing_line() {
   grep -E '^(=+ )?[0-9]+ (passed|failed|errors?|skipped|deselected)|^(=+ )?no tests ran' "$1" | tail -1
 }
+# A process killed by a signal after pytest's summary (an abort or a crash
+# while it exits) must not read as a clean run.
+died() {
+  if [ "$1" = 124 ] || [ "$1" = 137 ]; then
+    echo " -- stopped by its timeout (exit status $1)"
+  elif [ "$1" -gt 128 ]; then
+    echo " -- then the process died with signal $(( $1 - 128 )) (exit status $1)"
+  fi
+}
 summary=$(closing_line "$OUT/pytest.log")
-echo "gpu tests: ${summary:-no pytest summary line (see $OUT/pytest.log)}"
+echo "gpu tests: ${summary:-no pytest summary line (see $OUT/pytest.log)}$(died "$test_status")"
 if [ -f "$OUT/pytest-multigpu.log" ]; then
   summary=$(closing_line "$OUT/pytest-multigpu.log")
-  echo "multigpu tests: ${summary:-no pytest summary line (see $OUT/pytest-multigpu.log)}"
+  echo "multigpu tests: ${summary:-no pytest summary line (see $OUT/pytest-multigpu.log)}$(died "$multigpu_status")"
 else
   echo "multigpu tests: not run ($ngpu GPU(s); they need 2)"
 fi
