@@ -38,7 +38,60 @@ def require_cuda():
             f"numbax needs Numba with CUDA support ({type(exc).__name__}: "
             f"{exc}); {_INSTALL_HINT}") from exc
     _check_numpy()
+    if not simulator_enabled():
+        hold_deallocations_at_exit()
     return cuda
+
+
+_exit_hold_registered = False
+_held_deallocations: list = []
+
+
+def hold_deallocations_at_exit() -> None:
+    """Registers (once, after numba.cuda is imported) an exit hook that stops
+    Numba flushing its pending deallocations while the process exits.
+
+    numba-cuda 0.30 loads a kernel used on two devices as one library
+    wrapped by a module per context, and at exit each module's finalizer
+    queues an unload of that one library; a flush of both contexts' queues
+    then unloads it twice, a double free inside the driver that aborts the
+    process after its work is done (seen with two H200s). The driver frees
+    everything at exit anyway. atexit runs hooks last-registered first, so
+    this one, registered after numba.cuda registered its own, runs before
+    the weakref finalizers that queue the unloads."""
+    global _exit_hold_registered
+    if _exit_hold_registered:
+        return
+    _exit_hold_registered = True
+    import atexit
+    atexit.register(_hold_numba_deallocations)
+
+
+def _hold_numba_deallocations() -> None:
+    try:
+        from numba.cuda.cudadrv import driver as numba_driver
+        # Only devices Numba has already set up: never start CUDA at exit.
+        devices = list(numba_driver.driver.devices.values())
+    except Exception:  # noqa: BLE001 - nothing to hold
+        return
+    for device in devices:
+        context = getattr(device, "primary_context", None)
+        if context is None:
+            continue
+        queues = [getattr(context, "deallocations", None),
+                  getattr(getattr(context, "memory_manager", None),
+                          "deallocations", None)]
+        for queue in queues:
+            if queue is None:
+                continue
+            try:
+                # Entered and never left: flushing stays off until exit. The
+                # context manager is kept: collecting it would leave it.
+                held = queue.disable()
+                held.__enter__()
+                _held_deallocations.append(held)
+            except Exception:  # noqa: BLE001 - another numba-cuda layout
+                pass
 
 
 def _check_numpy() -> None:

@@ -490,9 +490,10 @@ class NumbaCudaKernel:
             if op is None:
                 raise LookupError("the numba_cuda_kernel op was collected")
             functions: list[Any] = []
+            handles: dict = {}  # compute capability -> Numba's kernel handle
             for ordinal in range(len(cuda.gpus)):
-                functions.append(_core.call_on_device(
-                    ordinal, lambda o=ordinal: op._load(compiled, grid, block, o)))
+                functions.append(
+                    op._function_on(compiled, grid, block, ordinal, handles))
             # By keyword: a field that C++ (csrc/launch_plan.h) and this
             # call do not agree on fails here, at construction.
             return _core.LaunchPlan(
@@ -523,8 +524,35 @@ class NumbaCudaKernel:
                             self._fold_spec(avals, batch, broadcast)),
             make_entry)
 
-    def _load(self, compiled, grid, block, ordinal):
+    def _function_on(self, compiled, grid, block, ordinal, handles):
+        """The CUfunction of `compiled` in device `ordinal`'s primary context.
+
+        Numba keys compiled code by compute capability and loads it as a
+        context-independent library, so every device of one capability gets
+        the same kernel handle; but Numba's load on a second device wraps
+        that library in a second module, and both modules unload it when
+        Numba flushes its pending deallocations (at exit, or cuda.close()):
+        a double unload inside the driver, which aborted processes on two
+        H200s. So Numba loads each kernel once per compute capability, and
+        further devices get their function from the same handle. Kernels
+        with per-context setup (Numba's NRT) and cooperative kernels (whose
+        grid limit Numba computes per device) still load through Numba on
+        every device; _numba.hold_deallocations_at_exit covers those."""
+        from numba import cuda
+        library = compiled._codelibrary
+        capability = tuple(cuda.gpus[ordinal].compute_capability)
+        shareable = not (compiled.cooperative or library._setup_functions
+                         or library._teardown_functions)
+        handle = handles.get(capability) if shareable else None
+        if handle is not None:
+            return _core.kernel_function(handle, ordinal, self.shared_mem)
+        return _core.call_on_device(
+            ordinal, lambda: self._load(compiled, grid, block, ordinal,
+                                        handles, capability))
+
+    def _load(self, compiled, grid, block, ordinal, handles, capability):
         cufunc = compiled._codelibrary.get_cufunc()
+        handles.setdefault(capability, int(cufunc.handle))
         if compiled.cooperative:
             limit = compiled.max_cooperative_grid_blocks(block, self.shared_mem)
             if math.prod(grid) > limit:

@@ -1,0 +1,206 @@
+"""A kernel used on several devices, and Numba's unloads at exit.
+
+numba-cuda 0.30 loads a kernel as one context-independent library, keyed by
+compute capability; its load on a second device wraps that same library in
+a second module, and at exit both modules' unloads are flushed: a double
+unload in the driver that aborted test processes on two H200s after every
+test had passed. numbax (1) loads a kernel through Numba once per compute
+capability and gets further devices' functions from the same handle, and
+(2) stops Numba flushing its deallocation queues while the process exits.
+Both are checked here with Numba's own queue class and stand-ins for the
+driver; the GPU run checks the process exits cleanly.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from numbax import _core, _numba
+from numbax import kernel as kernel_mod
+
+
+class _Library:
+    def __init__(self, setup=()):
+        self._setup_functions = list(setup)
+        self._teardown_functions = []
+        self.loads = 0
+
+    def get_cufunc(self):
+        self.loads += 1
+
+        class Func:
+            handle = 0xC0DE
+        return Func()
+
+
+class _Compiled:
+    def __init__(self, cooperative=False, setup=()):
+        self.cooperative = cooperative
+        self._codelibrary = _Library(setup)
+
+    def max_cooperative_grid_blocks(self, block, shared_mem):
+        return 1 << 20
+
+
+class _Gpu:
+    def __init__(self, cc):
+        self.compute_capability = cc
+
+
+@pytest.fixture
+def fake_devices(monkeypatch):
+    """Devices of the given capabilities; records every function lookup."""
+    from numba import cuda
+    looked_up = []
+    monkeypatch.setattr(_core, "call_on_device",
+                        lambda ordinal, fn: ("bound", ordinal, fn()))
+    monkeypatch.setattr(
+        _core, "kernel_function",
+        lambda handle, ordinal, shared_mem=0:
+        looked_up.append((handle, ordinal)) or ("function", ordinal))
+
+    def make(*ccs):
+        monkeypatch.setattr(cuda, "gpus", [_Gpu(cc) for cc in ccs],
+                            raising=False)
+        return looked_up
+    return make
+
+
+def _functions(compiled, n):
+    handles = {}
+    op = object.__new__(kernel_mod.NumbaCudaKernel)  # no kernel needed
+    op.shared_mem = 0
+    return [op._function_on(compiled, (1, 1, 1), (32, 1, 1), o, handles)
+            for o in range(n)]
+
+
+def test_numba_loads_once_per_compute_capability(fake_devices):
+    looked_up = fake_devices((9, 0), (9, 0), (9, 0))
+    compiled = _Compiled()
+    functions = _functions(compiled, 3)
+    assert compiled._codelibrary.loads == 1
+    # Every device still gets its own function, from the one handle.
+    assert looked_up == [(0xC0DE, 0), (0xC0DE, 1), (0xC0DE, 2)]
+    assert functions[0][:2] == ("bound", 0)
+    assert functions[1:] == [("function", 1), ("function", 2)]
+
+
+def test_other_capabilities_load_through_numba(fake_devices):
+    fake_devices((9, 0), (8, 0), (9, 0))
+    compiled = _Compiled()
+    _functions(compiled, 3)
+    assert compiled._codelibrary.loads == 2  # 9.0 once, 8.0 once
+
+
+@pytest.mark.parametrize("compiled", [
+    _Compiled(cooperative=True), _Compiled(setup=[lambda module: None])],
+    ids=["cooperative", "per_context_setup"])
+def test_kernels_needing_each_context_load_on_every_device(
+        fake_devices, compiled):
+    fake_devices((9, 0), (9, 0))
+    _functions(compiled, 2)
+    assert compiled._codelibrary.loads == 2
+
+
+_HOLD_CHILD = textwrap.dedent(r"""
+    import logging
+    from numba.cuda.cudadrv import driver as numba_driver
+    from numbax import _numba
+
+    # Set when the driver initialises, which needs a GPU.
+    numba_driver._logger = getattr(numba_driver, "_logger",
+                                   logging.getLogger("numba.cuda"))
+
+    flushed = []
+
+    class Context:
+        def __init__(self):
+            self.deallocations = numba_driver._PendingDeallocs()
+
+    class Device:
+        primary_context = Context()
+
+    class Unused:
+        primary_context = None
+
+    numba_driver.driver.devices = {0: Device(), 1: Unused()}
+    _numba._hold_numba_deallocations()
+    queue = Device.primary_context.deallocations
+    for i in range(50):  # far past NUMBA_CUDA_MAX_PENDING_DEALLOCS_COUNT
+        queue.add_item(flushed.append, i)
+    print("RESULT", queue.is_disabled, flushed)
+""")
+
+
+def _run_real_numba_driver(code):
+    """Runs `code` with numba-cuda's real driver module (its deallocation
+    queues), which imports without a GPU when the simulator is off."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_held_queues_do_not_flush():
+    out = _run_real_numba_driver(_HOLD_CHILD)
+    assert "RESULT True []" in out, out
+
+
+_EXIT_CHILD = textwrap.dedent(r"""
+    import weakref
+    import logging
+    from numba.cuda.cudadrv import driver as numba_driver
+    from numbax import _numba
+
+    # Set when the driver initialises, which needs a GPU.
+    numba_driver._logger = getattr(numba_driver, "_logger",
+                                   logging.getLogger("numba.cuda"))
+
+    unloaded = []
+
+    class Context:
+        def __init__(self):
+            self.deallocations = numba_driver._PendingDeallocs()
+
+    class Device:
+        def __init__(self):
+            self.primary_context = Context()
+
+    numba_driver.driver.devices = {0: Device(), 1: Device()}
+    queues = [d.primary_context.deallocations
+              for d in numba_driver.driver.devices.values()]
+
+    class Module:
+        pass
+
+    modules = [Module() for _ in range(24)]
+    for i, module in enumerate(modules):
+        # As numba-cuda's module finalizers: at exit, queue an unload of the
+        # one library on each device's queue.
+        for queue in queues:
+            weakref.finalize(module, queue.add_item,
+                             lambda h: print("UNLOAD", h, flush=True), i)
+    if HOLD:
+        _numba.hold_deallocations_at_exit()
+    print("READY", flush=True)
+""")
+
+
+@pytest.mark.parametrize("hold", [False, True], ids=["numba_alone", "numbax"])
+def test_exit_never_flushes_unloads_with_numbax_hold(hold):
+    """At exit, weakref finalizers queue unloads; without the hold, Numba's
+    queues flush them (twice for a library shared by two devices); with
+    numbax's hook registered after numba.cuda, nothing is flushed."""
+    out = _run_real_numba_driver(f"HOLD = {hold}\n" + _EXIT_CHILD)
+    assert "READY" in out
+    unloads = [ln for ln in out.splitlines() if ln.startswith("UNLOAD")]
+    if hold:
+        assert unloads == [], out
+    else:
+        # What the hold prevents: libraries unloaded by both devices'
+        # queues, each twice.
+        assert unloads and len(unloads) == 2 * len(set(unloads)), out
