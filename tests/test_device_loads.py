@@ -204,3 +204,52 @@ def test_exit_never_flushes_unloads_with_numbax_hold(hold):
         # What the hold prevents: libraries unloaded by both devices'
         # queues, each twice.
         assert unloads and len(unloads) == 2 * len(set(unloads)), out
+
+
+_MANY_KERNELS_CHILD = textwrap.dedent(r"""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from numba import cuda
+    import numbax
+
+    def make(k):
+        # A distinct kernel (and compiled library) per k.
+        @cuda.jit
+        def add_k(x, out):
+            i = cuda.grid(1)
+            if i < x.size:
+                out[i] = x[i] + k
+        add_k.__qualname__ = f"add_{k}"
+        return add_k
+
+    n = 1024
+    x = np.random.default_rng(7).standard_normal(n).astype(np.float32)
+    for k in range(KERNELS):
+        op = numbax.numba_cuda_kernel(
+            make(k), jax.ShapeDtypeStruct((n,), jnp.float32), launch_dims=n,
+            name=f"exit_check_add_{k}")
+        got = np.asarray(jax.jit(op)(x))
+        np.testing.assert_allclose(got, x + np.float32(k), rtol=0, atol=0)
+    print("DONE", len(jax.devices()), flush=True)
+""")
+
+
+@pytest.mark.multigpu
+def test_process_with_many_kernels_on_several_gpus_exits_cleanly():
+    """The process that aborted on two H200s: more kernel ops than Numba's
+    pending-deallocation limit, every device visible. It must finish its
+    results and exit with status 0."""
+    from conftest import SIMULATOR
+    if SIMULATOR:
+        pytest.skip("the double unload is a CUDA driver fault: GPU only")
+    env = dict(os.environ)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    env.pop("JAX_PLATFORMS", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", "KERNELS = 24\n" + _MANY_KERNELS_CHILD],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert "DONE" in proc.stdout, proc.stderr[-4000:]
+    assert proc.returncode == 0, (
+        f"exit status {proc.returncode} after the results were complete\n"
+        + proc.stderr[-4000:])
