@@ -46,8 +46,9 @@ class _Compiled:
 
 
 class _Gpu:
-    def __init__(self, cc):
+    def __init__(self, cc, sms=132):
         self.compute_capability = cc
+        self.MULTIPROCESSOR_COUNT = sms
 
 
 @pytest.fixture
@@ -62,8 +63,10 @@ def fake_devices(monkeypatch):
         lambda handle, ordinal, shared_mem=0:
         looked_up.append((handle, ordinal)) or ("function", ordinal))
 
-    def make(*ccs):
-        monkeypatch.setattr(cuda, "gpus", [_Gpu(cc) for cc in ccs],
+    def make(*ccs, sms=None):
+        sms = sms or [132] * len(ccs)
+        monkeypatch.setattr(cuda, "gpus",
+                            [_Gpu(cc, n) for cc, n in zip(ccs, sms)],
                             raising=False)
         return looked_up
     return make
@@ -95,14 +98,44 @@ def test_other_capabilities_load_through_numba(fake_devices):
     assert compiled._codelibrary.loads == 2  # 9.0 once, 8.0 once
 
 
-@pytest.mark.parametrize("compiled", [
-    _Compiled(cooperative=True), _Compiled(setup=[lambda module: None])],
-    ids=["cooperative", "per_context_setup"])
-def test_kernels_needing_each_context_load_on_every_device(
-        fake_devices, compiled):
+def test_setup_callbacks_do_not_stop_sharing(fake_devices):
+    """float16 kernels carry module setup callbacks (numba-cuda's fp16 shim);
+    Numba runs them in bind() at compile time, never per device."""
     fake_devices((9, 0), (9, 0))
+    compiled = _Compiled(setup=[lambda module: None])
     _functions(compiled, 2)
+    assert compiled._codelibrary.loads == 1
+
+
+def test_cooperative_kernels_share_per_capability_and_sm_count(fake_devices):
+    fake_devices((9, 0), (9, 0), (9, 0), sms=[132, 132, 114])
+    compiled = _Compiled(cooperative=True)
+    _functions(compiled, 3)
+    # The third device has other SMs: its grid limit is computed (through
+    # Numba) again.
     assert compiled._codelibrary.loads == 2
+
+
+def test_cooperative_grid_over_the_limit_is_refused_on_shared_devices(
+        fake_devices):
+    """A device that shares the handle still has its grid checked against
+    the limit computed for its capability and SM count."""
+    fake_devices((9, 0), (9, 0))
+
+    class Small(_Compiled):
+        def max_cooperative_grid_blocks(self, block, shared_mem):
+            return 4
+
+    class Op(kernel_mod.NumbaCudaKernel):
+        _label = "numbax.numba_cuda_kernel(coop)"  # no kernel behind it
+
+    op = object.__new__(Op)
+    op.shared_mem = 0
+    compiled, handles = Small(cooperative=True), {}
+    op._function_on(compiled, (4, 1, 1), (32, 1, 1), 0, handles)
+    with pytest.raises(ValueError, match="device 1 can run at most 4"):
+        op._function_on(compiled, (8, 1, 1), (32, 1, 1), 1, handles)
+    assert compiled._codelibrary.loads == 1
 
 
 _HOLD_CHILD = textwrap.dedent(r"""
@@ -185,7 +218,9 @@ _EXIT_CHILD = textwrap.dedent(r"""
             weakref.finalize(module, queue.add_item,
                              lambda h: print("UNLOAD", h, flush=True), i)
     if HOLD:
-        _numba.hold_deallocations_at_exit()
+        # As op creation does (numbax.numba_cuda_kernel / _callable).
+        _numba.require_cuda()
+        assert _numba._exit_hold_registered
     print("READY", flush=True)
 """)
 
@@ -229,9 +264,19 @@ _MANY_KERNELS_CHILD = textwrap.dedent(r"""
         op = numbax.numba_cuda_kernel(
             make(k), jax.ShapeDtypeStruct((n,), jnp.float32), launch_dims=n,
             name=f"exit_check_add_{k}")
-        got = np.asarray(jax.jit(op)(x))
-        np.testing.assert_allclose(got, x + np.float32(k), rtol=0, atol=0)
-    print("DONE", len(jax.devices()), flush=True)
+        for device in jax.devices():  # every device runs its own function
+            got = np.asarray(jax.jit(op)(jax.device_put(x, device)))
+            np.testing.assert_allclose(got, x + np.float32(k), rtol=0, atol=0)
+    # No library may be wrapped by modules of two contexts: each would
+    # unload it.
+    from numba.cuda.cudadrv import driver as numba_driver
+    owners = {}
+    for device in numba_driver.driver.devices.values():
+        context = device.primary_context
+        for key in (context.modules if context is not None else ()):
+            owners.setdefault(key, []).append(device.id)
+    shared = sum(len(ids) > 1 for ids in owners.values())
+    print("DONE", len(jax.devices()), "shared libraries", shared, flush=True)
 """)
 
 
@@ -250,6 +295,11 @@ def test_process_with_many_kernels_on_several_gpus_exits_cleanly():
         [sys.executable, "-c", "KERNELS = 24\n" + _MANY_KERNELS_CHILD],
         capture_output=True, text=True, timeout=300, env=env)
     assert "DONE" in proc.stdout, proc.stderr[-4000:]
+    assert "shared libraries 0" in proc.stdout, proc.stdout
     assert proc.returncode == 0, (
         f"exit status {proc.returncode} after the results were complete\n"
         + proc.stderr[-4000:])
+    # A driver that refuses the second unload does not abort: Numba's
+    # finalizer raises, and Python only reports it.
+    for sign in ("Exception ignored", "CudaAPIError", "cuLibraryUnload"):
+        assert sign not in proc.stderr, proc.stderr[-4000:]

@@ -85,8 +85,10 @@ def _hold_numba_deallocations() -> None:
             if queue is None:
                 continue
             try:
-                # Entered and never left: flushing stays off until exit. The
-                # context manager is kept: collecting it would leave it.
+                # Entered and never left: flushing stays off through the
+                # exit finalizers. The context manager is kept (collecting
+                # it would leave it) until the interpreter's own teardown,
+                # when those finalizers have run.
                 held = queue.disable()
                 held.__enter__()
                 _held_deallocations.append(held)

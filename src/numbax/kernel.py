@@ -490,7 +490,9 @@ class NumbaCudaKernel:
             if op is None:
                 raise LookupError("the numba_cuda_kernel op was collected")
             functions: list[Any] = []
-            handles: dict = {}  # compute capability -> Numba's kernel handle
+            # compute capability -> Numba's kernel handle, and for
+            # cooperative kernels (capability, SMs) -> the grid limit.
+            handles: dict = {}
             for ordinal in range(len(cuda.gpus)):
                 functions.append(
                     op._function_on(compiled, grid, block, ordinal, handles))
@@ -534,16 +536,23 @@ class NumbaCudaKernel:
         Numba flushes its pending deallocations (at exit, or cuda.close()):
         a double unload inside the driver, which aborted processes on two
         H200s. So Numba loads each kernel once per compute capability, and
-        further devices get their function from the same handle. Kernels
-        with per-context setup (Numba's NRT) and cooperative kernels (whose
-        grid limit Numba computes per device) still load through Numba on
-        every device; _numba.hold_deallocations_at_exit covers those."""
+        further devices get their function from the same handle (module
+        setup callbacks run only in Numba's bind(), at compile time, never
+        per device). A cooperative kernel's grid limit depends on the
+        device's capability and multiprocessor count: it is computed once
+        per pair, through Numba, and a device that brings a new pair loads
+        through Numba (_numba.hold_deallocations_at_exit covers that)."""
         from numba import cuda
-        library = compiled._codelibrary
-        capability = tuple(cuda.gpus[ordinal].compute_capability)
-        shareable = not (compiled.cooperative or library._setup_functions
-                         or library._teardown_functions)
-        handle = handles.get(capability) if shareable else None
+        device = cuda.gpus[ordinal]
+        capability = tuple(device.compute_capability)
+        handle = handles.get(capability)
+        if compiled.cooperative:
+            limit = handles.get(
+                (capability, int(device.MULTIPROCESSOR_COUNT)))
+            if limit is None:
+                handle = None
+            else:
+                self._check_cooperative_grid(grid, limit, ordinal)
         if handle is not None:
             return _core.kernel_function(handle, ordinal, self.shared_mem)
         return _core.call_on_device(
@@ -554,15 +563,21 @@ class NumbaCudaKernel:
         cufunc = compiled._codelibrary.get_cufunc()
         handles.setdefault(capability, int(cufunc.handle))
         if compiled.cooperative:
+            from numba import cuda
             limit = compiled.max_cooperative_grid_blocks(block, self.shared_mem)
-            if math.prod(grid) > limit:
-                raise ValueError(
-                    f"{self._label}: the kernel synchronises its grid, so it is "
-                    f"launched cooperatively, but grid {grid} has "
-                    f"{math.prod(grid)} blocks and device {ordinal} can run "
-                    f"at most {limit} at once; shrink the grid (or launch_dims)")
+            sm_count = int(cuda.gpus[ordinal].MULTIPROCESSOR_COUNT)
+            handles[(capability, sm_count)] = limit
+            self._check_cooperative_grid(grid, limit, ordinal)
         return _core.kernel_function(int(cufunc.handle), ordinal,
                                      self.shared_mem)
+
+    def _check_cooperative_grid(self, grid, limit, ordinal):
+        if math.prod(grid) > limit:
+            raise ValueError(
+                f"{self._label}: the kernel synchronises its grid, so it is "
+                f"launched cooperatively, but grid {grid} has "
+                f"{math.prod(grid)} blocks and device {ordinal} can run "
+                f"at most {limit} at once; shrink the grid (or launch_dims)")
 
     # -- CPU: the same launch through Numba's simulator -------------------
     def _simulator_launcher(self, avals, out_shapes, batch, broadcast):
