@@ -260,10 +260,17 @@ _MANY_KERNELS_CHILD = textwrap.dedent(r"""
 
     n = 1024
     x = np.random.default_rng(7).standard_normal(n).astype(np.float32)
+    spec = jax.ShapeDtypeStruct((n,), jnp.float32)
     for k in range(KERNELS):
-        op = numbax.numba_cuda_kernel(
-            make(k), jax.ShapeDtypeStruct((n,), jnp.float32), launch_dims=n,
-            name=f"exit_check_add_{k}")
+        kernel = make(k)
+        if MODE == "kernel":
+            op = numbax.numba_cuda_kernel(kernel, spec, launch_dims=n,
+                                          name=f"exit_check_add_{k}")
+        else:  # func's own launch: Numba loads it on each device itself
+            op = numbax.numba_cuda_callable(
+                lambda x, out, stream, kernel=kernel:
+                kernel[(n + 255) // 256, 256, stream](x, out),
+                spec, name=f"exit_check_launch_{k}")
         for device in jax.devices():  # every device runs its own function
             got = np.asarray(jax.jit(op)(jax.device_put(x, device)))
             np.testing.assert_allclose(got, x + np.float32(k), rtol=0, atol=0)
@@ -281,10 +288,13 @@ _MANY_KERNELS_CHILD = textwrap.dedent(r"""
 
 
 @pytest.mark.multigpu
-def test_process_with_many_kernels_on_several_gpus_exits_cleanly():
-    """The process that aborted on two H200s: more kernel ops than Numba's
-    pending-deallocation limit, every device visible. It must finish its
-    results and exit with status 0."""
+@pytest.mark.parametrize("mode", ["kernel", "callable"])
+def test_process_with_many_kernels_on_several_gpus_exits_cleanly(mode):
+    """The process that aborted on two H200s: more kernels than Numba's
+    pending-deallocation limit, run on every device. It must finish its
+    results and exit with status 0. Kernel ops never put a library in two
+    Numba contexts; a callable's own launches do (Numba loads per device),
+    and numbax's exit hold keeps Numba from unloading those twice."""
     from conftest import SIMULATOR
     if SIMULATOR:
         pytest.skip("the double unload is a CUDA driver fault: GPU only")
@@ -292,10 +302,12 @@ def test_process_with_many_kernels_on_several_gpus_exits_cleanly():
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     env.pop("JAX_PLATFORMS", None)
     proc = subprocess.run(
-        [sys.executable, "-c", "KERNELS = 24\n" + _MANY_KERNELS_CHILD],
+        [sys.executable, "-c",
+         f"KERNELS = 24\nMODE = {mode!r}\n" + _MANY_KERNELS_CHILD],
         capture_output=True, text=True, timeout=300, env=env)
     assert "DONE" in proc.stdout, proc.stderr[-4000:]
-    assert "shared libraries 0" in proc.stdout, proc.stdout
+    if mode == "kernel":
+        assert "shared libraries 0" in proc.stdout, proc.stdout
     assert proc.returncode == 0, (
         f"exit status {proc.returncode} after the results were complete\n"
         + proc.stderr[-4000:])
