@@ -138,6 +138,36 @@ def test_cooperative_grid_over_the_limit_is_refused_on_shared_devices(
     assert compiled._codelibrary.loads == 1
 
 
+def test_concurrent_plans_load_through_numba_once(fake_devices):
+    """Numba's get_cufunc checks its per-device cache and then loads; two
+    programs instantiated at once must not both load (two modules over one
+    library in one context, unloaded twice later)."""
+    import threading
+    import time
+    fake_devices((9, 0))
+
+    class RacyLibrary(_Library):
+        def __init__(self):
+            super().__init__()
+            self.cache = None
+
+        def get_cufunc(self):
+            if self.cache is None:
+                time.sleep(0.05)  # the driver call, GIL released
+                self.cache = super().get_cufunc()
+            return self.cache
+
+    compiled = _Compiled()
+    compiled._codelibrary = RacyLibrary()
+    threads = [threading.Thread(target=_functions, args=(compiled, 1))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert compiled._codelibrary.loads == 1
+
+
 _HOLD_CHILD = textwrap.dedent(r"""
     import logging
     from numba.cuda.cudadrv import driver as numba_driver

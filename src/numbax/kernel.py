@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from functools import partial
 from typing import Any, Sequence
@@ -16,6 +17,9 @@ from . import _checks, _compat, _core, _fast_launch, _fold, _numba, _registry
 
 # Per rank: 1-D launches use threads_per_block instead.
 _DEFAULT_BLOCKS: dict[int, tuple[int, ...]] = {2: (16, 16), 3: (8, 8, 4)}
+
+# Serialises Numba's kernel loads at plan time (NumbaCudaKernel._load).
+_NUMBA_LOAD_LOCK = threading.Lock()
 
 
 # CUDA's launch limits, the same on every device Numba CUDA supports.
@@ -560,7 +564,12 @@ class NumbaCudaKernel:
                                         handles, capability))
 
     def _load(self, compiled, grid, block, ordinal, handles, capability):
-        cufunc = compiled._codelibrary.get_cufunc()
+        # XLA may instantiate programs on several threads at once, and
+        # Numba's get_cufunc checks its per-device cache, then loads: two
+        # threads could both load, two modules over one library in one
+        # context, unloaded twice later.
+        with _NUMBA_LOAD_LOCK:
+            cufunc = compiled._codelibrary.get_cufunc()
         handles.setdefault(capability, int(cufunc.handle))
         if compiled.cooperative:
             from numba import cuda
