@@ -215,6 +215,11 @@ ffi::Error CallSite::CheckNothingKept(PyObject* const* args, size_t n,
   return ffi::Error::Success();
 }
 
+ffi::Error CallSite::ShuttingDown() const {
+  return ffi::Error::Internal(OpMessage(
+      OpKind::kCallable, key_, "the Python interpreter is shutting down"));
+}
+
 ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
                             Platform platform, int device, void* stream) {
   ++Counters().calls;

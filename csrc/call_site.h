@@ -41,6 +41,10 @@ class CallSite {
   CallSite& operator=(const CallSite&) = delete;
 
   const std::string& key() const { return key_; }
+
+  // The error a call returns when numbax's exit hook has stopped Python
+  // use (InterpreterUse not admitted).
+  ::xla::ffi::Error ShuttingDown() const;
   int64_t num_inputs() const { return num_inputs_; }
   int64_t num_outputs() const { return num_outputs_; }
   int64_t num_scratch() const { return num_scratch_; }

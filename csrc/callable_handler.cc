@@ -37,11 +37,7 @@ ffi::Error Run(CallSite* site, ffi::RemainingArgs args, ffi::RemainingRets rets,
     return err;
   }
   InterpreterUse use;
-  if (!use.admitted()) {
-    return ffi::Error::Internal(
-        OpMessage(OpKind::kCallable, site->key(),
-                  "the Python interpreter is shutting down"));
-  }
+  if (!use.admitted()) return site->ShuttingDown();
   GilScope gil;
   return site->Invoke(buffers, platform, device, stream);
 }

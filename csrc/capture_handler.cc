@@ -100,11 +100,7 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
   DeviceBinding bind(*driver, device);
   if (!bind.ok()) return ffi::Error::Internal("numbax: " + bind.Error());
   InterpreterUse use;
-  if (!use.admitted()) {
-    return ffi::Error::Internal(
-        OpMessage(OpKind::kCallable, site->key(),
-                  "the Python interpreter is shutting down"));
-  }
+  if (!use.admitted()) return site->ShuttingDown();
   GilScope gil;
   if (!site->graphs.Warmed(device)) {
     // First call on this device runs plainly: Numba compiles and loads its

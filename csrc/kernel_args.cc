@@ -49,11 +49,17 @@ void** KernelArgs::params() {
   return params_.data();
 }
 
-bool AddBatchSlice(const BufferView& view, int64_t batch, int64_t index,
-                   bool reuse, KernelArgs* args) {
-  const DTypeInfo* info = LookupDType(view.dtype);
-  if (info == nullptr || view.rank < 1 || view.dims == nullptr || batch < 1 ||
-      index < 0 || index >= batch) {
+namespace {
+
+// Where slices [start, start + count) of a batched view begin (slice 0 for
+// every one when `reuse`: a broadcast input), and its dtype. False when the
+// view is not a batch of `batch` slices, or the range is not inside it.
+bool BatchStart(const BufferView& view, int64_t batch, int64_t start,
+                int64_t count, bool reuse, const DTypeInfo** info,
+                void** data) {
+  *info = LookupDType(view.dtype);
+  if (*info == nullptr || view.rank < 1 || view.dims == nullptr || batch < 1 ||
+      start < 0 || count < 1 || start > batch - count) {
     return false;
   }
   const int64_t slices = view.dims[0];
@@ -62,27 +68,30 @@ bool AddBatchSlice(const BufferView& view, int64_t batch, int64_t index,
   // Device addresses: integer arithmetic, never a host pointer's.
   const uintptr_t base = reinterpret_cast<uintptr_t>(view.data);
   const uintptr_t offset =
-      reuse ? 0 : static_cast<uintptr_t>(index) * slice_bytes;
-  void* data = base ? reinterpret_cast<void*>(base + offset) : nullptr;
+      reuse ? 0 : static_cast<uintptr_t>(start) * slice_bytes;
+  *data = base ? reinterpret_cast<void*>(base + offset) : nullptr;
+  return true;
+}
+
+}  // namespace
+
+bool AddBatchSlice(const BufferView& view, int64_t batch, int64_t index,
+                   bool reuse, KernelArgs* args) {
+  const DTypeInfo* info;
+  void* data;
+  if (!BatchStart(view, batch, index, 1, reuse, &info, &data)) return false;
   args->AddArray(data, view.dims + 1, view.rank - 1, info->itemsize);
   return true;
 }
 
 bool AddBatchChunk(const BufferView& view, int64_t batch, int64_t start,
                    int64_t count, bool reuse, KernelArgs* args) {
-  const DTypeInfo* info = LookupDType(view.dtype);
-  if (info == nullptr || view.rank < 1 || view.rank > kMaxChunkRank ||
-      view.dims == nullptr || batch < 1 || start < 0 || count < 1 ||
-      start > batch - count) {
+  const DTypeInfo* info;
+  void* data;
+  if (view.rank > kMaxChunkRank ||
+      !BatchStart(view, batch, start, count, reuse, &info, &data)) {
     return false;
   }
-  const int64_t slices = view.dims[0];
-  if (reuse ? slices < 1 : slices != batch) return false;
-  const size_t slice_bytes = view.nbytes / static_cast<size_t>(slices);
-  const uintptr_t base = reinterpret_cast<uintptr_t>(view.data);
-  const uintptr_t offset =
-      reuse ? 0 : static_cast<uintptr_t>(start) * slice_bytes;
-  void* data = base ? reinterpret_cast<void*>(base + offset) : nullptr;
   int64_t dims[kMaxChunkRank];
   dims[0] = reuse ? 1 : count;
   for (int64_t i = 1; i < view.rank; ++i) dims[i] = view.dims[i];

@@ -693,6 +693,12 @@ VMAP_METHODS = (None, "expand_dims", "broadcast_all", "legacy_vectorized",
                 "sequential")
 
 
+def _int_in(value, low: int, high: int) -> bool:
+    """An int (not a bool) from `low` to `high`."""
+    return (not isinstance(value, bool)
+            and isinstance(value, (int, np.integer)) and low <= value <= high)
+
+
 def check_launch_configuration(*, grid, block, launch_dims, threads_per_block,
                                shared_mem, vmap_method):
     """(grid, block, launch_dims) checked; ValueError for a bad configuration.
@@ -704,15 +710,11 @@ def check_launch_configuration(*, grid, block, launch_dims, threads_per_block,
         raise ValueError(
             f"numba_cuda_kernel: vmap_method must be one of "
             f"{', '.join(map(repr, VMAP_METHODS))}; got {vmap_method!r}")
-    if isinstance(threads_per_block, bool) or not isinstance(
-            threads_per_block, (int, np.integer)) or not (
-                1 <= threads_per_block <= MAX_THREADS_PER_BLOCK):
+    if not _int_in(threads_per_block, 1, MAX_THREADS_PER_BLOCK):
         raise ValueError(
             f"threads_per_block must be an int from 1 to "
             f"{MAX_THREADS_PER_BLOCK} (CUDA's limit), got {threads_per_block!r}")
-    if isinstance(shared_mem, bool) or not isinstance(
-            shared_mem, (int, np.integer)) or not (
-                0 <= shared_mem <= MAX_SHARED_MEM):
+    if not _int_in(shared_mem, 0, MAX_SHARED_MEM):
         raise ValueError(
             f"shared_mem must be an int >= 0 bytes (below 2**31), got "
             f"{shared_mem!r}")
