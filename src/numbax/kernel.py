@@ -696,7 +696,8 @@ VMAP_METHODS = (None, "expand_dims", "broadcast_all", "legacy_vectorized",
 def _int_in(value, low: int, high: int) -> bool:
     """An int (not a bool) from `low` to `high`."""
     return (not isinstance(value, bool)
-            and isinstance(value, (int, np.integer)) and low <= value <= high)
+            and isinstance(value, (int, np.integer))
+            and low <= int(value) <= high)
 
 
 def check_launch_configuration(*, grid, block, launch_dims, threads_per_block,
