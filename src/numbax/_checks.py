@@ -205,11 +205,21 @@ VMAP_METHODS = (None, "sequential", "sequential_unrolled", "expand_dims",
                 "broadcast_all", "legacy_vectorized")
 
 
-def check_vmap_method(vmap_method, op: str) -> None:
-    if vmap_method not in VMAP_METHODS:
+def check_vmap_method(vmap_method, op: str,
+                      methods: tuple = VMAP_METHODS) -> None:
+    if not isinstance(vmap_method, (str, type(None))) or \
+            vmap_method not in methods:
         raise ValueError(
             f"{op}: vmap_method must be one of "
-            f"{', '.join(repr(m) for m in VMAP_METHODS)}; got {vmap_method!r}")
+            f"{', '.join(repr(m) for m in methods)}; got {vmap_method!r}")
+
+
+def check_bool(value, name: str, op: str) -> None:
+    """TypeError unless `value` is True or False (a numpy bool too)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(
+            f"{op}: {name} must be True or False, got "
+            f"{type(value).__name__}: {value!r}")
 
 
 def arg_layout(n_in: int, n_out: int, n_scratch: int = 0,

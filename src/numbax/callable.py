@@ -17,7 +17,7 @@ class NumbaCudaCallable:
                  scratch, capture, name, batch_partitionable=False,
                  has_side_effect=False, fast_launch=True):
         self.func = func  # strong: the registry refers to it weakly
-        op = f"numba_cuda_callable({_registry.base_name(func)})"
+        self._label = op = f"numba_cuda_callable({_registry.base_name(func)})"
         self.out_specs, self.out_tree = _checks.normalize_outs(outs, op=op)
         self.scratch_specs = []
         if scratch is not None:
@@ -78,7 +78,7 @@ class NumbaCudaCallable:
         return _registry.program_key(self.func, self._group, call, entry)
 
     def __call__(self, *args):
-        op = f"numba_cuda_callable({_registry.base_name(self.func)})"
+        op = self._label
         inputs = _checks.as_input_arrays(args, op)
         aliases = _checks.check_aliases(self.input_output_aliases, inputs,
                                         self.out_specs, op)
@@ -239,24 +239,15 @@ def numba_cuda_callable(
             f"{type(func).__name__}: {func!r}; pass the Python function that "
             "launches your kernels, func(inputs..., outputs..., stream)")
     _checks.check_vmap_method(vmap_method, "numba_cuda_callable")
-    if not isinstance(capture, (bool, np.bool_)):
-        raise TypeError(
-            f"numba_cuda_callable: capture must be True or False, got "
-            f"{type(capture).__name__}: {capture!r}")
-    if not isinstance(has_side_effect, (bool, np.bool_)):
-        raise TypeError(
-            f"numba_cuda_callable: has_side_effect must be True or False, "
-            f"got {type(has_side_effect).__name__}: {has_side_effect!r}")
+    _checks.check_bool(capture, "capture", "numba_cuda_callable")
+    _checks.check_bool(has_side_effect, "has_side_effect", "numba_cuda_callable")
     if batch_partitionable and vmap_method == "legacy_vectorized":
         raise ValueError(
             "numba_cuda_callable: batch_partitionable=True cannot be combined "
             "with vmap_method='legacy_vectorized' (deprecated in JAX, and not "
             "a batching numbax's partitionable call implements); use "
             "'expand_dims', 'broadcast_all' or 'sequential'")
-    if not isinstance(fast_launch, (bool, np.bool_)):
-        raise TypeError(
-            f"numba_cuda_callable: fast_launch must be True or False, got "
-            f"{type(fast_launch).__name__}: {fast_launch!r}")
+    _checks.check_bool(fast_launch, "fast_launch", "numba_cuda_callable")
     if name is not None and not isinstance(name, str):
         raise TypeError(
             f"numba_cuda_callable: name must be a str (a stable name for the "

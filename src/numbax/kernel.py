@@ -676,9 +676,8 @@ class NumbaCudaKernel:
                 _checks.arg_layout(len(inputs), len(self.out_specs)),
                 what="kernel")
             self._arities_checked.add(nargs)
-        aliases = _checks.check_aliases(self.input_output_aliases, inputs,
-                                        self.out_specs, op)
-        del aliases
+        _checks.check_aliases(self.input_output_aliases, inputs,
+                              self.out_specs, op)
         outs = numbax_kernel_p.bind(
             *inputs, op=self,
             out_shapes=tuple((tuple(s.shape), np.dtype(s.dtype))
@@ -706,11 +705,7 @@ def check_launch_configuration(*, grid, block, launch_dims, threads_per_block,
 
     Pure: needs neither the kernel nor Numba.
     """
-    if not isinstance(vmap_method, (str, type(None))) or \
-            vmap_method not in VMAP_METHODS:
-        raise ValueError(
-            f"numba_cuda_kernel: vmap_method must be one of "
-            f"{', '.join(map(repr, VMAP_METHODS))}; got {vmap_method!r}")
+    _checks.check_vmap_method(vmap_method, "numba_cuda_kernel", VMAP_METHODS)
     if not _int_in(threads_per_block, 1, MAX_THREADS_PER_BLOCK):
         raise ValueError(
             f"threads_per_block must be an int from 1 to "
