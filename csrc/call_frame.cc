@@ -113,22 +113,30 @@ ffi::AnyBuffer Unwrap(ffi::Result<ffi::AnyBuffer> b) { return *b.operator->(); }
 template <typename Remaining>
 ffi::Error DecodeAll(const Remaining& list, const char* kind,
                      std::vector<BufferView>* out) {
+  // The buffer's name ("argument 2") is formatted only for an error: this
+  // runs for every buffer of every call.
   char what[48];
-  for (size_t i = 0; i < list.size(); ++i) {
+  auto name = [&](size_t i) {
     std::snprintf(what, sizeof(what), "%s %zu", kind, i);
+    return what;
+  };
+  for (size_t i = 0; i < list.size(); ++i) {
     auto buffer = list.template get<ffi::AnyBuffer>(i);
     if (buffer.has_error()) {
       return ffi::Error::InvalidArgument(
-          std::string(what) + " is not a buffer: " + buffer.error().message());
+          std::string(name(i)) +
+          " is not a buffer: " + buffer.error().message());
     }
     const ffi::AnyBuffer any = Unwrap(*buffer);
     const auto dims = any.dimensions();
+    const auto rank = static_cast<int64_t>(dims.size());
     BufferView view;
-    if (ffi::Error err =
-            DecodeBuffer(any.element_type(), any.untyped_data(), dims.begin(),
-                         static_cast<int64_t>(dims.size()), what, &view);
-        err.failure()) {
-      return err;
+    if (DecodeBuffer(any.element_type(), any.untyped_data(), dims.begin(), rank,
+                     "", &view)
+            .failure()) {
+      // Decoding is deterministic: again, with the name, for the message.
+      return DecodeBuffer(any.element_type(), any.untyped_data(), dims.begin(),
+                          rank, name(i), &view);
     }
     out->push_back(view);
   }

@@ -129,6 +129,21 @@ CUresult PrimaryContext(const Driver& driver, int ordinal, CUcontext* out) {
   return CUDA_SUCCESS;
 }
 
+CUresult LaunchKernel(const Driver& driver, CUfunction function,
+                      const unsigned grid[3], const unsigned block[3],
+                      unsigned shared_mem, bool cooperative, CUstream stream,
+                      void** params) {
+  if (!cooperative) {
+    return driver.cuLaunchKernel(function, grid[0], grid[1], grid[2], block[0],
+                                 block[1], block[2], shared_mem, stream, params,
+                                 nullptr);
+  }
+  if (!driver.cuLaunchCooperativeKernel) return CUDA_ERROR_NOT_FOUND;
+  return driver.cuLaunchCooperativeKernel(function, grid[0], grid[1], grid[2],
+                                          block[0], block[1], block[2],
+                                          shared_mem, stream, params);
+}
+
 bool KernelFunction(const Driver& driver, CUkernel kernel, int64_t shared_mem,
                     CUfunction* out, std::string* error) {
   CUfunction f = nullptr;

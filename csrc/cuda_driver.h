@@ -76,6 +76,13 @@ std::string ErrorText(const Driver& driver, CUresult result);
 // Returns CUDA_SUCCESS or the driver's error.
 CUresult PrimaryContext(const Driver& driver, int ordinal, CUcontext* out);
 
+// Launches `function` (cooperatively when asked), or returns
+// CUDA_ERROR_NOT_FOUND when the driver has no cooperative launch.
+CUresult LaunchKernel(const Driver& driver, CUfunction function,
+                      const unsigned grid[3], const unsigned block[3],
+                      unsigned shared_mem, bool cooperative, CUstream stream,
+                      void** params);
+
 // The function of a Numba kernel handle in the current context, loaded
 // there now (a CUkernel, where the driver has cuKernelGetFunction; else the
 // handle is already a CUfunction), with its dynamic shared memory limit

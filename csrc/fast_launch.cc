@@ -642,7 +642,7 @@ PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
   const cuda::Driver* driver = cuda::Load();
   void** params = packed.params();
   const auto stream = static_cast<cuda::CUstream>(call->stream);
-  cuda::CUresult r = 500;  // CUDA_ERROR_NOT_FOUND
+  cuda::CUresult r;
   if (driver == nullptr) {
     r = 3;  // CUDA_ERROR_NOT_INITIALIZED: let Numba report it
   } else {
@@ -651,15 +651,8 @@ PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
     // it (a host callback) may need the GIL to drain. `plan` is held until
     // the GIL is back, so its Python references are released with it.
     Py_BEGIN_ALLOW_THREADS;
-    if (!p.cooperative) {
-      r = driver->cuLaunchKernel(p.function, p.grid[0], p.grid[1], p.grid[2],
-                                 p.block[0], p.block[1], p.block[2],
-                                 p.shared_mem, stream, params, nullptr);
-    } else if (driver->cuLaunchCooperativeKernel) {
-      r = driver->cuLaunchCooperativeKernel(
-          p.function, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1],
-          p.block[2], p.shared_mem, stream, params);
-    }
+    r = cuda::LaunchKernel(*driver, p.function, p.grid, p.block, p.shared_mem,
+                           p.cooperative, stream, params);
     Py_END_ALLOW_THREADS;
   }
   if (r != cuda::CUDA_SUCCESS) {

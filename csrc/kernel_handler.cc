@@ -34,14 +34,8 @@ ffi::Error LaunchError(const KernelSite& site, const cuda::Driver& driver,
 cuda::CUresult Launch(const cuda::Driver& driver, const LaunchPlan& plan,
                       cuda::CUfunction function, cuda::CUstream stream,
                       const std::array<unsigned, 3>& grid, void** params) {
-  if (plan.cooperative) {
-    return driver.cuLaunchCooperativeKernel(
-        function, grid[0], grid[1], grid[2], plan.block[0], plan.block[1],
-        plan.block[2], plan.shared_mem, stream, params);
-  }
-  return driver.cuLaunchKernel(function, grid[0], grid[1], grid[2],
-                               plan.block[0], plan.block[1], plan.block[2],
-                               plan.shared_mem, stream, params, nullptr);
+  return cuda::LaunchKernel(driver, function, grid.data(), plan.block.data(),
+                            plan.shared_mem, plan.cooperative, stream, params);
 }
 
 // vmap in one launch: the generated batched kernel gets whole batched

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -183,6 +184,51 @@ TEST(KernelFunction, RefusalsSayWhichStepFailed) {
             "shared_mem=100000 bytes is more than the device allows: "
             "CUDA_ERROR_OUT_OF_MEMORY (out of memory)");
   g_set_attribute_result = cuda::CUDA_SUCCESS;
+}
+
+}  // namespace
+
+namespace {
+
+unsigned g_launched[7];
+int g_plain = 0, g_cooperative = 0;
+
+TEST(LaunchKernel, PlainAndCooperativeGoToTheirEntryPoints) {
+  cuda::Driver d{};
+  d.cuLaunchKernel = [](cuda::CUfunction, unsigned gx, unsigned gy, unsigned gz,
+                        unsigned bx, unsigned by, unsigned bz, unsigned smem,
+                        cuda::CUstream, void**, void**) {
+    ++g_plain;
+    const unsigned got[7] = {gx, gy, gz, bx, by, bz, smem};
+    std::copy(got, got + 7, g_launched);
+    return cuda::CUDA_SUCCESS;
+  };
+  d.cuLaunchCooperativeKernel = [](cuda::CUfunction, unsigned, unsigned,
+                                   unsigned, unsigned, unsigned, unsigned,
+                                   unsigned, cuda::CUstream, void**) {
+    ++g_cooperative;
+    return cuda::CUDA_SUCCESS;
+  };
+  const unsigned grid[3] = {4, 2, 1}, block[3] = {32, 8, 1};
+  EXPECT_EQ(
+      cuda::LaunchKernel(d, nullptr, grid, block, 96, false, nullptr, nullptr),
+      cuda::CUDA_SUCCESS);
+  EXPECT_EQ(g_plain, 1);
+  const unsigned want[7] = {4, 2, 1, 32, 8, 1, 96};
+  EXPECT_TRUE(std::equal(want, want + 7, g_launched));
+  EXPECT_EQ(
+      cuda::LaunchKernel(d, nullptr, grid, block, 0, true, nullptr, nullptr),
+      cuda::CUDA_SUCCESS);
+  EXPECT_EQ(g_cooperative, 1);
+  EXPECT_EQ(g_plain, 1);
+}
+
+TEST(LaunchKernel, CooperativeWithoutTheEntryPointIsNotFoundNotACrash) {
+  cuda::Driver d{};  // an old driver: no cuLaunchCooperativeKernel
+  const unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+  EXPECT_EQ(
+      cuda::LaunchKernel(d, nullptr, grid, block, 0, true, nullptr, nullptr),
+      cuda::CUDA_ERROR_NOT_FOUND);
 }
 
 }  // namespace
