@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import batching
 
+from . import _batching
 from ._custom_outs import check_outputs, flatten_like, outs_struct, value_str
 from ._custom_rules import check_rule_call
 
@@ -45,9 +46,8 @@ def batch(op: XLACustomKernel, args, axes, *, outs, out_tree, backends,
                 list(args), list(axes), outs=outs_struct(outs, out_tree),
                 **dict(static))
         if result is not NotImplemented:
-            size = next(a.shape[ax] for a, ax in zip(args, axes)
-                        if ax is not None)
-            return _check_batched(op, result, out_tree, outs, size)
+            return _check_batched(op, result, out_tree, outs,
+                                  _batching.batch_size(args, axes))
     folded = _kernel_batch(op, args, axes, outs, out_tree, backends, static)
     if folded is not None:
         return folded
@@ -86,7 +86,7 @@ def _kernel_batch(op: XLACustomKernel, args, axes, outs, out_tree, backends,
         return None
     result = jax.vmap(fn, in_axes=tuple(axes))(*args)
     leaves = check_outputs(
-        op, result, tuple(((_batch_size(args, axes),) + tuple(s), d)
+        op, result, tuple(((_batching.batch_size(args, axes),) + tuple(s), d)
                           for s, d in outs), out_tree,
         f"the batched '{NUMBA_CUDA}' kernel")
     return leaves, [0] * len(leaves)
@@ -158,17 +158,9 @@ def _loop_batch(op: XLACustomKernel, args, axes, params):
     Correct for any kernel; unbatched inputs are passed to every call
     unchanged (no copy), batched ones sliced along their axis.
     """
-    mapped = [ax is not None for ax in axes]  # None: not batched
-    sliced = [jnp.moveaxis(a, ax, 0)
-              for a, ax, m in zip(args, axes, mapped) if m]
-
-    def one(xs):
-        it = iter(xs)
-        full = [next(it) if m else a for a, m in zip(args, mapped)]
-        return op.primitive.bind(*full, **params)
-
-    results = jax.lax.map(one, sliced)
-    return list(results), [0] * len(results)
+    results = _batching.loop_over_batch(
+        partial(op.primitive.bind, **params), args, axes)
+    return results, [0] * len(results)
 
 
 def _plain_value(x) -> bool:
@@ -178,5 +170,3 @@ def _plain_value(x) -> bool:
     return type(x).__name__ == "DynamicJaxprTracer"
 
 
-def _batch_size(args, axes) -> int:
-    return next(a.shape[ax] for a, ax in zip(args, axes) if ax is not None)

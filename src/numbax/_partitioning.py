@@ -19,12 +19,14 @@ the serialised module.
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import batching, mlir
 
-from . import _compat, _registry
+from . import _batching, _compat, _registry
 
 BATCH_FACTOR = "batch"
 
@@ -122,24 +124,17 @@ mlir.register_lowering(numbax_callable_batch_p, _lower)
 def _batch_rule(args, dims, *, target, op_key, out_shapes, aliases, vmap_method,
                 partitionable, has_side_effect=False):
     """jax.vmap, with the meaning ffi_call gives ``vmap_method``."""
-    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    size = _batching.batch_size(args, dims)
     moved = [a if d is None else jnp.moveaxis(a, d, 0)
              for a, d in zip(args, dims)]
     params = dict(target=target, op_key=op_key, aliases=aliases,
                   vmap_method=vmap_method, has_side_effect=has_side_effect)
     if vmap_method in ("sequential", "sequential_unrolled"):
-        mapped = [d is not None for d in dims]
-
-        def one(carry, sliced):
-            it = iter(sliced)
-            full = [next(it) if m else a for a, m in zip(moved, mapped)]
-            return carry, numbax_callable_batch_p.bind(
-                *full, out_shapes=out_shapes, partitionable=partitionable,
-                **params)
-        _, outs = jax.lax.scan(
-            one, (), [a for a, m in zip(moved, mapped) if m],
-            unroll=vmap_method == "sequential_unrolled")
-        return list(outs), [0] * len(outs)
+        outs = _batching.loop_over_batch(
+            partial(numbax_callable_batch_p.bind, out_shapes=out_shapes,
+                    partitionable=partitionable, **params),
+            args, dims, unroll=vmap_method == "sequential_unrolled")
+        return outs, [0] * len(outs)
     if vmap_method in ("expand_dims", "broadcast_all"):
         aliased = {i for i, _ in aliases}
         new_args = []

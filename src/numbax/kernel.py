@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import batching, mlir
 
-from . import _checks, _compat, _core, _fast_launch, _fold, _numba, _registry
+from . import _batching, _checks, _compat, _core, _fast_launch, _fold, _numba, _registry
 
 # Per rank: 1-D launches use threads_per_block instead.
 _DEFAULT_BLOCKS: dict[int, tuple[int, ...]] = {2: (16, 16), 3: (8, 8, 4)}
@@ -156,24 +156,16 @@ def _batch_rule(args, dims, *, op, out_shapes, batch, broadcast):
             f"{op._label}: nested jax.vmap is not supported (the batched "
             "launch covers one vmap axis); create the op with "
             "vmap_method='sequential' to nest vmaps")
-    size = next(a.shape[d] for a, d in zip(args, dims)
-                if d is not None)
+    size = _batching.batch_size(args, dims)
     if size == 0:  # no slice to launch: empty outputs
         outs = [jnp.zeros((0,) + tuple(s), d) for s, d in out_shapes]
         return outs, [0] * len(outs)
     if op.vmap_method == "sequential":
         # XLA loops over the slices (and this nests, unlike the batched
         # launch below).
-        moved = [a if d is None else jnp.moveaxis(a, d, 0)
-                 for a, d in zip(args, dims)]
-        mapped = [d is not None for d in dims]
-
-        def one(sliced):
-            it = iter(sliced)
-            full = [next(it) if m else a for a, m in zip(moved, mapped)]
-            return numbax_kernel_p.bind(*full, op=op, out_shapes=out_shapes,
-                                        batch=0, broadcast=broadcast)
-        outs = jax.lax.map(one, [a for a, m in zip(moved, mapped) if m])
+        outs = _batching.loop_over_batch(
+            partial(numbax_kernel_p.bind, op=op, out_shapes=out_shapes,
+                    batch=0, broadcast=broadcast), args, dims)
         return outs, [0] * len(outs)
     aliased_inputs = set((op.input_output_aliases or {}).keys())
     new_args, flags = [], []
