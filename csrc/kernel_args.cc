@@ -2,11 +2,6 @@
 
 namespace numbax {
 
-namespace {
-// XLA arrays have at most a few dozen axes; Numba kernels far fewer.
-constexpr int64_t kMaxChunkRank = 64;
-}  // namespace
-
 void KernelArgs::Reset() { words_.clear(); }
 
 void KernelArgs::AddHeader(void* data, const int64_t* dims, int64_t rank,
@@ -88,11 +83,11 @@ bool AddBatchChunk(const BufferView& view, int64_t batch, int64_t start,
                    int64_t count, bool reuse, KernelArgs* args) {
   const DTypeInfo* info;
   void* data;
-  if (view.rank > kMaxChunkRank ||
+  if (view.rank > kMaxRank ||
       !BatchStart(view, batch, start, count, reuse, &info, &data)) {
     return false;
   }
-  int64_t dims[kMaxChunkRank];
+  int64_t dims[kMaxRank];
   dims[0] = reuse ? 1 : count;
   for (int64_t i = 1; i < view.rank; ++i) dims[i] = view.dims[i];
   args->AddArray(data, dims, view.rank, info->itemsize);
