@@ -641,3 +641,31 @@ def test_transpose_rule_must_return_one_entry_per_input():
     g = jax.grad(lambda y: jnp.sum(op(jnp.arange(4.0, dtype=F32), y,
                                       outs=SPEC4)))(jnp.ones(4, F32))
     np.testing.assert_allclose(g, np.arange(4.0))
+
+
+def test_integer_tangent_or_cotangent_is_type_error_not_zero_grad():
+    """A JVP rule that casts its tangent to an integer has no derivative
+    through the cast: grad would be silently zero. Refused, naming the op."""
+    op = new_op("inttangent")
+    op.def_kernel(HERE, lambda *, outs: (lambda x: 3 * x), backend="jax")
+    op.def_jvp_rule(lambda t, x, *, outs: (3 * t).astype(jnp.int32),
+                    per_input=True)
+    x = jnp.arange(4.0, dtype=F32)
+    with pytest.raises(TypeError, match="inttangent.*tangent of dtype int32"
+                       ".*float32"):
+        jax.grad(lambda v: jnp.sum(op(v, outs=SPEC4)))(x)
+    with pytest.raises(TypeError, match="tangent of dtype int32"):
+        jax.jvp(lambda v: op(v, outs=SPEC4), (x,), (jnp.ones(4, F32),))
+    # A float tangent of the output's dtype: the right gradient.
+    op.def_jvp_rule(lambda t, x, *, outs: 3 * t, per_input=True)
+    np.testing.assert_allclose(
+        jax.grad(lambda v: jnp.sum(op(v, outs=SPEC4)))(x), np.full(4, 3.0))
+
+    lin = new_op("intcotangent")
+    lin.def_kernel(HERE, lambda *, outs: (lambda x, y: x * y), backend="jax")
+    lin.def_jvp_rule(None, lambda t, x, y, *, outs: lin(x, t, outs=outs))
+    lin.def_transpose_rule(
+        lambda ct, x, y, *, outs: (None, (x * ct).astype(jnp.int32)))
+    with pytest.raises(TypeError, match="cotangent of dtype int32"):
+        jax.grad(lambda y: jnp.sum(lin(jnp.full(4, 1.5, F32), y,
+                                       outs=SPEC4)))(jnp.ones(4, F32))

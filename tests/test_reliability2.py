@@ -535,3 +535,30 @@ def test_check_inputs_setting_is_per_op_and_survives_a_rebuilt_entry(
     _registry._memo.clear()
     resolved = _registry._resolve_callable(keys[checked], "cpu")[0]
     assert getattr(resolved, "__wrapped__", resolved) is checked._called
+
+
+# -- found by the closing hostile pass ---------------------------------------
+
+def test_batch_partitionable_must_be_a_bool():
+    # "no" is truthy: it used to switch the feature on.
+    with pytest.raises(TypeError, match="batch_partitionable must be True or "
+                       "False, got str: 'no'"):
+        numbax.numba_cuda_callable(lambda x, o, s: None,
+                                   jax.ShapeDtypeStruct((4,), F32),
+                                   batch_partitionable="no")
+
+
+def test_non_native_byte_order_names_the_byte_order():
+    with pytest.raises(ValueError, match=r"outs\[0\] has dtype >f4 \(float32 "
+                       r"in non-native byte order\).*np.dtype\('float32'\)"):
+        numbax.numba_cuda_callable(lambda x, o, s: None,
+                                   jax.ShapeDtypeStruct((8,), np.dtype(">f4")))
+
+
+def test_output_rank_above_the_call_frame_limit_is_refused_at_creation():
+    # It used to be accepted, then fail at run time in the C++ decoder.
+    with pytest.raises(ValueError, match="has 33 dimensions.*at most 32"):
+        numbax.numba_cuda_callable(lambda x, o, s: None,
+                                   jax.ShapeDtypeStruct((1,) * 33, F32))
+    numbax.numba_cuda_callable(lambda x, o, s: None,
+                               jax.ShapeDtypeStruct((1,) * 32, F32))

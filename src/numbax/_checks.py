@@ -21,6 +21,10 @@ _SUPPORTED = {np.dtype(t) for t in (
     np.complex128)}
 
 
+# The most axes a buffer may have: csrc/call_frame.h kMaxRank.
+MAX_RANK = 32
+
+
 def check_dtype(dtype: Any, what: str) -> np.dtype:
     try:
         dt = np.dtype(dtype)
@@ -33,6 +37,11 @@ def check_dtype(dtype: Any, what: str) -> np.dtype:
             f"Numba CUDA kernels cannot use; {hint}") from None
     if dt in _SUPPORTED:
         return dt
+    if dt.byteorder not in "=|" and dt.newbyteorder("=") in _SUPPORTED:
+        raise ValueError(
+            f"{what} has dtype {dt.str} ({dt.name} in non-native byte "
+            f"order), which Numba CUDA kernels cannot use; use the native "
+            f"{dt.name}, e.g. np.dtype({dt.name!r}) or .astype({dt.name!r})")
     if dt.name == "bfloat16":
         if _numba.numba_type_for(dt) is not None:
             return dt
@@ -124,6 +133,10 @@ def normalize_outs(outs: Any, what: str = "outs", op: str | None = None):
             raise ValueError(
                 f"{what}[{i}] is 0-d (a scalar); Numba CUDA device arrays must "
                 "have at least one dimension: use shape (1,)")
+        if len(shape) > MAX_RANK:
+            raise ValueError(
+                f"{what}[{i}] has {len(shape)} dimensions; numbax's call frame "
+                f"takes at most {MAX_RANK}: reshape it to fewer axes")
         dtype = check_dtype(leaf.dtype, f"{what}[{i}]")
         check_extent_product(shape, dtype.itemsize, f"{what}[{i}]")
         specs.append(jax.ShapeDtypeStruct(shape, dtype))

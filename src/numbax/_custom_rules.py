@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.interpreters import ad
 
 from . import _compat
@@ -117,6 +118,15 @@ def jvp(op: XLACustomKernel, primals, tangents, *, outs, out_tree, backends,
                     f"{op!r}: {what} gave output {j} a tangent of "
                     f"shape {tuple(leaf.shape)}, but the output has "
                     f"shape {shape}")
+            if not jnp.issubdtype(leaf.dtype, jnp.inexact):
+                # Cast back to float it would run, but the cast to an integer
+                # inside the rule has no derivative: grad would be zeros.
+                raise TypeError(
+                    f"{op!r}: {what} gave output {j} a tangent of dtype "
+                    f"{leaf.dtype.name}, but the output is "
+                    f"{np.dtype(dtype).name}: tangents must be floating "
+                    f"point (an integer tangent has no derivative, so grad "
+                    f"would be zero); return it as {np.dtype(dtype).name}")
             if leaf.dtype != dtype:
                 leaf = leaf.astype(dtype)
             sums[j] = leaf if sums[j] is None else sums[j] + leaf
@@ -160,6 +170,14 @@ def transpose(op: XLACustomKernel, cts, *args, outs, out_tree, backends,
                 f"{op!r}: the transpose rule gave input {i} a cotangent "
                 f"of shape {tuple(ct.shape)}, but the input has shape "
                 f"{tuple(aval.shape)}")
+        if not jnp.issubdtype(ct.dtype, jnp.inexact) and \
+                jnp.issubdtype(aval.dtype, jnp.inexact):
+            raise TypeError(
+                f"{op!r}: the transpose rule gave input {i} a cotangent of "
+                f"dtype {ct.dtype.name}, but the input is "
+                f"{np.dtype(aval.dtype).name}: cotangents must be floating "
+                f"point (an integer one truncates the gradient); return it "
+                f"as {np.dtype(aval.dtype).name}")
         if ct.dtype != aval.dtype:
             ct = ct.astype(aval.dtype)
         cotangents.append(ct)

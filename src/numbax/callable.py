@@ -241,6 +241,8 @@ def numba_cuda_callable(
     _checks.check_vmap_method(vmap_method, "numba_cuda_callable")
     _checks.check_bool(capture, "capture", "numba_cuda_callable")
     _checks.check_bool(has_side_effect, "has_side_effect", "numba_cuda_callable")
+    _checks.check_bool(batch_partitionable, "batch_partitionable",
+                       "numba_cuda_callable")
     if batch_partitionable and vmap_method == "legacy_vectorized":
         raise ValueError(
             "numba_cuda_callable: batch_partitionable=True cannot be combined "
