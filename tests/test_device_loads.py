@@ -26,6 +26,7 @@ class _Library:
     def __init__(self, setup=()):
         self._setup_functions = list(setup)
         self._teardown_functions = []
+        self._cufunc_cache = {}  # as numba-cuda's: device id -> function
         self.loads = 0
 
     def get_cufunc(self):
@@ -96,6 +97,59 @@ def test_other_capabilities_load_through_numba(fake_devices):
     compiled = _Compiled()
     _functions(compiled, 3)
     assert compiled._codelibrary.loads == 2  # 9.0 once, 8.0 once
+
+
+def test_a_load_made_by_the_trace_on_another_device_is_reused(fake_devices):
+    """The trace compiles (and Numba loads) the kernel in whatever context
+    is current on the tracing thread: on two H200s that was device 1's for
+    every kernel after the first, and the plan's load on device 0 put each
+    library in two contexts. The plan must reuse the trace's load."""
+    looked_up = fake_devices((9, 0), (9, 0))
+    compiled = _Compiled()
+
+    class TracedOnDevice1:
+        handle = 0xBEEF
+    compiled._codelibrary._cufunc_cache = {1: TracedOnDevice1()}
+    _functions(compiled, 2)
+    assert compiled._codelibrary.loads == 0
+    assert looked_up == [(0xBEEF, 0), (0xBEEF, 1)]
+
+
+def test_a_load_on_another_capability_is_not_reused(fake_devices):
+    looked_up = fake_devices((9, 0), (8, 0))
+    compiled = _Compiled()
+
+    class LoadedOnDevice1:
+        handle = 0xBEEF
+    compiled._codelibrary._cufunc_cache = {1: LoadedOnDevice1()}
+    _functions(compiled, 2)
+    assert compiled._codelibrary.loads == 1  # device 0 (9.0) only
+    assert looked_up == [(0xC0DE, 0), (0xBEEF, 1)]
+
+
+def test_cooperative_limit_is_asked_where_the_kernel_is_loaded(
+        fake_devices, monkeypatch):
+    """Numba computes the grid limit from its function in the current
+    context; asking with device 0 current would load the kernel there."""
+    fake_devices((9, 0), (9, 0))
+    bound = []
+    monkeypatch.setattr(_core, "call_on_device",
+                        lambda ordinal, fn: bound.append(ordinal) or fn())
+
+    class Loaded:
+        handle = 0xBEEF
+
+    class Coop(_Compiled):
+        def max_cooperative_grid_blocks(self, block, shared_mem):
+            bound.append("limit")
+            return 1 << 20
+
+    compiled = Coop(cooperative=True)
+    compiled._codelibrary._cufunc_cache = {1: Loaded()}
+    _functions(compiled, 2)
+    assert compiled._codelibrary.loads == 0
+    # Plan for device 0: bound to 0, then the limit asked on device 1.
+    assert bound[:3] == [0, 1, "limit"]
 
 
 def test_setup_callbacks_do_not_stop_sharing(fake_devices):

@@ -96,6 +96,20 @@ def _hold_numba_deallocations() -> None:
                 pass
 
 
+def loaded_kernel_handles(compiled) -> dict[int, int]:
+    """Device ordinal -> kernel handle, for every device on which Numba has
+    already loaded `compiled` (numba-cuda 0.30 keeps its loaded functions in
+    CUDACodeLibrary._cufunc_cache, keyed by device id). A kernel compiles,
+    and so loads, in whatever context is current when it is traced, which
+    on a thread JAX has used may be any device's."""
+    library = getattr(compiled, "_codelibrary", None)
+    cache = getattr(library, "_cufunc_cache", None)
+    if not isinstance(cache, dict):
+        return {}
+    return {int(device_id): int(cufunc.handle)
+            for device_id, cufunc in list(cache.items())}
+
+
 def _check_numpy() -> None:
     major_minor = tuple(int(p) for p in np.__version__.split(".")[:2])
     if major_minor >= (2, 5):

@@ -556,20 +556,48 @@ class NumbaCudaKernel:
                                         handles, capability))
 
     def _load(self, compiled, grid, block, ordinal, handles, capability):
+        from numba import cuda
+
+        def capability_of(device_id):
+            return tuple(cuda.gpus[device_id].compute_capability)
+
+        def sm_count_of(device_id):
+            return int(cuda.gpus[device_id].MULTIPROCESSOR_COUNT)
+
         # XLA may instantiate programs on several threads at once, and
         # Numba's get_cufunc checks its per-device cache, then loads: two
         # threads could both load, two modules over one library in one
         # context, unloaded twice later.
         with _NUMBA_LOAD_LOCK:
-            cufunc = compiled._codelibrary.get_cufunc()
-        handles.setdefault(capability, int(cufunc.handle))
+            # The trace compiled (and so loaded) the kernel in whatever
+            # context was current then, maybe another device's: reuse that
+            # load for every device of its capability.
+            loaded = {d: h for d, h in
+                      _numba.loaded_kernel_handles(compiled).items()
+                      if capability_of(d) == capability}
+            if loaded:
+                handle = next(iter(loaded.values()))
+            else:
+                handle = int(compiled._codelibrary.get_cufunc().handle)
+                loaded = {ordinal: handle}
+        handles.setdefault(capability, handle)
         if compiled.cooperative:
-            from numba import cuda
-            limit = compiled.max_cooperative_grid_blocks(block, self.shared_mem)
-            sm_count = int(cuda.gpus[ordinal].MULTIPROCESSOR_COUNT)
+            sm_count = sm_count_of(ordinal)
+            # Numba computes the limit from its function in the current
+            # context; ask on a device where it is loaded (same capability
+            # and SM count, so the same limit), never loading it here.
+            where = next((d for d in loaded if sm_count_of(d) == sm_count),
+                         None)
+            if where is None or where == ordinal:
+                limit = compiled.max_cooperative_grid_blocks(
+                    block, self.shared_mem)
+            else:
+                limit = _core.call_on_device(
+                    where, lambda: compiled.max_cooperative_grid_blocks(
+                        block, self.shared_mem))
             handles[(capability, sm_count)] = limit
             self._check_cooperative_grid(grid, limit, ordinal)
-        return _core.kernel_function(int(cufunc.handle), ordinal,
+        return _core.kernel_function(handles[capability], ordinal,
                                      self.shared_mem)
 
     def _check_cooperative_grid(self, grid, limit, ordinal):
