@@ -9,7 +9,8 @@
 # Wheels in .whl/ (e.g. numpy<2.5 for numba-cuda 0.30) are installed first.
 # Logs and JSON go to $OUT (default /tmp/numbax-gpu). TEST_TIMEOUT,
 # MULTIGPU_TIMEOUT (default: TEST_TIMEOUT) and BENCH_TIMEOUT (seconds,
-# default none) bound the gpu tests, the multigpu tests and the benchmarks.
+# default none) bound the gpu tests, the multigpu tests and the benchmarks;
+# TEST_SHARDS=N splits the gpu tests over N concurrent pytest processes.
 # The extra pytest args go to both test runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -70,9 +71,38 @@ PY
 ngpu=$(cat "$OUT/gpu_count" 2>/dev/null)
 case "$ngpu" in ''|*[!0-9]*) ngpu=0 ;; esac
 
-echo "== gpu tests"
-timeout "${TEST_TIMEOUT:-0}" $PY -m pytest -m gpu -q -p no:cacheprovider tests "${pytest_args[@]}" 2>&1 | tee "$OUT/pytest.log"
-test_status=${PIPESTATUS[0]}
+# TEST_SHARDS=N runs the gpu tests as N pytest processes at once, on
+# disjoint sets of test files (the suite is mostly CPU-bound compiles, so this
+# divides its wall time on a machine with cores to spare).
+shards=${TEST_SHARDS:-1}
+case "$shards" in ''|*[!0-9]*|0) shards=1 ;; esac
+rm -f "$OUT"/pytest.log "$OUT"/pytest-shard*.log
+if [ "$shards" = 1 ]; then
+  echo "== gpu tests"
+  timeout "${TEST_TIMEOUT:-0}" $PY -m pytest -m gpu -q -p no:cacheprovider tests "${pytest_args[@]}" 2>&1 | tee "$OUT/pytest.log"
+  test_status=${PIPESTATUS[0]}
+  shard_logs=("$OUT/pytest.log")
+  shard_status=("$test_status")
+else
+  echo "== gpu tests ($shards processes at once)"
+  # Parts of about equal size (scripts/split_tests.py).
+  plan=$($PY scripts/split_tests.py "$shards")
+  pids=() shard_logs=()
+  for k in $(seq 1 "$shards"); do
+    files=($(echo "$plan" | sed -n "${k}p"))
+    log="$OUT/pytest-shard$k.log"
+    shard_logs+=("$log")
+    timeout "${TEST_TIMEOUT:-0}" $PY -m pytest -m gpu -q -p no:cacheprovider "${files[@]}" "${pytest_args[@]}" > "$log" 2>&1 &
+    pids+=($!)
+  done
+  test_status=0 shard_status=()
+  for pid in "${pids[@]}"; do
+    wait "$pid"; st=$?
+    shard_status+=("$st")
+    [ "$st" = 0 ] || test_status=$st
+  done
+  for log in "${shard_logs[@]}"; do grep -E "^(FAILED|ERROR) " "$log"; done
+fi
 
 # tests/test_multigpu.py and tests/test_multiprocess.py: not marked `gpu`, so
 # the run above leaves them out; they need 2 GPUs.
@@ -108,8 +138,13 @@ died() {
     echo " -- then the process died with signal $(( $1 - 128 )) (exit status $1)"
   fi
 }
-summary=$(closing_line "$OUT/pytest.log")
-echo "gpu tests: ${summary:-no pytest summary line (see $OUT/pytest.log)}$(died "$test_status")"
+for i in "${!shard_logs[@]}"; do
+  log=${shard_logs[$i]}
+  label="gpu tests"
+  [ "$shards" = 1 ] || label="gpu tests $(( i + 1 ))/$shards"
+  summary=$(closing_line "$log")
+  echo "$label: ${summary:-no pytest summary line (see $log)}$(died "${shard_status[$i]}")"
+done
 if [ -f "$OUT/pytest-multigpu.log" ]; then
   summary=$(closing_line "$OUT/pytest-multigpu.log")
   echo "multigpu tests: ${summary:-no pytest summary line (see $OUT/pytest-multigpu.log)}$(died "$multigpu_status")"

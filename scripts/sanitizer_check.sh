@@ -6,10 +6,12 @@
 #   bash scripts/sanitizer_check.sh racecheck      # kernel and capture gpu tests
 #   bash scripts/sanitizer_check.sh synccheck      # kernel and capture gpu tests
 #   bash scripts/sanitizer_check.sh list N         # which test files each part runs
+#   bash scripts/sanitizer_check.sh all N          # all of the above at once, memcheck in N parts
 #
 # Environment as scripts/gpu_check.sh: it reuses the numbax that gpu_check.sh
 # installed in /tmp/numbax-site, or builds it there the same way. Extra
-# pytest arguments go after `--`. Logs go to $OUT (default
+# pytest arguments go after `--`. SANITIZER_TIMEOUT (seconds) bounds each
+# run. Logs go to $OUT (default
 # /tmp/numbax-sanitizer). Exit status: 0 only if the tests passed and the
 # tool reported nothing.
 set -uo pipefail
@@ -28,21 +30,60 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then part=$1; shift; fi
 [ "${1:-}" = "--" ] && shift
 pytest_args=("$@")
 
-# Test files that hold `gpu` tests, in a fixed order. racecheck and
-# synccheck check shared-memory and barrier use, which only kernels
-# launched by the kernel and capture paths exercise.
-all_files() { grep -l "mark.gpu" tests/test_*.py | sort; }
+# racecheck and synccheck check shared-memory and barrier use, which only
+# kernels launched by the kernel and capture paths exercise.
 kernel_files="tests/test_kernel.py tests/test_capture.py"
 
-files_of_part() {  # K/N: every N-th file starting at K (round robin)
-  local k=${1%/*} n=${1#*/} i=0 f
-  for f in $(all_files); do
-    i=$(( i + 1 ))
-    [ $(( (i - 1) % n + 1 )) -eq "$k" ] && echo "$f"
+files_of_part() {  # K/N: the files of part K of N (scripts/split_tests.py)
+  $PY scripts/split_tests.py "${1#*/}" "${1%/*}"
+}
+
+# numbax in $site: kept from an earlier run, else a numbax wheel from .whl/
+# or dist/ (scripts/build_wheel.sh), else built here; wheels of other
+# packages in .whl/ (numpy<2.5 for numba-cuda 0.30) first.
+ensure_numbax() {
+  PYTHONPATH="$site" $PY -c "import numbax" 2>/dev/null && return 0
+  echo "== install (into $site)"
+  rm -rf "$site" && mkdir -p "$site"
+  local w deps=()
+  for w in .whl/*.whl; do
+    case "$(basename "$w")" in numbax-*) ;; *) [ -f "$w" ] && deps+=("$w") ;; esac
   done
+  if [ ${#deps[@]} -gt 0 ]; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --target "$site" "${deps[@]}" || exit 1
+  fi
+  $PY -m pip install -q --no-index --no-deps --only-binary numbax \
+      --find-links .whl --find-links dist --target "$site" numbax > "$OUT/build.log" 2>&1 ||
+    $PY -m pip install -q --no-index --no-deps --no-build-isolation --target "$site" . \
+      >> "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
 }
 
 case "$tool" in
+  all)
+    # Every part of memcheck, racecheck and synccheck at once, as separate
+    # processes (the tools slow the GPU work, not the CPU-bound compiles,
+    # so on a machine with cores to spare this divides the wall time).
+    n=${part%/*}; [ "$part" = "1/1" ] && n=4
+    ensure_numbax  # once, before the parts start
+    pids=() names=()
+    for k in $(seq 1 "$n"); do
+      bash "$0" memcheck "$k/$n" -- "${pytest_args[@]}" > "$OUT/run-memcheck-$k.txt" 2>&1 &
+      pids+=($!) names+=("memcheck $k/$n")
+    done
+    for t in racecheck synccheck; do
+      bash "$0" "$t" -- "${pytest_args[@]}" > "$OUT/run-$t.txt" 2>&1 &
+      pids+=($!) names+=("$t")
+    done
+    worst=0
+    for i in "${!pids[@]}"; do
+      wait "${pids[$i]}"; st=$?
+      [ "$st" = 0 ] || worst=$st
+    done
+    for f in "$OUT"/run-memcheck-*.txt "$OUT"/run-racecheck.txt "$OUT"/run-synccheck.txt; do
+      sed -n '/^ran in /,$p' "$f"
+      grep -q '^== summary' "$f" || { echo "== $(basename "$f" .txt): no summary"; tail -3 "$f"; }
+    done
+    exit "$worst" ;;
   list)
     n=${part%/*}; [ "$part" = "1/1" ] && n=1
     for k in $(seq 1 "$n"); do echo "part $k/$n: $(files_of_part "$k/$n" | xargs)"; done
@@ -65,34 +106,32 @@ case "$tool" in
     files=$kernel_files
     tool_args=(--tool synccheck) ;;
   *)
-    sed -n '2,15p' "$0"; exit 2 ;;
+    sed -n '2,16p' "$0"; exit 2 ;;
 esac
+# SANITIZER_FILES: run these test files instead (e.g. to re-run one file
+# of a part that ran out of time).
+files=${SANITIZER_FILES:-$files}
 [ -n "$files" ] || { echo "no test files in part $part" >&2; exit 2; }
 
 SAN=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
 [ -x "$SAN" ] || { echo "compute-sanitizer not found (set COMPUTE_SANITIZER)" >&2; exit 2; }
 
-if ! PYTHONPATH="$site" $PY -c "import numbax" 2>/dev/null; then
-  echo "== build (into $site)"
-  rm -rf "$site" && mkdir -p "$site"
-  if compgen -G ".whl/*.whl" >/dev/null; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/*.whl || exit 1
-  fi
-  $PY -m pip install -q --no-index --no-deps --no-build-isolation --target "$site" . \
-    > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
-fi
+ensure_numbax
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 
-log="$OUT/$tool-${part//\//of}.log"
+tag=${part//\//of}
+[ -n "${SANITIZER_FILES:-}" ] && tag=$(basename "${SANITIZER_FILES%% *}" .py)
+log="$OUT/$tool-$tag.log"
 echo "== $tool ${part} over: $(echo $files | xargs)"
 t0=$(date +%s)
 # --target-processes all: several tests run numbax in child interpreters.
-# -k: the recorded runs (docs/reliability.md) left bfloat16 out; override
-# with SANITIZER_K="" to include it.
-"$SAN" "${tool_args[@]}" --target-processes all --error-exitcode 99 \
+# -k: test_faults' device_fault tests write far out of bounds on purpose
+# (to check that a fault surfaces as an error); memcheck reports exactly
+# those writes. SANITIZER_K="" includes them.
+timeout "${SANITIZER_TIMEOUT:-0}" "$SAN" "${tool_args[@]}" --target-processes all --error-exitcode 99 \
   --print-limit 50 \
   $PY -m pytest -m gpu -q -p no:cacheprovider $files \
-  -k "${SANITIZER_K-not bfloat16}" \
+  -k "${SANITIZER_K-not device_fault}" \
   "${pytest_args[@]}" > "$log" 2>&1
 status=$?
 echo "ran in $(( $(date +%s) - t0 ))s, exit $status; log: $log"
