@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Before/after benchmark on one GPU machine: quick benchmark runs of two
+# numbax wheels, alternating which goes first (ABBA), then the comparison
+# (python -m numbax.bench.compare) printed last.
+#
+#   bash scripts/ab_bench.sh BEFORE.whl AFTER.whl [ROUNDS]   # default 4
+#
+# Wheels in .whl/ that are not numbax (numpy<2.5 for numba-cuda 0.30) are
+# installed beside each. DEADLINE (epoch seconds) stops starting rounds that
+# would not finish (a quick run takes about 20 s on an H200). JSON and logs
+# go to $OUT (default /tmp/numbax-ab).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[ $# -ge 2 ] || { sed -n '2,12p' "$0"; exit 2; }
+before=$1 after=$2 rounds=${3:-4}
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+unset NUMBA_ENABLE_CUDASIM
+OUT=${OUT:-/tmp/numbax-ab}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+deps=()
+for w in .whl/*.whl; do
+  case "$(basename "$w")" in numbax-*) ;; *) [ -f "$w" ] && deps+=("$w") ;; esac
+done
+for side in before after; do
+  wheel=$before; [ "$side" = after ] && wheel=$after
+  rm -rf "/tmp/numbax-ab-$side" && mkdir -p "/tmp/numbax-ab-$side"
+  $PY -m pip install -q --no-index --no-deps --no-compile \
+    --target "/tmp/numbax-ab-$side" "${deps[@]}" "$wheel" || exit 1
+done
+run() {  # side round
+  local left=$(( ${DEADLINE:-0} - $(date +%s) ))
+  if [ "${DEADLINE:-0}" != 0 ] && [ "$left" -lt 40 ]; then return 1; fi
+  # From /tmp: the checkout's own sources must not shadow the wheel.
+  (cd /tmp && PYTHONPATH="/tmp/numbax-ab-$1" $PY -m numbax bench --quick \
+     --no-progress --json "$OUT/$1-$2.json" > "$OUT/$1-$2.log" 2>&1)
+  echo "$1 round $2: exit $?"
+}
+for r in $(seq 1 "$rounds"); do
+  if [ $(( r % 2 )) = 1 ]; then run before "$r" && run after "$r" || break
+  else run after "$r" && run before "$r" || break; fi
+done
+echo "== before/after"
+PYTHONPATH="/tmp/numbax-ab-after" $PY -m numbax.bench.compare "$OUT"/before-*.json -- "$OUT"/after-*.json

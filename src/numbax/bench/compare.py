@@ -1,0 +1,118 @@
+"""Before/after comparison of benchmark runs on one machine.
+
+    python -m numbax.bench.compare BEFORE.json [...] -- AFTER.json [...]
+
+Each JSON is one ``python -m numbax bench --json`` run. For every row
+(table rows: chain, single, bandwidth; vmap and spiking-network rows) it
+prints the median of each side over its runs, their ranges and after/before
+(for bandwidth before/after, so > 1 is always "after is slower"). A row is
+marked ``slower`` only when every after run is slower than every before run
+and the medians differ by more than ``--tolerance`` (default 3%): single
+runs of one-op programs move by 10-20% between runs, so a median alone
+would flag noise. The controls (native handlers, pure JAX) show how much of
+a difference the run order and the machine cause by themselves.
+scripts/ab_bench.sh makes the runs, alternating the order (ABBA).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+
+# (row, metric) -> list of values; "bw" is higher-is-better.
+Samples = dict[tuple[str, str], list[float]]
+
+# Rows numbax does not take part in: what run order and drift cost alone.
+CONTROLS = ("native", "native_cmdbuf", "jnp", "pure JAX", "pure_callback")
+
+
+def samples(runs: Sequence[dict]) -> Samples:
+    out: Samples = {}
+
+    def add(key, value):
+        if isinstance(value, (int, float)):
+            out.setdefault(key, []).append(float(value))
+
+    for run in runs:
+        for row in run.get("results", []):
+            if row.get("status") != "ok":
+                continue
+            for metric in ("chain", "single"):
+                add((row["name"], metric), (row.get(metric) or {}).get("us_per_call"))
+            add((row["name"], "bw"), (row.get("bandwidth") or {}).get("gb_per_s"))
+        workloads = run.get("workloads") or {}
+        for row in workloads.get("vmap", []):
+            if row.get("status") == "ok":
+                add((f"vmap {row['B']}x{row['n']}: {row['name']}", "us"),
+                    row.get("us_per_call"))
+        for row in workloads.get("snn", []):
+            add((f"snn: {row.get('name')}", "us/step"), row.get("us_per_step"))
+    return out
+
+
+def compare(before: Samples, after: Samples, tolerance: float = 0.03) -> list[dict]:
+    rows = []
+    for key, b in before.items():
+        a = after.get(key)
+        if not a:
+            continue
+        higher_is_better = key[1] == "bw"
+        mb, ma = statistics.median(b), statistics.median(a)
+        slowdown = (mb / ma) if higher_is_better else (ma / mb)
+        if higher_is_better:
+            separated = max(a) < min(b)
+        else:
+            separated = min(a) > max(b)
+        rows.append({
+            "row": key[0], "metric": key[1], "before": mb, "after": ma,
+            "before_range": (min(b), max(b)), "after_range": (min(a), max(a)),
+            "slowdown": slowdown,
+            "control": any(key[0].startswith(c) or c in key[0] for c in CONTROLS),
+            "slower": separated and slowdown > 1 + tolerance,
+        })
+    return rows
+
+
+def markdown(rows: list[dict], n_before: int, n_after: int) -> str:
+    lines = [f"| row | metric | before ({n_before} runs) | after ({n_after} runs) "
+             "| after/before | |",
+             "|---|---|---:|---:|---:|---|"]
+    for r in rows:
+        mark = "slower" if r["slower"] else ("control" if r["control"] else "")
+        lines.append(
+            f"| {r['row']} | {r['metric']} | {r['before']:.2f} "
+            f"({r['before_range'][0]:.1f}-{r['before_range'][1]:.1f}) | "
+            f"{r['after']:.2f} ({r['after_range'][0]:.1f}-{r['after_range'][1]:.1f}) "
+            f"| {r['slowdown']:.2f} | {mark} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in argv:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    cut = argv.index("--")
+    p = argparse.ArgumentParser(prog="python -m numbax.bench.compare")
+    p.add_argument("before", nargs="+")
+    p.add_argument("--tolerance", type=float, default=0.03)
+    opts = p.parse_args(argv[:cut])
+    after_files = argv[cut + 1:]
+    if not after_files:
+        print("no after runs (the JSON files after --)", file=sys.stderr)
+        return 2
+    runs_b = [json.load(open(f)) for f in opts.before]
+    runs_a = [json.load(open(f)) for f in after_files]
+    rows = compare(samples(runs_b), samples(runs_a), opts.tolerance)
+    print(markdown(rows, len(runs_b), len(runs_a)))
+    flagged = [r for r in rows if r["slower"] and not r["control"]]
+    print(f"\nslower beyond the spread of runs (>{opts.tolerance:.0%}): "
+          + (", ".join(f"{r['row']} {r['metric']}" for r in flagged) or "none"))
+    return 1 if flagged else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""numbax.bench.compare: before/after tables from benchmark JSON runs."""
+
+import json
+
+from numbax.bench import compare
+
+
+def _run(chain, single, bw, snn):
+    return {
+        "results": [
+            {"name": "numbax_kernel", "status": "ok",
+             "chain": {"us_per_call": chain}, "single": {"us_per_call": single},
+             "bandwidth": {"gb_per_s": bw}},
+            {"name": "native", "status": "ok",
+             "chain": {"us_per_call": 7.0}, "single": {"us_per_call": 90.0},
+             "bandwidth": None},
+            {"name": "pure_callback", "status": "n/a", "chain": None,
+             "single": None, "bandwidth": None},
+        ],
+        "workloads": {
+            "vmap": [{"B": 8, "n": 16, "name": "jnp", "status": "ok",
+                      "us_per_call": 50.0}],
+            "snn": [{"name": "(d) kernel", "us_per_step": snn}],
+        },
+    }
+
+
+def _rows(before, after, **kw):
+    rows = compare.compare(compare.samples(before), compare.samples(after), **kw)
+    return {(r["row"], r["metric"]): r for r in rows}
+
+
+def test_only_separated_slowdowns_beyond_tolerance_are_flagged():
+    before = [_run(3.0, 90, 1600, 45.0), _run(3.1, 110, 1500, 45.2)]
+    after = [_run(3.5, 100, 1400, 45.3), _run(3.6, 95, 1450, 45.1)]
+    rows = _rows(before, after)
+    assert rows[("numbax_kernel", "chain")]["slower"]        # 3.5-3.6 > 3.0-3.1
+    assert not rows[("numbax_kernel", "single")]["slower"]   # ranges overlap
+    # Bandwidth: lower is slower; after/before is reported as before/after.
+    bw = rows[("numbax_kernel", "bw")]
+    assert bw["slower"] and bw["slowdown"] > 1
+    # Within 3%, even if separated: not flagged.
+    snn = rows[("snn: (d) kernel", "us/step")]
+    assert not snn["slower"]
+    assert ("pure_callback", "chain") not in rows  # not measured
+    assert rows[("native", "chain")]["control"]
+    assert rows[("vmap 8x16: jnp", "us")]["control"]
+    assert not rows[("numbax_kernel", "chain")]["control"]
+
+
+def test_cli_exit_status_and_table(tmp_path, capsys):
+    paths = {}
+    for name, run in [("b1", _run(3.0, 90, 1600, 45)), ("b2", _run(3.1, 91, 1600, 45)),
+                      ("a1", _run(3.0, 90, 1600, 45)), ("a2", _run(3.05, 92, 1590, 45))]:
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(run))
+    status = compare.main([str(paths["b1"]), str(paths["b2"]), "--",
+                           str(paths["a1"]), str(paths["a2"])])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "| numbax_kernel | chain |" in out
+    assert "slower beyond the spread of runs (>3%): none" in out
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps(_run(4.0, 90, 1600, 45)))
+    assert compare.main([str(paths["b1"]), str(paths["b2"]), "--", str(slow)]) == 1
+    assert compare.main([str(paths["b1"])]) == 2  # no "--"
