@@ -128,6 +128,9 @@ t0=$(date +%s)
 # -k: test_faults' device_fault tests write far out of bounds on purpose
 # (to check that a fault surfaces as an error); memcheck reports exactly
 # those writes. SANITIZER_K="" includes them.
+# A test that stops making progress prints every thread's Python stack
+# (tests/conftest.py), every NUMBAX_TEST_STALL_S seconds.
+export NUMBAX_TEST_STALL_S=${NUMBAX_TEST_STALL_S:-120}
 timeout "${SANITIZER_TIMEOUT:-0}" "$SAN" "${tool_args[@]}" --target-processes all --error-exitcode 99 \
   --print-limit 50 \
   $PY -m pytest -m gpu -q -p no:cacheprovider $files \

@@ -12,9 +12,16 @@ Tests marked `multigpu` need 2 or more local devices: GPUs of one host, or
 skipped, before any of their fixtures run. They do not carry `gpu`, so the
 single-GPU run (`pytest -m gpu`) leaves them out; scripts/gpu_check.sh runs
 `pytest -m multigpu` on its own when the machine has 2 GPUs.
+
+NUMBAX_TEST_STALL_S=N prints every thread's Python stack whenever one test
+has run N seconds (and every N seconds after), so a run that stops making
+progress (under compute-sanitizer, scripts/sanitizer_check.sh sets it) shows
+where. The multigpu tests keep their own module watchdog instead.
 """
 
+import faulthandler
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -57,6 +64,21 @@ def pytest_runtest_setup(item):
         reason = multigpu_skip_reason()
         if reason:
             pytest.skip(reason)
+
+
+_STALL_S = float(os.environ.get("NUMBAX_TEST_STALL_S", "0") or 0)
+
+
+@pytest.fixture(autouse=True)
+def stall_dump(request):
+    if _STALL_S <= 0 or request.node.get_closest_marker("multigpu") is not None:
+        yield
+        return
+    faulthandler.dump_traceback_later(_STALL_S, repeat=True, file=sys.stderr)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture
