@@ -10,8 +10,9 @@
 #
 # Environment as scripts/gpu_check.sh: it reuses the numbax that gpu_check.sh
 # installed in /tmp/numbax-site, or builds it there the same way. Extra
-# pytest arguments go after `--`. SANITIZER_TIMEOUT (seconds) bounds each
-# run. Logs go to $OUT (default
+# pytest arguments go after `--`. SANITIZER_FILES runs these test files
+# instead of a part; SANITIZER_TIMEOUT (seconds) bounds each run;
+# SANITIZER_K is the -k expression. Logs go to $OUT (default
 # /tmp/numbax-sanitizer). Exit status: 0 only if the tests passed and the
 # tool reported nothing.
 set -uo pipefail
@@ -106,7 +107,7 @@ case "$tool" in
     files=$kernel_files
     tool_args=(--tool synccheck) ;;
   *)
-    sed -n '2,16p' "$0"; exit 2 ;;
+    sed -n '2,17p' "$0"; exit 2 ;;
 esac
 # SANITIZER_FILES: run these test files instead (e.g. to re-run one file
 # of a part that ran out of time).
