@@ -127,6 +127,17 @@ def test_a_load_on_another_capability_is_not_reused(fake_devices):
     assert looked_up == [(0xC0DE, 0), (0xBEEF, 1)]
 
 
+def test_a_load_on_a_device_numba_no_longer_lists_is_ignored(fake_devices):
+    fake_devices((9, 0))
+    compiled = _Compiled()
+
+    class Elsewhere:
+        handle = 0xBEEF
+    compiled._codelibrary._cufunc_cache = {5: Elsewhere()}
+    _functions(compiled, 1)
+    assert compiled._codelibrary.loads == 1
+
+
 def test_cooperative_limit_is_asked_where_the_kernel_is_loaded(
         fake_devices, monkeypatch):
     """Numba computes the grid limit from its function in the current

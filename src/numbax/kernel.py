@@ -559,7 +559,10 @@ class NumbaCudaKernel:
         from numba import cuda
 
         def capability_of(device_id):
-            return tuple(cuda.gpus[device_id].compute_capability)
+            try:
+                return tuple(cuda.gpus[device_id].compute_capability)
+            except Exception:  # noqa: BLE001 - a device id Numba no longer lists
+                return None
 
         def sm_count_of(device_id):
             return int(cuda.gpus[device_id].MULTIPROCESSOR_COUNT)
