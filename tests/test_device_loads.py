@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 
@@ -22,27 +24,48 @@ from numbax import _core, _numba
 from numbax import kernel as kernel_mod
 
 
+# The device whose context is current on this thread, as the fake
+# call_on_device binds it (numbax's real one binds the primary context).
+_bound = threading.local()
+
+
 class _Library:
-    def __init__(self, setup=()):
+    """Numba's CUDACodeLibrary as far as numbax uses it: get_cufunc returns
+    the function loaded in the current context, loading it there (a module)
+    when that device has none yet; the gap between the check and the load is
+    where concurrent callers race (`delay`)."""
+
+    def __init__(self, setup=(), delay=0.0):
         self._setup_functions = list(setup)
         self._teardown_functions = []
         self._cufunc_cache = {}  # as numba-cuda's: device id -> function
         self.loads = 0
+        self.loaded_on = []
+        self.delay = delay
 
     def get_cufunc(self):
+        device = getattr(_bound, "device", 0)
+        if device in self._cufunc_cache:
+            return self._cufunc_cache[device]
+        if self.delay:
+            time.sleep(self.delay)  # the driver call, GIL released
         self.loads += 1
+        self.loaded_on.append(device)
 
         class Func:
             handle = 0xC0DE
-        return Func()
+        self._cufunc_cache[device] = Func()
+        return self._cufunc_cache[device]
 
 
 class _Compiled:
-    def __init__(self, cooperative=False, setup=()):
+    def __init__(self, cooperative=False, setup=(), delay=0.0):
         self.cooperative = cooperative
-        self._codelibrary = _Library(setup)
+        self._codelibrary = _Library(setup, delay)
 
     def max_cooperative_grid_blocks(self, block, shared_mem):
+        # As Numba: from its function in the current context.
+        self._codelibrary.get_cufunc()
         return 1 << 20
 
 
@@ -52,13 +75,22 @@ class _Gpu:
         self.MULTIPROCESSOR_COUNT = sms
 
 
+def _bind(ordinal, fn):
+    previous = getattr(_bound, "device", 0)
+    _bound.device = ordinal
+    try:
+        return fn()
+    finally:
+        _bound.device = previous
+
+
 @pytest.fixture
 def fake_devices(monkeypatch):
     """Devices of the given capabilities; records every function lookup."""
     from numba import cuda
     looked_up = []
     monkeypatch.setattr(_core, "call_on_device",
-                        lambda ordinal, fn: ("bound", ordinal, fn()))
+                        lambda ordinal, fn: ("bound", ordinal, _bind(ordinal, fn)))
     monkeypatch.setattr(
         _core, "kernel_function",
         lambda handle, ordinal, shared_mem=0:
@@ -181,6 +213,22 @@ def test_cooperative_kernels_share_per_capability_and_sm_count(fake_devices):
     assert compiled._codelibrary.loads == 2
 
 
+def test_concurrent_plans_with_mixed_sm_counts_load_each_device_once(
+        fake_devices):
+    """Devices of one capability with different SM counts (H100 SXM and
+    PCIe): the limit for the odd one is computed through Numba, which loads
+    the kernel there; plans instantiated at once must do that once."""
+    fake_devices((9, 0), (9, 0), (9, 0), sms=[132, 132, 114])
+    compiled = _Compiled(cooperative=True, delay=0.05)
+    threads = [threading.Thread(target=_functions, args=(compiled, 3))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(compiled._codelibrary.loaded_on) == [0, 2]
+
+
 def test_cooperative_grid_over_the_limit_is_refused_on_shared_devices(
         fake_devices):
     """A device that shares the handle still has its grid checked against
@@ -207,23 +255,8 @@ def test_concurrent_plans_load_through_numba_once(fake_devices):
     """Numba's get_cufunc checks its per-device cache and then loads; two
     programs instantiated at once must not both load (two modules over one
     library in one context, unloaded twice later)."""
-    import threading
-    import time
     fake_devices((9, 0))
-
-    class RacyLibrary(_Library):
-        def __init__(self):
-            super().__init__()
-            self.cache = None
-
-        def get_cufunc(self):
-            if self.cache is None:
-                time.sleep(0.05)  # the driver call, GIL released
-                self.cache = super().get_cufunc()
-            return self.cache
-
-    compiled = _Compiled()
-    compiled._codelibrary = RacyLibrary()
+    compiled = _Compiled(delay=0.05)
     threads = [threading.Thread(target=_functions, args=(compiled, 1))
                for _ in range(4)]
     for t in threads:

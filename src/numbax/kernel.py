@@ -570,7 +570,8 @@ class NumbaCudaKernel:
         # XLA may instantiate programs on several threads at once, and
         # Numba's get_cufunc checks its per-device cache, then loads: two
         # threads could both load, two modules over one library in one
-        # context, unloaded twice later.
+        # context, unloaded twice later. Every step that may load (the
+        # cooperative limit too) runs under the lock.
         with _NUMBA_LOAD_LOCK:
             # The trace compiled (and so loaded) the kernel in whatever
             # context was current then, maybe another device's: reuse that
@@ -583,21 +584,25 @@ class NumbaCudaKernel:
             else:
                 handle = int(compiled._codelibrary.get_cufunc().handle)
                 loaded = {ordinal: handle}
+            limit = None
+            if compiled.cooperative:
+                sm_count = sm_count_of(ordinal)
+                # Numba computes the limit from its function in the current
+                # context: ask on a device where it is loaded that has this
+                # SM count (so the same limit). Only a device with an SM
+                # count no loaded device has makes Numba load it here, a
+                # second module (numbax holds Numba's unloads at exit).
+                where = next(
+                    (d for d in loaded if sm_count_of(d) == sm_count), None)
+                if where is None or where == ordinal:
+                    limit = compiled.max_cooperative_grid_blocks(
+                        block, self.shared_mem)
+                else:
+                    limit = _core.call_on_device(
+                        where, lambda: compiled.max_cooperative_grid_blocks(
+                            block, self.shared_mem))
         handles.setdefault(capability, handle)
-        if compiled.cooperative:
-            sm_count = sm_count_of(ordinal)
-            # Numba computes the limit from its function in the current
-            # context; ask on a device where it is loaded (same capability
-            # and SM count, so the same limit), never loading it here.
-            where = next((d for d in loaded if sm_count_of(d) == sm_count),
-                         None)
-            if where is None or where == ordinal:
-                limit = compiled.max_cooperative_grid_blocks(
-                    block, self.shared_mem)
-            else:
-                limit = _core.call_on_device(
-                    where, lambda: compiled.max_cooperative_grid_blocks(
-                        block, self.shared_mem))
+        if limit is not None:
             handles[(capability, sm_count)] = limit
             self._check_cooperative_grid(grid, limit, ordinal)
         return _core.kernel_function(handles[capability], ordinal,
