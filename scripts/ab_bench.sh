@@ -16,7 +16,9 @@ before=$1 after=$2 rounds=${3:-4}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 unset NUMBA_ENABLE_CUDASIM
 OUT=${OUT:-/tmp/numbax-ab}
-mkdir -p "$OUT"
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)   # absolute: runs start in /tmp
+rm -f "$OUT"/before-*.json "$OUT"/after-*.json "$OUT"/before-*.log "$OUT"/after-*.log
+before=$(realpath "$before") after=$(realpath "$after")
 PY=${PYTHON:-python3}
 deps=()
 for w in .whl/*.whl; do
@@ -28,17 +30,31 @@ for side in before after; do
   $PY -m pip install -q --no-index --no-deps --no-compile \
     --target "/tmp/numbax-ab-$side" "${deps[@]}" "$wheel" || exit 1
 done
+failed=0
 run() {  # side round
-  local left=$(( ${DEADLINE:-0} - $(date +%s) ))
-  if [ "${DEADLINE:-0}" != 0 ] && [ "$left" -lt 40 ]; then return 1; fi
+  local st
   # From /tmp: the checkout's own sources must not shadow the wheel.
   (cd /tmp && PYTHONPATH="/tmp/numbax-ab-$1" $PY -m numbax bench --quick \
      --no-progress --json "$OUT/$1-$2.json" > "$OUT/$1-$2.log" 2>&1)
-  echo "$1 round $2: exit $?"
+  st=$?
+  echo "$1 round $2: exit $st"
+  if [ "$st" != 0 ]; then failed=1; rm -f "$OUT/$1-$2.json"; fi
 }
 for r in $(seq 1 "$rounds"); do
-  if [ $(( r % 2 )) = 1 ]; then run before "$r" && run after "$r" || break
-  else run after "$r" && run before "$r" || break; fi
+  # A round is both runs or neither, so the sides keep equal counts.
+  if [ "${DEADLINE:-0}" != 0 ] && [ $(( DEADLINE - $(date +%s) )) -lt 80 ]; then
+    echo "round $r: not started (DEADLINE)"; break
+  fi
+  if [ $(( r % 2 )) = 1 ]; then run before "$r"; run after "$r"
+  else run after "$r"; run before "$r"; fi
 done
 echo "== before/after"
-PYTHONPATH="/tmp/numbax-ab-after" $PY -m numbax.bench.compare "$OUT"/before-*.json -- "$OUT"/after-*.json
+shopt -s nullglob
+b=("$OUT"/before-*.json) a=("$OUT"/after-*.json)
+if [ ${#b[@]} = 0 ] || [ ${#a[@]} = 0 ]; then
+  echo "no complete runs to compare (${#b[@]} before, ${#a[@]} after)"; exit 1
+fi
+PYTHONPATH="/tmp/numbax-ab-after" $PY -m numbax.bench.compare "${b[@]}" -- "${a[@]}"
+st=$?
+[ "$failed" = 0 ] || { echo "a benchmark run failed (its log is in $OUT)"; exit 1; }
+exit $st

@@ -44,6 +44,8 @@ files_of_part() {  # K/N: the files of part K of N (scripts/split_tests.py)
 # packages in .whl/ (numpy<2.5 for numba-cuda 0.30) first.
 ensure_numbax() {
   PYTHONPATH="$site" $PY -c "import numbax" 2>/dev/null && return 0
+  # A part started by `all` never installs: its siblings use $site.
+  [ -z "${NUMBAX_SANITIZER_PART:-}" ] || { echo "numbax does not import from $site" >&2; exit 1; }
   echo "== install (into $site)"
   rm -rf "$site" && mkdir -p "$site"
   local w deps=()
@@ -64,25 +66,31 @@ case "$tool" in
     # Every part of memcheck, racecheck and synccheck at once, as separate
     # processes (the tools slow the GPU work, not the CPU-bound compiles,
     # so on a machine with cores to spare this divides the wall time).
+    [ -z "${SANITIZER_FILES:-}" ] || { echo "'all' runs the parts; unset SANITIZER_FILES" >&2; exit 2; }
     n=${part%/*}; [ "$part" = "1/1" ] && n=4
-    ensure_numbax  # once, before the parts start
-    pids=() names=()
+    ensure_numbax  # once, before the parts start; they only check it
+    rm -f "$OUT"/run-*.txt
+    pids=() runs=()
     for k in $(seq 1 "$n"); do
-      bash "$0" memcheck "$k/$n" -- "${pytest_args[@]}" > "$OUT/run-memcheck-$k.txt" 2>&1 &
-      pids+=($!) names+=("memcheck $k/$n")
+      runs+=("$OUT/run-memcheck-$k-of-$n.txt")
+      NUMBAX_SANITIZER_PART=1 bash "$0" memcheck "$k/$n" -- "${pytest_args[@]}" > "${runs[-1]}" 2>&1 &
+      pids+=($!)
     done
     for t in racecheck synccheck; do
-      bash "$0" "$t" -- "${pytest_args[@]}" > "$OUT/run-$t.txt" 2>&1 &
-      pids+=($!) names+=("$t")
+      runs+=("$OUT/run-$t.txt")
+      NUMBAX_SANITIZER_PART=1 bash "$0" "$t" -- "${pytest_args[@]}" > "${runs[-1]}" 2>&1 &
+      pids+=($!)
     done
     worst=0
     for i in "${!pids[@]}"; do
       wait "${pids[$i]}"; st=$?
       [ "$st" = 0 ] || worst=$st
-    done
-    for f in "$OUT"/run-memcheck-*.txt "$OUT"/run-racecheck.txt "$OUT"/run-synccheck.txt; do
-      sed -n '/^ran in /,$p' "$f"
-      grep -q '^== summary' "$f" || { echo "== $(basename "$f" .txt): no summary"; tail -3 "$f"; }
+      # Printed as each run ends, so a limit on the whole keeps what ended.
+      if grep -q '^ran in ' "${runs[$i]}"; then
+        sed -n '/^ran in /,$p' "${runs[$i]}"
+      else
+        echo "== $(basename "${runs[$i]}" .txt): no summary (exit $st)"; tail -3 "${runs[$i]}"
+      fi
     done
     exit "$worst" ;;
   list)
@@ -129,10 +137,12 @@ t0=$(date +%s)
 # -k: test_faults' device_fault tests write far out of bounds on purpose
 # (to check that a fault surfaces as an error); memcheck reports exactly
 # those writes. SANITIZER_K="" includes them.
-# A test that stops making progress prints every thread's Python stack
-# (tests/conftest.py), every NUMBAX_TEST_STALL_S seconds.
+# A test that stops making progress writes every thread's Python stack to
+# the stalls file (tests/conftest.py), every NUMBAX_TEST_STALL_S seconds.
 export NUMBAX_TEST_STALL_S=${NUMBAX_TEST_STALL_S:-120}
-timeout "${SANITIZER_TIMEOUT:-0}" "$SAN" "${tool_args[@]}" --target-processes all --error-exitcode 99 \
+export NUMBAX_TEST_STALL_FILE="$OUT/stalls-$tool-$tag.txt"
+rm -f "$NUMBAX_TEST_STALL_FILE"
+timeout -k 30 "${SANITIZER_TIMEOUT:-0}" "$SAN" "${tool_args[@]}" --target-processes all --error-exitcode 99 \
   --print-limit 50 \
   $PY -m pytest -m gpu -q -p no:cacheprovider $files \
   -k "${SANITIZER_K-not device_fault}" \
@@ -142,4 +152,8 @@ echo "ran in $(( $(date +%s) - t0 ))s, exit $status; log: $log"
 echo "== summary ($tool $part)"
 grep -E "^[0-9]+ (passed|failed)|passed|failed|error" "$log" | grep -E " in [0-9.]+s" | tail -1
 grep -E "(ERROR|RACECHECK) SUMMARY" "$log" | sort | uniq -c
+# Tests that ran past NUMBAX_TEST_STALL_S: their stacks are in the file.
+if grep -q "^Thread\|^Current thread" "$NUMBAX_TEST_STALL_FILE" 2>/dev/null; then
+  echo "stacks of tests that ran over ${NUMBAX_TEST_STALL_S}s: $NUMBAX_TEST_STALL_FILE"
+fi
 exit $status

@@ -13,6 +13,8 @@ import os
 import re
 import sys
 
+GPU_MARK = re.compile(r"^[^#\n]*\bpytest\.mark\.gpu\b", re.M)
+
 
 def parts(n: int) -> list[list[str]]:
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -20,7 +22,8 @@ def parts(n: int) -> list[list[str]]:
     for path in sorted(glob.glob(os.path.join(root, "tests", "test_*.py"))):
         with open(path) as f:
             text = f.read()
-        if "mark.gpu" in text:
+        # A real marker (decorator, pytestmark or marks=), not a mention.
+        if GPU_MARK.search(text):
             rel = os.path.relpath(path, root)
             weights[rel] = len(re.findall(r"^\s*def test_", text, re.M))
     split: list[list] = [[0, []] for _ in range(n)]

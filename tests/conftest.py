@@ -13,15 +13,17 @@ skipped, before any of their fixtures run. They do not carry `gpu`, so the
 single-GPU run (`pytest -m gpu`) leaves them out; scripts/gpu_check.sh runs
 `pytest -m multigpu` on its own when the machine has 2 GPUs.
 
-NUMBAX_TEST_STALL_S=N prints every thread's Python stack whenever one test
-has run N seconds (and every N seconds after), so a run that stops making
-progress (under compute-sanitizer, scripts/sanitizer_check.sh sets it) shows
-where. The multigpu tests keep their own module watchdog instead.
+NUMBAX_TEST_STALL_S=N writes every thread's Python stack to the file
+NUMBAX_TEST_STALL_FILE (default numbax-test-stalls.txt in the working
+directory; a file, because pytest captures stderr per test) whenever one
+test has run N seconds, and every N seconds after, so a run that stops
+making progress shows where (scripts/sanitizer_check.sh sets both). It
+shares faulthandler's one timer: the multigpu tests keep their own module
+watchdog instead, and a test that arms its own watchdog replaces it.
 """
 
 import faulthandler
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -67,6 +69,7 @@ def pytest_runtest_setup(item):
 
 
 _STALL_S = float(os.environ.get("NUMBAX_TEST_STALL_S", "0") or 0)
+_stall_file: list = []  # opened once, kept open: faulthandler writes its fd
 
 
 @pytest.fixture(autouse=True)
@@ -74,7 +77,13 @@ def stall_dump(request):
     if _STALL_S <= 0 or request.node.get_closest_marker("multigpu") is not None:
         yield
         return
-    faulthandler.dump_traceback_later(_STALL_S, repeat=True, file=sys.stderr)
+    if not _stall_file:
+        _stall_file.append(open(os.environ.get(
+            "NUMBAX_TEST_STALL_FILE", "numbax-test-stalls.txt"), "a"))
+    out = _stall_file[0]
+    out.write(f"== {request.node.nodeid}\n")
+    out.flush()
+    faulthandler.dump_traceback_later(_STALL_S, repeat=True, file=out)
     try:
         yield
     finally:

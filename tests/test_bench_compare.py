@@ -60,7 +60,29 @@ def test_cli_exit_status_and_table(tmp_path, capsys):
     assert status == 0, out
     assert "| numbax_kernel | chain |" in out
     assert "slower beyond the spread of runs (>3%): none" in out
-    slow = tmp_path / "slow.json"
-    slow.write_text(json.dumps(_run(4.0, 90, 1600, 45)))
-    assert compare.main([str(paths["b1"]), str(paths["b2"]), "--", str(slow)]) == 1
+    slow = [tmp_path / "slow1.json", tmp_path / "slow2.json"]
+    slow[0].write_text(json.dumps(_run(4.0, 90, 1600, 45)))
+    slow[1].write_text(json.dumps(_run(4.2, 90, 1600, 45)))
+    assert compare.main([str(paths["b1"]), str(paths["b2"]), "--",
+                         *map(str, slow)]) == 1
     assert compare.main([str(paths["b1"])]) == 2  # no "--"
+
+
+def test_one_run_a_side_flags_nothing():
+    rows = _rows([_run(3.0, 90, 1600, 45)], [_run(9.0, 90, 1600, 45)])
+    assert not rows[("numbax_kernel", "chain")]["slower"]
+
+
+def test_a_row_measured_on_one_side_fails(tmp_path, capsys):
+    ok = _run(3.0, 90, 1600, 45)
+    broken = _run(3.0, 90, 1600, 45)
+    broken["results"][0]["status"] = "FAILED"
+    paths = []
+    for i, run in enumerate([ok, ok, broken, broken]):
+        paths.append(tmp_path / f"{i}.json")
+        paths[-1].write_text(json.dumps(run))
+    status = compare.main([str(paths[0]), str(paths[1]), "--",
+                           str(paths[2]), str(paths[3])])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "measured before only: numbax_kernel chain" in out

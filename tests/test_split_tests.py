@@ -1,7 +1,6 @@
 """scripts/split_tests.py: the parts gpu_check.sh (TEST_SHARDS) and
 sanitizer_check.sh run as separate processes."""
 
-import glob
 import os
 import subprocess
 import sys
@@ -18,22 +17,29 @@ def _run(*args):
 
 
 def _gpu_files():
-    found = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))):
-        with open(path) as f:
-            if "mark.gpu" in f.read():
-                found.append(os.path.relpath(path, ROOT))
-    return found
+    """The files pytest itself collects `gpu` tests from."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu",
+         "-p", "no:cacheprovider", "tests"],
+        capture_output=True, text=True, cwd=ROOT, timeout=600)
+    ids = [line for line in proc.stdout.splitlines() if "::" in line]
+    assert ids, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return sorted({i.split("::")[0] for i in ids})
+
+
+@pytest.fixture(scope="module")
+def gpu_files():
+    return _gpu_files()
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 6])
-def test_parts_cover_every_gpu_file_once(n):
+def test_parts_cover_every_gpu_file_once(n, gpu_files):
     proc = _run(n)
     assert proc.returncode == 0, proc.stderr
     parts = [line.split() for line in proc.stdout.splitlines()]
     assert len(parts) == n
     everything = [f for part in parts for f in part]
-    assert sorted(everything) == _gpu_files()
+    assert sorted(everything) == gpu_files
     assert all(parts), parts  # no empty part while files outnumber parts
     # Part K alone is line K.
     for k, part in enumerate(parts, start=1):

@@ -1,49 +1,45 @@
 """NUMBAX_TEST_STALL_S (tests/conftest.py): a test that runs that long gets
-every thread's stack printed, so a stalled run shows where it stopped."""
+every thread's stack written to NUMBAX_TEST_STALL_FILE, so a stalled run
+shows where it stopped, with pytest capturing output as usual."""
 
 import os
+import shutil
 import subprocess
 import sys
-import textwrap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def test_a_stalled_test_prints_where_it_waits():
-    # A test file next to conftest.py, so the fixture applies, and removed
-    # afterwards.
-    path = os.path.join(HERE, f"test_zz_stall_probe_{os.getpid()}.py")
-    with open(path, "w") as f:
-        f.write(textwrap.dedent("""
-            import time
+def _run_probe(tmp_path, body, env_extra):
+    # A copy of conftest.py beside the probe test: the fixture applies, and
+    # nothing is written into tests/.
+    shutil.copy(os.path.join(HERE, "conftest.py"), tmp_path / "conftest.py")
+    (tmp_path / "test_probe.py").write_text(body)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("NUMBAX_TEST_STALL")}
+    env.update(env_extra)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "--rootdir", str(tmp_path), str(tmp_path / "test_probe.py")],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
 
-            def test_waits_in_here():
-                time.sleep(2.5)
-        """))
-    try:
-        env = dict(os.environ, NUMBAX_TEST_STALL_S="1")
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
-             path], capture_output=True, text=True, timeout=120, env=env,
-            cwd=os.path.dirname(HERE))
-    finally:
-        os.remove(path)
+
+SLOW = "import time\n\ndef test_waits_in_here():\n    time.sleep(2.5)\n"
+
+
+def test_a_stalled_test_writes_where_it_waits(tmp_path):
+    stalls = tmp_path / "stalls.txt"
+    proc = _run_probe(tmp_path, SLOW, {"NUMBAX_TEST_STALL_S": "1",
+                                       "NUMBAX_TEST_STALL_FILE": str(stalls)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "test_waits_in_here" in proc.stderr, proc.stderr[-2000:]
-    assert "Thread" in proc.stderr
+    text = stalls.read_text()
+    assert "== test_probe.py::test_waits_in_here" in text
+    # The stack, dumped while the test slept: its frame is in it.
+    assert "test_waits_in_here" in text.split("\n", 1)[1], text
+    assert "Thread" in text
 
 
-def test_off_by_default():
-    path = os.path.join(HERE, f"test_zz_stall_probe_off_{os.getpid()}.py")
-    with open(path, "w") as f:
-        f.write("import time\n\ndef test_quiet():\n    time.sleep(1.5)\n")
-    try:
-        env = {k: v for k, v in os.environ.items() if k != "NUMBAX_TEST_STALL_S"}
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
-             path], capture_output=True, text=True, timeout=120, env=env,
-            cwd=os.path.dirname(HERE))
-    finally:
-        os.remove(path)
+def test_off_by_default(tmp_path):
+    proc = _run_probe(tmp_path, SLOW, {})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "test_quiet" not in proc.stderr
+    assert not (tmp_path / "numbax-test-stalls.txt").exists()

@@ -6,10 +6,12 @@ Each JSON is one ``python -m numbax bench --json`` run. For every row
 (table rows: chain, single, bandwidth; vmap and spiking-network rows) it
 prints the median of each side over its runs, their ranges and after/before
 (for bandwidth before/after, so > 1 is always "after is slower"). A row is
-marked ``slower`` only when every after run is slower than every before run
-and the medians differ by more than ``--tolerance`` (default 3%): single
-runs of one-op programs move by 10-20% between runs, so a median alone
-would flag noise. The controls (native handlers, pure JAX) show how much of
+marked ``slower`` only when each side has at least two runs, every after
+run is slower than every before run, and the medians differ by more than
+``--tolerance`` (default 3%): single runs of one-op programs move by 10-20%
+between runs, so a median alone would flag noise. A row measured on one
+side only (failed or missing on the other) is listed and fails the
+comparison. The controls (native handlers, pure JAX) show how much of
 a difference the run order and the machine cause by themselves.
 scripts/ab_bench.sh makes the runs, alternating the order (ABBA).
 """
@@ -53,12 +55,16 @@ def samples(runs: Sequence[dict]) -> Samples:
     return out
 
 
+MIN_RUNS = 2  # per side, before a row can be flagged
+
+
 def compare(before: Samples, after: Samples, tolerance: float = 0.03) -> list[dict]:
     rows = []
     for key, b in before.items():
         a = after.get(key)
         if not a:
             continue
+        enough = len(a) >= MIN_RUNS and len(b) >= MIN_RUNS
         higher_is_better = key[1] == "bw"
         mb, ma = statistics.median(b), statistics.median(a)
         slowdown = (mb / ma) if higher_is_better else (ma / mb)
@@ -71,7 +77,7 @@ def compare(before: Samples, after: Samples, tolerance: float = 0.03) -> list[di
             "before_range": (min(b), max(b)), "after_range": (min(a), max(a)),
             "slowdown": slowdown,
             "control": any(key[0].startswith(c) or c in key[0] for c in CONTROLS),
-            "slower": separated and slowdown > 1 + tolerance,
+            "slower": enough and separated and slowdown > 1 + tolerance,
         })
     return rows
 
@@ -106,12 +112,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     runs_b = [json.load(open(f)) for f in opts.before]
     runs_a = [json.load(open(f)) for f in after_files]
-    rows = compare(samples(runs_b), samples(runs_a), opts.tolerance)
+    before, after = samples(runs_b), samples(runs_a)
+    rows = compare(before, after, opts.tolerance)
     print(markdown(rows, len(runs_b), len(runs_a)))
     flagged = [r for r in rows if r["slower"] and not r["control"]]
     print(f"\nslower beyond the spread of runs (>{opts.tolerance:.0%}): "
           + (", ".join(f"{r['row']} {r['metric']}" for r in flagged) or "none"))
-    return 1 if flagged else 0
+    if min(len(runs_b), len(runs_a)) < MIN_RUNS:
+        print(f"(fewer than {MIN_RUNS} runs on a side: nothing is flagged)")
+    one_sided = sorted(set(before) ^ set(after))
+    for row, metric in one_sided:
+        side = "before" if (row, metric) in before else "after"
+        print(f"measured {side} only: {row} {metric}")
+    return 1 if flagged or one_sided else 0
 
 
 if __name__ == "__main__":
