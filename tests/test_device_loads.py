@@ -105,6 +105,16 @@ def fake_devices(monkeypatch):
     return make
 
 
+def _plans_at_once(compiled, n, plans=4):
+    """`plans` programs instantiated at once, each over devices 0..n-1."""
+    threads = [threading.Thread(target=_functions, args=(compiled, n))
+               for _ in range(plans)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def _functions(compiled, n):
     handles = {}
     op = object.__new__(kernel_mod.NumbaCudaKernel)  # no kernel needed
@@ -220,12 +230,7 @@ def test_concurrent_plans_with_mixed_sm_counts_load_each_device_once(
     the kernel there; plans instantiated at once must do that once."""
     fake_devices((9, 0), (9, 0), (9, 0), sms=[132, 132, 114])
     compiled = _Compiled(cooperative=True, delay=0.05)
-    threads = [threading.Thread(target=_functions, args=(compiled, 3))
-               for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _plans_at_once(compiled, 3)
     assert sorted(compiled._codelibrary.loaded_on) == [0, 2]
 
 
@@ -257,17 +262,15 @@ def test_concurrent_plans_load_through_numba_once(fake_devices):
     library in one context, unloaded twice later)."""
     fake_devices((9, 0))
     compiled = _Compiled(delay=0.05)
-    threads = [threading.Thread(target=_functions, args=(compiled, 1))
-               for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _plans_at_once(compiled, 1)
     assert compiled._codelibrary.loads == 1
 
 
-_HOLD_CHILD = textwrap.dedent(r"""
+# The start of both child scripts: numba-cuda's real driver module, with
+# a deallocation queue per fake context.
+_FAKE_CONTEXTS = textwrap.dedent(r"""
     import logging
+    import weakref
     from numba.cuda.cudadrv import driver as numba_driver
     from numbax import _numba
 
@@ -275,11 +278,13 @@ _HOLD_CHILD = textwrap.dedent(r"""
     numba_driver._logger = getattr(numba_driver, "_logger",
                                    logging.getLogger("numba.cuda"))
 
-    flushed = []
-
     class Context:
         def __init__(self):
             self.deallocations = numba_driver._PendingDeallocs()
+""")
+
+_HOLD_CHILD = _FAKE_CONTEXTS + textwrap.dedent(r"""
+    flushed = []
 
     class Device:
         primary_context = Context()
@@ -311,22 +316,7 @@ def test_held_queues_do_not_flush():
     assert "RESULT True []" in out, out
 
 
-_EXIT_CHILD = textwrap.dedent(r"""
-    import weakref
-    import logging
-    from numba.cuda.cudadrv import driver as numba_driver
-    from numbax import _numba
-
-    # Set when the driver initialises, which needs a GPU.
-    numba_driver._logger = getattr(numba_driver, "_logger",
-                                   logging.getLogger("numba.cuda"))
-
-    unloaded = []
-
-    class Context:
-        def __init__(self):
-            self.deallocations = numba_driver._PendingDeallocs()
-
+_EXIT_CHILD = _FAKE_CONTEXTS + textwrap.dedent(r"""
     class Device:
         def __init__(self):
             self.primary_context = Context()
