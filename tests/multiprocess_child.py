@@ -25,31 +25,6 @@ import sys
 import time
 
 SIM = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
-TAG = 1000
-
-cuda = None  # numba.cuda, imported once jax.distributed is up
-
-
-# Kernel bodies, compiled with cuda.jit in main(). They live at module level:
-# Numba's simulator swaps the module global `cuda` while it runs them.
-def _affine(x, out):
-    k = cuda.grid(1)
-    if k < x.shape[0]:
-        out[k] = 2 * x[k] + 1
-
-
-def _fill(out, value):
-    k = cuda.grid(1)
-    if k < out.shape[0]:
-        out[k] = value
-
-
-def _square_tag(x, tag_in, out, tag_out):
-    k = cuda.grid(1)
-    if k < x.shape[0]:
-        out[k] = x[k] * x[k] - 3
-    if k < tag_out.shape[0]:
-        tag_out[k] = tag_in[k]
 
 
 def main(i, port, mode, seed, repeats, n, timeout):
@@ -66,14 +41,8 @@ def main(i, port, mode, seed, repeats, n, timeout):
     import jax.numpy as jnp
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    global cuda  # the kernel bodies read it as a module global
-    from numba import cuda
-
-    import numbax
-
-    affine_kernel = cuda.jit(_affine)
-    fill_kernel = cuda.jit(_fill)
-    square_tag_kernel = cuda.jit(_square_tag)
+    # The ops (tests/tagged_ops.py, beside this file) import Numba: only now.
+    from tagged_ops import TAG, hardware_id, tagged_ops
 
     failures = []
 
@@ -90,32 +59,7 @@ def main(i, port, mode, seed, repeats, n, timeout):
         fail(f"expected 2 processes with one device each, got "
              f"{jax.process_count()} processes, devices {devices}")
 
-    def hardware_id(d):
-        if SIM:
-            return -1
-        hw = getattr(d, "local_hardware_id", None)
-        return int(d.id if hw is None else hw)
-
-    def current_device_id():
-        return -1 if SIM else int(cuda.get_current_device().id)
-
-    def affine_tagged(x, y, dev, stream):
-        affine_kernel[(x.shape[0] + 255) // 256, 256, stream](x, y)
-        fill_kernel[1, 32, stream](dev, TAG + current_device_id())
-
-    spec = jax.ShapeDtypeStruct((n,), jnp.float32)
-    tag = jax.ShapeDtypeStruct((1,), jnp.int32)
-    plain = numbax.numba_cuda_callable(affine_tagged, (spec, tag))
-    captured = numbax.numba_cuda_callable(affine_tagged, (spec, tag),
-                                          capture=True)
-    kernel = numbax.numba_cuda_kernel(square_tag_kernel, (spec, tag),
-                                      launch_dims=n)
-
-    def body(x, devtag):
-        y1, d1 = plain(x)
-        y2, d2 = captured(y1)
-        y3, d3 = kernel(y2, devtag)
-        return y1, y2, y3, d1, d2, d3
+    body = tagged_ops(n)
 
     mesh = Mesh(np.array(devices), ("x",))
     sharding = NamedSharding(mesh, P("x"))
@@ -134,12 +78,12 @@ def main(i, port, mode, seed, repeats, n, timeout):
             len(devices) * n).astype(np.float32)
         xg = jax.make_array_from_callback(x.shape, sharding,
                                           lambda idx, x=x: x[idx])
-        outs = fn(xg, devtag)
+        ys, tags = fn(xg, devtag)
         w1 = 2 * x + 1
         w2 = 2 * w1 + 1
         w3 = w2 * w2 - 3
         for name, out, want, tagout in zip(("plain", "capture", "kernel"),
-                                           outs[:3], (w1, w2, w3), outs[3:]):
+                                           ys, (w1, w2, w3), tags):
             for s, t in zip(out.addressable_shards, tagout.addressable_shards):
                 got = np.asarray(s.data)
                 if not np.allclose(got, want[s.index], 1e-5, 1e-5):
@@ -150,7 +94,7 @@ def main(i, port, mode, seed, repeats, n, timeout):
                     fail(f"iteration {it} {name}: shard on {s.device} (CUDA "
                          f"device {hardware_id(s.device)}) ran on {dev_id}")
         # Needs both processes: the global array is coherent.
-        got_sum = float(total(outs[2]))
+        got_sum = float(total(ys[2]))
         want_sum = float(np.sum(w3, dtype=np.float64))
         if not np.isclose(got_sum, want_sum, rtol=1e-3):
             sum_ok = False

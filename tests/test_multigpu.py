@@ -7,7 +7,7 @@ through Numba's CUDA simulator, where device ids are not real (the checks
 of them are GPU only) and funcs run one at a time.
 
 Every check compares with numpy on fresh random data, shard by shard. Each
-callable's func also writes TAG + the id of the CUDA device it runs on
+op (tests/tagged_ops.py) also writes TAG + the id of the CUDA device it runs on
 (cuda.get_current_device().id) into an output, which must be the device XLA
 put the shard on; the offset keeps an unwritten, zeroed tag from passing as
 device 0.
@@ -27,6 +27,9 @@ from numba import cuda
 
 import numbax
 from conftest import SIMULATOR
+from tagged_ops import (TAG, affine_kernel, affine_tagged, blocks,
+                        current_device_id, fill_kernel, hardware_id,
+                        tagged_ops)
 
 pytestmark = [
     pytest.mark.multigpu,
@@ -42,33 +45,9 @@ THREADS = 8
 THREAD_ITERATIONS = 5 if SIMULATOR else 50
 JOIN_TIMEOUT = 300
 WATCHDOG = 1200  # seconds for the whole module
-TAG = 1000
 OPS = ("plain", "capture", "kernel")
 COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce",
                "reduce-scatter")
-
-
-@cuda.jit
-def affine_kernel(x, out):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        out[i] = 2 * x[i] + 1
-
-
-@cuda.jit
-def fill_kernel(out, value):
-    i = cuda.grid(1)
-    if i < out.shape[0]:
-        out[i] = value
-
-
-@cuda.jit
-def square_tag_kernel(x, tag_in, out, tag_out):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        out[i] = x[i] * x[i] - 3
-    if i < tag_out.shape[0]:
-        tag_out[i] = tag_in[i]
 
 
 @cuda.jit
@@ -79,31 +58,8 @@ def rows_kernel(m, s, out):
             out[i, j] = m[i, j] * s[i] + j
 
 
-def blocks(n, threads=256):
-    return max(1, (n + threads - 1) // threads)
-
-
-def current_device_id():
-    """The CUDA device of the context numbax made current (-1: simulator)."""
-    return -1 if SIMULATOR else int(cuda.get_current_device().id)
-
-
-def hardware_id(device):
-    """The CUDA ordinal of a JAX device (-1: simulator)."""
-    if SIMULATOR:
-        return -1
-    hw = getattr(device, "local_hardware_id", None)
-    return int(device.id if hw is None else hw)
-
-
 calls_lock = threading.Lock()
 calls = []  # (device id, shape of the first input) per rows_tagged call
-
-
-def affine_tagged(x, y, dev, stream):
-    """y = 2x + 1, and dev[:] = TAG + the id of the device this call runs on."""
-    affine_kernel[blocks(x.shape[0]), 256, stream](x, y)
-    fill_kernel[blocks(dev.shape[0]), 256, stream](dev, TAG + current_device_id())
 
 
 def rows_tagged(m, s, out, dev, stream):
@@ -136,23 +92,6 @@ def shard_values(array):
     return [(s.device, s.index, np.asarray(s.data))
             for s in array.addressable_shards]
 
-
-def tagged_ops(n):
-    """A plain callable, a capture=True one and a kernel, each tagging its device."""
-    spec = jax.ShapeDtypeStruct((n,), F32)
-    tag = jax.ShapeDtypeStruct((1,), I32)
-    plain = numbax.numba_cuda_callable(affine_tagged, (spec, tag))
-    captured = numbax.numba_cuda_callable(affine_tagged, (spec, tag),
-                                          capture=True)
-    kernel = numbax.numba_cuda_kernel(square_tag_kernel, (spec, tag),
-                                      launch_dims=n)
-
-    def chain(x, devtag):
-        y1, d1 = plain(x)
-        y2, d2 = captured(y1)
-        y3, d3 = kernel(y2, devtag)
-        return (y1, y2, y3), (d1, d2, d3)
-    return chain
 
 
 def chain_reference(x):
