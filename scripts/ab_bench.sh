@@ -20,15 +20,13 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)   # absolute: runs start in /tmp
 rm -f "$OUT"/before-*.json "$OUT"/after-*.json "$OUT"/before-*.log "$OUT"/after-*.log
 before=$(realpath "$before") after=$(realpath "$after")
 PY=${PYTHON:-python3}
-deps=()
-for w in .whl/*.whl; do
-  case "$(basename "$w")" in numbax-*) ;; *) [ -f "$w" ] && deps+=("$w") ;; esac
-done
+. scripts/install_site.sh
 for side in before after; do
   wheel=$before; [ "$side" = after ] && wheel=$after
   rm -rf "/tmp/numbax-ab-$side" && mkdir -p "/tmp/numbax-ab-$side"
-  $PY -m pip install -q --no-index --no-deps --no-compile \
-    --target "/tmp/numbax-ab-$side" "${deps[@]}" "$wheel" || exit 1
+  install_deps "/tmp/numbax-ab-$side" &&
+    $PY -m pip install -q --no-index --no-deps --no-compile \
+      --target "/tmp/numbax-ab-$side" "$wheel" || exit 1
 done
 failed=0
 run() {  # side round

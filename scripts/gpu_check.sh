@@ -32,27 +32,13 @@ done
 PY=${PYTHON:-python3}
 site=/tmp/numbax-site
 rm -rf "$site" && mkdir -p "$site"
-deps=()
-for w in .whl/*.whl; do
-  case "$(basename "$w")" in numbax-*) ;; *) [ -f "$w" ] && deps+=("$w") ;; esac
-done
-if [ ${#deps[@]} -gt 0 ]; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --target "$site" "${deps[@]}" || exit 1
-fi
+. scripts/install_site.sh
+install_deps "$site" || exit 1
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 
-# numbax is installed from a wheel, as users get it: a numbax wheel for this
-# Python in .whl/ or dist/ (scripts/build_wheel.sh) if there is one, else one
-# built here (offline, so against this jaxlib's FFI headers).
 echo "== build"
 t0=$(date +%s)
-if ! $PY -m pip install -q --no-index --no-deps --only-binary numbax \
-    --find-links .whl --find-links dist --target "$site" numbax > "$OUT/build.log" 2>&1; then
-  rm -rf "$OUT/wheel"
-  { $PY -m pip wheel -q --no-index --no-deps --no-build-isolation -w "$OUT/wheel" . &&
-    $PY -m pip install -q --no-index --no-deps --target "$site" "$OUT"/wheel/numbax-*.whl; } \
-    >> "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
-fi
+install_numbax "$site" "$OUT/build.log" || exit 1
 echo "built in $(( $(date +%s) - t0 ))s"
 # Bounded: a hang while JAX starts (as once with jax 0.11's plugin locks)
 # must fail the check, not eat the machine's time.

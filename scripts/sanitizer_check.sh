@@ -39,26 +39,19 @@ files_of_part() {  # K/N: the files of part K of N (scripts/split_tests.py)
   $PY scripts/split_tests.py "${1#*/}" "${1%/*}"
 }
 
-# numbax in $site: kept from an earlier run, else a numbax wheel from .whl/
-# or dist/ (scripts/build_wheel.sh), else built here; wheels of other
-# packages in .whl/ (numpy<2.5 for numba-cuda 0.30) first.
+# numbax in $site: kept from an earlier run, else installed as
+# scripts/gpu_check.sh does (scripts/install_site.sh).
+. scripts/install_site.sh
 ensure_numbax() {
-  PYTHONPATH="$site" $PY -c "import numbax" 2>/dev/null && return 0
+  # From $site itself, not a numbax the Python environment has.
+  PYTHONPATH="$site" $PY -c "import numbax, sys; sys.exit(not numbax.__file__.startswith('$site/'))" \
+    2>/dev/null && return 0
   # A part started by `all` never installs: its siblings use $site.
   [ -z "${NUMBAX_SANITIZER_PART:-}" ] || { echo "numbax does not import from $site" >&2; exit 1; }
   echo "== install (into $site)"
   rm -rf "$site" && mkdir -p "$site"
-  local w deps=()
-  for w in .whl/*.whl; do
-    case "$(basename "$w")" in numbax-*) ;; *) [ -f "$w" ] && deps+=("$w") ;; esac
-  done
-  if [ ${#deps[@]} -gt 0 ]; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --target "$site" "${deps[@]}" || exit 1
-  fi
-  $PY -m pip install -q --no-index --no-deps --only-binary numbax \
-      --find-links .whl --find-links dist --target "$site" numbax > "$OUT/build.log" 2>&1 ||
-    $PY -m pip install -q --no-index --no-deps --no-build-isolation --target "$site" . \
-      >> "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+  install_deps "$site" || exit 1
+  install_numbax "$site" "$OUT/build.log" || exit 1
 }
 
 case "$tool" in
