@@ -86,3 +86,13 @@ def test_a_row_measured_on_one_side_fails(tmp_path, capsys):
     out = capsys.readouterr().out
     assert status == 1
     assert "measured before only: numbax_kernel chain" in out
+
+
+def test_unreadable_runs_are_refused(tmp_path, capsys):
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_run(3.0, 90, 1600, 45)))
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    assert compare.main([str(good), "--", str(bad)]) == 2
+    assert "is not a `numbax bench --json` run" in capsys.readouterr().err
+    assert compare.main([str(good), "--", str(tmp_path / "missing.json")]) == 2

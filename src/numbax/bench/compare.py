@@ -28,7 +28,14 @@ from collections.abc import Sequence
 Samples = dict[tuple[str, str], list[float]]
 
 # Rows numbax does not take part in: what run order and drift cost alone.
-CONTROLS = ("native", "native_cmdbuf", "jnp", "pure JAX", "pure_callback")
+CONTROL_ROWS = {"native", "native_cmdbuf", "pure_callback"}
+
+
+def is_control(row: str) -> bool:
+    """The native handlers, pure_callback, vmap's jnp rows and the spiking
+    network's pure-JAX row (row names as samples() makes them)."""
+    return (row in CONTROL_ROWS or row.endswith(": jnp")
+            or row.startswith("snn: (a) pure JAX"))
 
 
 def samples(runs: Sequence[dict]) -> Samples:
@@ -76,7 +83,7 @@ def compare(before: Samples, after: Samples, tolerance: float = 0.03) -> list[di
             "row": key[0], "metric": key[1], "before": mb, "after": ma,
             "before_range": (min(b), max(b)), "after_range": (min(a), max(a)),
             "slowdown": slowdown,
-            "control": any(key[0].startswith(c) or c in key[0] for c in CONTROLS),
+            "control": is_control(key[0]),
             "slower": enough and separated and slowdown > 1 + tolerance,
         })
     return rows
@@ -96,6 +103,14 @@ def markdown(rows: list[dict], n_before: int, n_after: int) -> str:
     return "\n".join(lines)
 
 
+def _load(path: str) -> dict:
+    with open(path) as f:
+        run = json.load(f)
+    if not isinstance(run, dict) or "results" not in run:
+        raise ValueError(f"{path} is not a `numbax bench --json` run")
+    return run
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
@@ -110,8 +125,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not after_files:
         print("no after runs (the JSON files after --)", file=sys.stderr)
         return 2
-    runs_b = [json.load(open(f)) for f in opts.before]
-    runs_a = [json.load(open(f)) for f in after_files]
+    try:
+        runs_b = [_load(f) for f in opts.before]
+        runs_a = [_load(f) for f in after_files]
+    except (OSError, ValueError) as exc:
+        print(f"cannot read a benchmark run: {exc}", file=sys.stderr)
+        return 2
     before, after = samples(runs_b), samples(runs_a)
     rows = compare(before, after, opts.tolerance)
     print(markdown(rows, len(runs_b), len(runs_a)))
