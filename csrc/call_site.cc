@@ -98,20 +98,42 @@ void CallSite::ClearCache() {
     for (auto& c : slot) {
       Py_DECREF(c.array);
       Py_XDECREF(c.root);
+      Py_XDECREF(c.stream);
     }
     slot.clear();
   }
 }
 
+namespace {
+
+// Makes `array.stream` the call's stream object unless `bound` (what it
+// was last set to) already is it.
+bool BindStream(PyObject*& bound, PyObject* array, PyObject* stream) {
+  if (bound == stream) return true;
+  static PyObject* s_stream = PyUnicode_InternFromString("stream");
+  if (!s_stream || PyObject_SetAttr(array, s_stream, stream) < 0) return false;
+  Py_INCREF(stream);
+  Py_XSETREF(bound, stream);
+  return true;
+}
+
+}  // namespace
+
 PyObject* CallSite::ArrayFor(size_t slot_index, const BufferView& view,
-                             Platform platform, int device, bool writable) {
+                             Platform platform, int device, bool writable,
+                             PyObject* stream) {
   auto& slot = slots_[slot_index];
   for (size_t i = 0; i < slot.size(); ++i) {
     if (slot[i].data == view.data && slot[i].device == device &&
         slot[i].writable == writable) {
       ++Counters().array_hits;
       if (i != 0) std::swap(slot[i], slot[0]);  // keep the hottest first
-      return slot[0].array;
+      CachedArray& c = slot[0];
+      if (platform == Platform::kCuda &&
+          !BindStream(c.stream, c.array, stream)) {
+        return nullptr;
+      }
+      return c.array;
     }
   }
   ++Counters().array_misses;
@@ -140,14 +162,21 @@ PyObject* CallSite::ArrayFor(size_t slot_index, const BufferView& view,
     Py_INCREF(root);
     Py_DECREF(made);
   }
+  PyObject* bound = nullptr;
+  if (platform == Platform::kCuda && !BindStream(bound, array, stream)) {
+    Py_DECREF(array);
+    Py_XDECREF(root);
+    return nullptr;
+  }
   if (slot.size() == kArraysPerSlot) {
     Py_DECREF(slot.back().array);
     Py_XDECREF(slot.back().root);
+    Py_XDECREF(slot.back().stream);
     slot.pop_back();
   }
   slot.insert(slot.begin(),
               CachedArray{view.data, device, writable, array, root,
-                          Py_REFCNT(array), root ? Py_REFCNT(root) : 0});
+                          Py_REFCNT(array), root ? Py_REFCNT(root) : 0, bound});
   return array;
 }
 
@@ -178,9 +207,11 @@ ffi::Error CallSite::CheckNothingKept(PyObject* const* args, size_t n,
       // that call's buffer under the name func kept.
       PyObject* array = c.array;
       PyObject* root = c.root;
+      PyObject* stream = c.stream;
       slot.erase(slot.begin() + static_cast<std::ptrdiff_t>(j));
       Py_DECREF(array);  // argv still holds it
       Py_XDECREF(root);
+      Py_XDECREF(stream);
       const int64_t in = num_inputs_, out = num_outputs_;
       const int64_t k = static_cast<int64_t>(i);
       const std::string name =
@@ -249,6 +280,15 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
     explicit CountActive(int& count) : n(count) { ++n; }
     ~CountActive() { --n; }
   } counted{active_calls_};
+  PyObject* stream_object = StreamFor(platform, device, stream);
+  if (!stream_object) {
+    ++Counters().errors;
+    return ffi::Error::Internal(OpMessage(
+        OpKind::kCallable, key_,
+        "could not wrap XLA's stream for Numba: " + TakePythonError()));
+  }
+  Py_INCREF(stream_object);
+  argv[buffers.size() + 1] = stream_object;
   const size_t num_inputs = static_cast<size_t>(num_inputs_);
   for (size_t i = 0; i < buffers.size(); ++i) {
     // In the simulator an input is read-only unless it is aliased to an
@@ -260,7 +300,8 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
         if (buffers[o].data == buffers[i].data) writable = true;
       }
     }
-    PyObject* array = ArrayFor(i, buffers[i], platform, device, writable);
+    PyObject* array =
+        ArrayFor(i, buffers[i], platform, device, writable, stream_object);
     if (!array) {
       ++Counters().errors;
       return ffi::Error::Internal(
@@ -271,15 +312,6 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
     Py_INCREF(array);
     argv[i + 1] = array;
   }
-  PyObject* stream_object = StreamFor(platform, device, stream);
-  if (!stream_object) {
-    ++Counters().errors;
-    return ffi::Error::Internal(OpMessage(
-        OpKind::kCallable, key_,
-        "could not wrap XLA's stream for Numba: " + TakePythonError()));
-  }
-  Py_INCREF(stream_object);
-  argv[buffers.size() + 1] = stream_object;
   GuardedCall guard;
   if (!guard.Enter()) {
     ++Counters().errors;

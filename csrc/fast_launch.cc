@@ -221,9 +221,10 @@ struct Plan {
   PyObject* callbacks = nullptr;  // cfg.pre_launch_callbacks (a list)
   void* stream = nullptr;         // the stream the configuration launches on
   int reason = -1;                // >= 0: never fast, for this reason
-  // The CUkernel Numba launches: cuLaunchKernel and
-  // cuLaunchCooperativeKernel take one in place of a CUfunction (CUDA 12)
-  // and run it in the current context, the device numbax bound.
+  // What cuLaunchKernel launches: the current context's CUfunction of the
+  // kernel (ResolveFunction), or, where that was not looked up, the
+  // CUkernel Numba launches (cuLaunchKernel takes one in place of a
+  // CUfunction since CUDA 12 and runs it in the current context).
   cuda::CUfunction function = nullptr;
   unsigned grid[3] = {1, 1, 1};
   unsigned block[3] = {1, 1, 1};
@@ -313,6 +314,37 @@ bool ParsePlan(PyObject* t, Plan* plan) {
   Py_INCREF(callbacks);
   plan->callbacks = callbacks;
   return true;
+}
+
+// Launch the context's own function rather than Numba's CUkernel (see
+// SetResolveFunctions): looked up once, when the plan is recorded, on the
+// device numbax bound (the plan's key). Not where the stream is being
+// captured (XLA recording a command buffer, numbax recording a graph): a
+// driver call there must not risk the capture, and a recorded launch costs
+// nothing per call anyway. Any failure keeps the CUkernel, which works.
+bool g_resolve_functions = true;
+
+void ResolveFunction(const ActiveCall& call, Plan* plan) {
+  if (!g_resolve_functions || g_dry_run) return;
+  const cuda::Driver* driver = cuda::Load();
+  if (driver == nullptr || driver->cuKernelGetFunction == nullptr ||
+      driver->cuStreamIsCapturing == nullptr) {
+    return;
+  }
+  int capturing = cuda::CU_STREAM_CAPTURE_STATUS_NONE;
+  if (driver->cuStreamIsCapturing(static_cast<cuda::CUstream>(call.stream),
+                                  &capturing) != cuda::CUDA_SUCCESS ||
+      capturing != cuda::CU_STREAM_CAPTURE_STATUS_NONE) {
+    return;
+  }
+  cuda::CUfunction function = nullptr;
+  std::string error;
+  if (cuda::KernelFunction(*driver,
+                           reinterpret_cast<cuda::CUkernel>(plan->function),
+                           plan->shared_mem, &function, &error) &&
+      function != nullptr) {
+    plan->function = function;
+  }
 }
 
 void StorePlan(const PlanKey& key, std::shared_ptr<Plan> plan) {
@@ -475,6 +507,8 @@ PyObject* LaunchAndRecord(LaunchHook* hook, const ActiveCall& call, PlanKey key,
   } else if (!ParsePlan(built, plan.get()) ||
              plan->packing.size() != static_cast<size_t>(n - 1)) {
     plan->reason = kFallbackPlanError;
+  } else {
+    ResolveFunction(call, plan.get());
   }
   Py_XDECREF(built);
   Count(plan->reason >= 0 ? plan->reason : kFallbackNewPlan);
@@ -776,6 +810,8 @@ PyObject* PackScalarForTest(char how, PyObject* value) {
 }
 
 void SetDryRun(bool on) { g_dry_run = on; }
+
+void SetResolveFunctions(bool on) { g_resolve_functions = on; }
 
 PyObject* LastLaunch() {
   const DryLaunch& d = LastDryLaunch();

@@ -99,6 +99,12 @@ PyObject* LastLaunch();
 PyObject* CallAsNumbax(PyObject* func, PyObject* arrays, PyObject* buffers,
                        void* stream, int device, bool enabled);
 
+// Whether plans recorded from now on launch the current context's
+// CUfunction of each kernel (the default) or Numba's CUkernel handle, as
+// Numba does (for benchmarks that compare the two: python -m
+// numbax.bench.bridge_cost). Plans already recorded keep theirs.
+void SetResolveFunctions(bool on);
+
 // Drops every cached plan (and the references they hold).
 void ClearLaunchPlans();
 size_t LaunchPlanCount();

@@ -222,6 +222,11 @@ NB_MODULE(_core, m) {
       nb::arg("device") = 0, nb::arg("enabled") = true,
       "Tests only: runs func() as numbax runs a func, with `arrays` over "
       "`buffers` ((address, dtype, shape) each) on `stream`.");
+  m.def(
+      "set_fast_launch_resolves_function",
+      [](bool on) { numbax::SetResolveFunctions(on); }, nb::arg("on"),
+      "Benchmarks: plans recorded from now on launch each kernel's CUfunction "
+      "in the bound context (True, the default) or Numba's CUkernel handle.");
   m.def("clear_launch_plans", &numbax::ClearLaunchPlans);
   m.def("launch_plan_count", &numbax::LaunchPlanCount);
   m.def("set_graph_cache_size", [](size_t n) {

@@ -17,13 +17,19 @@ NUMBAX_TEST_STALL_S=N writes every thread's Python stack to the file
 NUMBAX_TEST_STALL_FILE (default numbax-test-stalls.txt in the working
 directory; a file, because pytest captures stderr per test) whenever one
 test has run N seconds, and every N seconds after, so a run that stops
-making progress shows where (scripts/sanitizer_check.sh sets both). It
-shares faulthandler's one timer: the multigpu tests keep their own module
-watchdog instead, and a test that arms its own watchdog replaces it.
+making progress shows where (scripts/sanitizer_check.sh sets both). The
+stacks are written by a Python thread, with the GIL held: faulthandler's
+own timer (dump_traceback_later) reads the other threads' frames while they
+run, and under compute-sanitizer on the H200 that crashed a test process
+mid-dump (2026-11-30). A thread stuck while holding the GIL therefore gets
+no dump; the multigpu tests keep their own faulthandler watchdog (which
+exits the process).
 """
 
 import faulthandler
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -69,7 +75,46 @@ def pytest_runtest_setup(item):
 
 
 _STALL_S = float(os.environ.get("NUMBAX_TEST_STALL_S", "0") or 0)
-_stall_file: list = []  # opened once, kept open: faulthandler writes its fd
+
+
+class _StallWatch:
+    """One daemon thread that writes every thread's stack to the stall file
+    once the current test has run _STALL_S seconds, and every _STALL_S
+    seconds after, until the test ends."""
+
+    def __init__(self, path):
+        self.out = open(path, "a")  # kept open for the session
+        self.lock = threading.Lock()
+        self.test = None
+        self.due = 0.0
+        threading.Thread(target=self._loop, name="numbax-stall-watch",
+                         daemon=True).start()
+
+    def start(self, nodeid):
+        with self.lock:
+            self.out.write(f"== {nodeid}\n")
+            self.out.flush()
+            self.test, self.due = nodeid, time.monotonic() + _STALL_S
+
+    def stop(self):
+        with self.lock:
+            self.test = None
+
+    def _loop(self):
+        while True:
+            time.sleep(min(1.0, _STALL_S / 4))
+            with self.lock:
+                if self.test is None or time.monotonic() < self.due:
+                    continue
+                self.out.write(f"-- {self.test} has run over "
+                               f"{_STALL_S:g} s; every thread's stack:\n")
+                self.out.flush()
+                faulthandler.dump_traceback(self.out, all_threads=True)
+                self.out.flush()
+                self.due += _STALL_S
+
+
+_stall_watch: list = []  # made on first use
 
 
 @pytest.fixture(autouse=True)
@@ -77,17 +122,15 @@ def stall_dump(request):
     if _STALL_S <= 0 or request.node.get_closest_marker("multigpu") is not None:
         yield
         return
-    if not _stall_file:
-        _stall_file.append(open(os.environ.get(
-            "NUMBAX_TEST_STALL_FILE", "numbax-test-stalls.txt"), "a"))
-    out = _stall_file[0]
-    out.write(f"== {request.node.nodeid}\n")
-    out.flush()
-    faulthandler.dump_traceback_later(_STALL_S, repeat=True, file=out)
+    if not _stall_watch:
+        _stall_watch.append(_StallWatch(os.environ.get(
+            "NUMBAX_TEST_STALL_FILE", "numbax-test-stalls.txt")))
+    watch = _stall_watch[0]
+    watch.start(request.node.nodeid)
     try:
         yield
     finally:
-        faulthandler.cancel_dump_traceback_later()
+        watch.stop()
 
 
 @pytest.fixture

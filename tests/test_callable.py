@@ -51,6 +51,43 @@ def launch_1d(kernel, n, stream, *args):
     kernel[max(1, (n + threads - 1) // threads), threads, stream](*args)
 
 
+@cuda.jit
+def copy_2d(a, out):
+    i, j = cuda.grid(2)
+    if i < out.shape[0] and j < out.shape[1]:
+        out[i, j] = a[i, j]
+
+
+def test_arrays_carry_funcs_stream(gpu_only, rng):
+    # Numba's array methods that do device work use the array's own stream:
+    # a 2-D .T launches Numba's transpose kernel, copy_to_host copies, a
+    # scalar assignment copies. numbax binds func's arrays (and so their
+    # views) to the stream it gives func, ordering that work with XLA's and
+    # with func's launches; on the default stream it raced them (seen under
+    # compute-sanitizer as a transpose read before it was written).
+    bound, copies = [], []
+
+    def func(x, poison, out, stream):
+        bound.append((x.stream is stream, out.stream is stream,
+                      x[2:].stream is stream, x.reshape(8, 8).stream is stream))
+        copies.append(x.copy_to_host())
+        transposed = x.reshape(8, 8).T  # Numba's transpose kernel
+        copy_2d[(1, 1), (8, 8), stream](transposed, out.reshape(8, 8))
+        out[0] = -1.0  # after the copy, on the same stream
+
+    op = jax.jit(numbax.numba_cuda_callable(
+        func, outs=jax.ShapeDtypeStruct((64,), F32),
+        input_output_aliases={1: 0}))
+    for _ in range(4):
+        x = random_array(rng, (64,), np.float32)
+        got = np.asarray(op(x, jnp.full(64, np.nan, F32)))
+        want = x.reshape(8, 8).T.reshape(-1).copy()
+        want[0] = -1.0
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(copies[-1], x)
+    assert len(bound) == 4 and all(all(b) for b in bound), bound
+
+
 def test_seed_example_eager_and_jit(rng):
     fn = numbax.numba_cuda_callable(
         seed_op, outs=jax.ShapeDtypeStruct((1024,), F32))

@@ -102,6 +102,11 @@ def call_as_numbax(func: object, arrays: object, buffers: object, stream: int, d
     Tests only: runs func() as numbax runs a func, with `arrays` over `buffers` ((address, dtype, shape) each) on `stream`.
     """
 
+def set_fast_launch_resolves_function(on: bool) -> None:
+    """
+    Benchmarks: plans recorded from now on launch each kernel's CUfunction in the bound context (True, the default) or Numba's CUkernel handle.
+    """
+
 def clear_launch_plans() -> None: ...
 
 def launch_plan_count() -> int: ...

@@ -295,9 +295,9 @@ def _plan(cfg, args, ours, device):
         packing.append(how)
     # The current context is the device numbax bound for this call, the one
     # Numba just launched on. Its handle is the CUkernel Numba launches
-    # (through cuda.core); cuLaunchKernel takes it as it is and runs it in
-    # the current context, so recording a plan makes no driver call (it may
-    # happen while numbax records a CUDA graph).
+    # (through cuda.core); C++ swaps it for that context's CUfunction unless
+    # the stream is being captured (fast_launch.cc, ResolveFunction). Nothing
+    # here calls the driver: this may run while a graph is recorded.
     cufunc = kernel._codelibrary.get_cufunc()
     function = int(cufunc.handle)
     grid = tuple(int(v) for v in cfg.griddim)

@@ -13,7 +13,12 @@ Times, in one process on a GPU:
     path, next to the native plain FFI handler's op in the same chain, and
     single jitted calls of each;
 (d) the ops XLA records into CUDA graphs (native command-buffer handler,
-    numbax kernel, captured callable), chain and single.
+    numbax kernel, captured callable), chain and single;
+(e) the plain callable's chain op stage by stage, in interleaved rounds (so
+    the host's drift hits every row alike): func returning at once, func
+    only configuring the launch, the full fast launch, the same launching
+    Numba's CUkernel handle instead of the context's CUfunction, and with
+    numbax's guard against JAX calls inside func switched off.
 
 numbax's bridge share is (callable op) - (its launch inside func) - (native
 op): what the FFI call, the GIL and the call of func cost on their own.
@@ -166,6 +171,7 @@ def main() -> int:
     for name, op in recorded:
         _line(name, per_op(op))
         _line(name + " single", single_us(op))
+    _stages(jax, jnp, numbax, affine, spec, native_op, blocks, n, length)
     c = counters_fast
     print(f"fast path over the fast chain: {c['fast_launches']} fast "
           f"launches, {c['fast_launch_fallbacks']} through Numba "
@@ -173,6 +179,69 @@ def main() -> int:
                  if k.startswith("fallback_") and v}))
     print(numbax.bridge_counters())
     return 0
+
+
+def _stages(jax, jnp, numbax, affine, spec, native_op, blocks, n, length,
+            rounds: int = 15, inner: int = 20) -> None:
+    """(e): what each stage of a plain callable's op adds, interleaved."""
+    from numbax import _core, _guard
+
+    from . import timing
+
+    def callable_op(func):
+        return numbax.numba_cuda_callable(func, spec)
+
+    def returns_at_once(a, b, s):
+        return None
+
+    def configures_only(a, b, s):
+        affine[blocks, 256, s]
+
+    def launches(a, b, s):
+        affine[blocks, 256, s](a, b)
+
+    fast = callable_op(launches)
+    # (label, op, launch the CUfunction?, guard on?)
+    variants = [
+        ("native plain FFI handler", native_op, True, True),
+        ("callable, func returns at once", callable_op(returns_at_once),
+         True, True),
+        ("callable, func configures only", callable_op(configures_only),
+         True, True),
+        ("callable, fast launch (CUfunction)", fast, True, True),
+        ("callable, fast launch (Numba's CUkernel)", fast, False, True),
+        ("callable, fast launch, guard off", fast, True, False),
+    ]
+    v = jnp.ones(n, jnp.float32)
+    chains = [jax.jit(timing.chain_fn(op, length)) for _, op, _, _ in variants]
+    samples: list[list[float]] = [[] for _ in variants]
+    try:
+        for _ in range(rounds):
+            for i, (_, _, resolve, guard) in enumerate(variants):
+                _core.set_fast_launch_resolves_function(resolve)
+                _core.clear_launch_plans()  # re-recorded with `resolve`
+                if guard:
+                    _guard.install()
+                else:
+                    _guard.uninstall()
+                chains[i](v).block_until_ready()  # records the plan
+                t0 = time.perf_counter()
+                for _ in range(inner):
+                    chains[i](v).block_until_ready()
+                samples[i].append(
+                    (time.perf_counter() - t0) / inner / length * 1e6)
+    finally:
+        _core.set_fast_launch_resolves_function(True)
+        _core.clear_launch_plans()
+        _guard.install()
+    print(f"== one op of the chain, stage by stage ({rounds} interleaved "
+          "rounds; median, min-max)")
+    previous = None
+    for (label, *_), s in zip(variants, samples):
+        med = statistics.median(s)
+        step = "" if previous is None else f"  {med - previous:+.2f} vs above"
+        _line(label, med, f"[{min(s):.2f}-{max(s):.2f}]{step}")
+        previous = med
 
 
 if __name__ == "__main__":
