@@ -190,7 +190,6 @@ def device_array_hook(ptr: int, shape: tuple, dtype: str, device: int):
     """A Numba device array over XLA's buffer: zero copy, never freed by Numba."""
     from numba import cuda
     from numba.cuda.cudadrv import driver
-    from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
     dt = np.dtype(dtype) if dtype != "bfloat16" else _bfloat16()
     # The C++ handler made the primary context of `device` current.
@@ -200,8 +199,35 @@ def device_array_hook(ptr: int, shape: tuple, dtype: str, device: int):
     strides = _c_strides(shape, dt.itemsize)
     # Every view Numba makes of the array refers to `memory` strongly (a
     # reshape shares it; a slice's MemoryPointer keeps it as its owner), so
-    # its reference count tells numbax whether func kept one.
-    return DeviceNDArray(shape, strides, dt, gpu_data=memory), memory
+    # its reference count tells numbax whether func kept one. C++ sets the
+    # array's stream to func's on every call (call_site.cc, BindStream).
+    return _xla_array_type()(shape, strides, dt, gpu_data=memory), memory
+
+
+_XlaArray = None
+
+
+def _xla_array_type():
+    """DeviceNDArray for the arrays numbax hands func, whose views all keep
+    the array's stream. Numba's array methods that do device work (a 2-D
+    ``.T``, ``copy_to_host``, scalar assignment) run on the array's stream;
+    numbax binds func's arrays to func's stream so that work is ordered with
+    XLA's. Slices, ``ravel``, ``view`` and ``squeeze`` keep the stream in
+    Numba already; ``reshape`` drops it, and keeps it here."""
+    global _XlaArray
+    if _XlaArray is None:
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+        class XlaDeviceArray(DeviceNDArray):
+            """A Numba device array over one of XLA's buffers (numbax)."""
+
+            def reshape(self, *newshape, **kws):
+                view = super().reshape(*newshape, **kws)
+                view.stream = self.stream
+                return view
+
+        _XlaArray = XlaDeviceArray
+    return _XlaArray
 
 
 class _ReadOnlyInput(np.ndarray):
