@@ -230,10 +230,10 @@ ffi::Error CallSite::CheckNothingKept(PyObject* const* args, size_t n,
               "(docs/reliability.md)");
       // In the simulator a kept view read later reads freed host memory and
       // can crash the process: the call fails. On a GPU such a read cannot
-      // crash the process, and the count can include a reference that
-      // Numba's launch holds for a while (a fresh process's first calls
-      // under compute-sanitizer on the H200 were reported, func keeping
-      // nothing; cause not found): a RuntimeWarning, the call succeeds.
+      // crash the process, and the count can include references a tool
+      // holds for a while (compute-sanitizer's host backtraces record
+      // Python stacks inside driver calls: calls were reported on the
+      // H200, func keeping nothing): a RuntimeWarning, the call succeeds.
       if (platform == Platform::kCpu) {
         return ffi::Error::InvalidArgument(message);
       }

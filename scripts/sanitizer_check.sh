@@ -12,7 +12,8 @@
 # installed in /tmp/numbax-site, or builds it there the same way. Extra
 # pytest arguments go after `--`. SANITIZER_FILES runs these test files
 # instead of a part; SANITIZER_TIMEOUT (seconds) bounds each run;
-# SANITIZER_K is the -k expression. Logs go to $OUT (default
+# SANITIZER_K is the -k expression; SANITIZER_BACKTRACE the tool's
+# --show-backtrace (device by default: see below). Logs go to $OUT (default
 # /tmp/numbax-sanitizer). Exit status: 0 only if the tests passed and the
 # tool reported nothing.
 set -uo pipefail
@@ -108,7 +109,7 @@ case "$tool" in
     files=$kernel_files
     tool_args=(--tool synccheck) ;;
   *)
-    sed -n '2,17p' "$0"; exit 2 ;;
+    sed -n '2,18p' "$0"; exit 2 ;;
 esac
 # SANITIZER_FILES: run these test files instead (e.g. to re-run one file
 # of a part that ran out of time).
@@ -135,7 +136,17 @@ t0=$(date +%s)
 export NUMBAX_TEST_STALL_S=${NUMBAX_TEST_STALL_S:-120}
 export NUMBAX_TEST_STALL_FILE="$OUT/stalls-$tool-$tag.txt"
 rm -f "$NUMBAX_TEST_STALL_FILE"
-timeout -k 30 "${SANITIZER_TIMEOUT:-0}" "$SAN" "${tool_args[@]}" --target-processes all --error-exitcode 99 \
+# --show-backtrace device: with host backtraces on, the tool takes the GIL
+# inside driver calls to record Python stacks. A launch made with the GIL
+# released (numbax's fast path, as Numba's) then waits for the GIL while
+# holding the driver's lock, and a thread that holds the GIL and waits for
+# that lock (XLA freeing a buffer) deadlocks with it: seen on the H200 in
+# test_threads_share_plans (2026-11-30). Those stacks also hold references
+# to func's arrays for a while, which numbax's kept-array check counts.
+# SANITIZER_BACKTRACE=yes restores them.
+timeout -k 30 "${SANITIZER_TIMEOUT:-0}" "$SAN" "${tool_args[@]}" \
+  --show-backtrace "${SANITIZER_BACKTRACE:-device}" \
+  --target-processes all --error-exitcode 99 \
   --print-limit 50 \
   $PY -m pytest -m gpu -q -p no:cacheprovider $files \
   -k "${SANITIZER_K-not device_fault}" \
