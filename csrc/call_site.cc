@@ -106,15 +106,21 @@ void CallSite::ClearCache() {
 
 namespace {
 
-// Makes `array.stream` the call's stream object unless `bound` (what it
-// was last set to) already is it.
-bool BindStream(PyObject*& bound, PyObject* array, PyObject* stream) {
-  if (bound == stream) return true;
-  static PyObject* s_stream = PyUnicode_InternFromString("stream");
-  if (!s_stream || PyObject_SetAttr(array, s_stream, stream) < 0) return false;
-  Py_INCREF(stream);
-  Py_XSETREF(bound, stream);
-  return true;
+PyObject* StreamAttr() {
+  static PyObject* name = PyUnicode_InternFromString("stream");
+  return name;
+}
+
+// Sets `array.stream` to `stream` unless it already is: func may have set
+// it itself, and every call starts with the call's own.
+bool BindStream(PyObject* array, PyObject* stream) {
+  PyObject* name = StreamAttr();
+  if (!name) return false;
+  PyObject* current = PyObject_GetAttr(array, name);
+  if (!current) return false;
+  const bool same = current == stream;
+  Py_DECREF(current);
+  return same || PyObject_SetAttr(array, name, stream) == 0;
 }
 
 }  // namespace
@@ -123,17 +129,17 @@ PyObject* CallSite::ArrayFor(size_t slot_index, const BufferView& view,
                              Platform platform, int device, bool writable,
                              PyObject* stream) {
   auto& slot = slots_[slot_index];
+  // On CUDA the stream is part of the key: an array is bound to one stream
+  // for good, so a call on another stream (another thread's capture, say)
+  // never rebinds an array a running call holds.
+  PyObject* key_stream = platform == Platform::kCuda ? stream : nullptr;
   for (size_t i = 0; i < slot.size(); ++i) {
     if (slot[i].data == view.data && slot[i].device == device &&
-        slot[i].writable == writable) {
+        slot[i].writable == writable && slot[i].stream == key_stream) {
       ++Counters().array_hits;
       if (i != 0) std::swap(slot[i], slot[0]);  // keep the hottest first
-      CachedArray& c = slot[0];
-      if (platform == Platform::kCuda &&
-          !BindStream(c.stream, c.array, stream)) {
-        return nullptr;
-      }
-      return c.array;
+      if (key_stream && !BindStream(slot[0].array, key_stream)) return nullptr;
+      return slot[0].array;
     }
   }
   ++Counters().array_misses;
@@ -162,21 +168,22 @@ PyObject* CallSite::ArrayFor(size_t slot_index, const BufferView& view,
     Py_INCREF(root);
     Py_DECREF(made);
   }
-  PyObject* bound = nullptr;
-  if (platform == Platform::kCuda && !BindStream(bound, array, stream)) {
+  if (key_stream && !BindStream(array, key_stream)) {
     Py_DECREF(array);
     Py_XDECREF(root);
     return nullptr;
   }
+  Py_XINCREF(key_stream);
   if (slot.size() == kArraysPerSlot) {
     Py_DECREF(slot.back().array);
     Py_XDECREF(slot.back().root);
     Py_XDECREF(slot.back().stream);
     slot.pop_back();
   }
-  slot.insert(slot.begin(),
-              CachedArray{view.data, device, writable, array, root,
-                          Py_REFCNT(array), root ? Py_REFCNT(root) : 0, bound});
+  slot.insert(
+      slot.begin(),
+      CachedArray{view.data, device, writable, array, root, Py_REFCNT(array),
+                  root ? Py_REFCNT(root) : 0, key_stream});
   return array;
 }
 

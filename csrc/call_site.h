@@ -94,17 +94,18 @@ class CallSite {
     // returns means func kept the array or a view of it.
     Py_ssize_t array_refs;
     Py_ssize_t root_refs;
-    // The stream object `array.stream` was last set to (CUDA only; strong
-    // reference, so comparing it by identity is safe), or null.
+    // CUDA: the stream object the array is bound to, part of the key
+    // (strong reference, so comparing it by identity is safe); null on
+    // the CPU.
     PyObject* stream = nullptr;
   };
   // A few arrays per buffer slot: XLA rotates among a handful of addresses
   // for the same call site, so a tiny most-recently-used list hits.
   static constexpr size_t kArraysPerSlot = 8;
 
-  // The cached array over `view` (made on a miss). On CUDA its `stream`
-  // attribute is `stream`, the call's: Numba's array methods that run
-  // device work (a 2-D transpose, copy_to_host, copy_to_device, slice
+  // The cached array over `view` on `stream` (made on a miss). On CUDA its
+  // `stream` attribute is `stream`, the call's: Numba's array methods that
+  // run device work (a 2-D transpose, copy_to_host, copy_to_device, slice
   // assignment) use the array's own stream, and on the default one they
   // would not be ordered with XLA's.
   PyObject* ArrayFor(size_t slot, const BufferView& view, Platform platform,

@@ -119,7 +119,14 @@ bool ReadDims(PyObject* t, int64_t* out, int64_t* rank) {
 int RecogniseView(PyObject* a, const ActiveCall& call, ViewInfo* view,
                   uint64_t* code) {
   const std::vector<BufferView>& buffers = *call.buffers;
-  if (buffers.empty() || Py_TYPE(a) != Py_TYPE(call.arrays[0])) return kOther;
+  if (buffers.empty()) return kOther;
+  // numbax's arrays are a DeviceNDArray subclass; Numba makes some views of
+  // them (squeeze, view) as plain DeviceNDArrays, its base.
+  PyTypeObject* own = Py_TYPE(call.arrays[0]);
+  if (Py_TYPE(a) != own &&
+      (Py_TYPE(a) != own->tp_base || own->tp_base == &PyBaseObject_Type)) {
+    return kOther;
+  }
   static PyObject* s_shape = Interned("shape");
   static PyObject* s_strides = Interned("strides");
   static PyObject* s_dtype = Interned("dtype");
@@ -337,11 +344,17 @@ void ResolveFunction(const ActiveCall& call, Plan* plan) {
       capturing != cuda::CU_STREAM_CAPTURE_STATUS_NONE) {
     return;
   }
+  // The plan's device, whatever func made current since.
+  cuda::ScopedDevice bound(*driver, call.device);
+  if (bound.status() != cuda::CUDA_SUCCESS) return;
   cuda::CUfunction function = nullptr;
   std::string error;
+  // Shared memory 0: no attribute is set. Numba's launch of this very
+  // configuration just succeeded, so the function already allows it, and
+  // setting the limit to this launch's size could lower one the user set.
   if (cuda::KernelFunction(*driver,
-                           reinterpret_cast<cuda::CUkernel>(plan->function),
-                           plan->shared_mem, &function, &error) &&
+                           reinterpret_cast<cuda::CUkernel>(plan->function), 0,
+                           &function, &error) &&
       function != nullptr) {
     plan->function = function;
   }
@@ -899,5 +912,15 @@ void ClearLaunchPlans() {
 }
 
 size_t LaunchPlanCount() { return Plans().size(); }
+
+std::vector<uintptr_t> LaunchPlanFunctions() {
+  std::vector<uintptr_t> functions;
+  for (const auto& [key, plan] : Plans()) {
+    if (plan->reason < 0) {
+      functions.push_back(reinterpret_cast<uintptr_t>(plan->function));
+    }
+  }
+  return functions;
+}
 
 }  // namespace numbax

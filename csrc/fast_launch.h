@@ -108,5 +108,7 @@ void SetResolveFunctions(bool on);
 // Drops every cached plan (and the references they hold).
 void ClearLaunchPlans();
 size_t LaunchPlanCount();
+// The handle each launchable plan passes to cuLaunchKernel (tests).
+std::vector<uintptr_t> LaunchPlanFunctions();
 
 }  // namespace numbax

@@ -229,6 +229,8 @@ NB_MODULE(_core, m) {
       "in the bound context (True, the default) or Numba's CUkernel handle.");
   m.def("clear_launch_plans", &numbax::ClearLaunchPlans);
   m.def("launch_plan_count", &numbax::LaunchPlanCount);
+  m.def("launch_plan_functions", &numbax::LaunchPlanFunctions,
+        "Tests: the handle each launchable plan passes to cuLaunchKernel.");
   m.def("set_graph_cache_size", [](size_t n) {
     if (n < 1) throw nb::value_error("the graph cache size must be >= 1");
     numbax::GraphCache::SetCapacity(n);

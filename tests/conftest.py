@@ -111,7 +111,7 @@ class _StallWatch:
                 self.out.flush()
                 faulthandler.dump_traceback(self.out, all_threads=True)
                 self.out.flush()
-                self.due += _STALL_S
+                self.due = time.monotonic() + _STALL_S
 
 
 _stall_watch: list = []  # made on first use

@@ -100,12 +100,21 @@ def test_either_launch_handle_gives_numbas_results(gpu_only, rng, resolve):
         x = random_array(rng, (1000,), np.float32)
         got, c = counted(fast, x, poisoned(1000), repeat=3)
         ref, _ = counted(slow, x, poisoned(1000))
+        (handle,) = _core.launch_plan_functions()
     finally:
         _core.set_fast_launch_resolves_function(True)
         _core.clear_launch_plans()
     np.testing.assert_allclose(got, x * 2.5 + 1, rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(got, ref)
     assert c["fast_launches"] == 2 and fallbacks(c) == {"new_plan": 1}, c
+    # The handle the plan launches: Numba's CUkernel, or that kernel's
+    # CUfunction in device 0's context.
+    cukernels = {int(k._codelibrary.get_cufunc().handle)
+                 for k in affine.overloads.values()}
+    functions = {_core.kernel_function(k, 0) for k in cukernels}
+    assert handle in (functions if resolve else cukernels), (
+        handle, cukernels, functions)
+    assert functions.isdisjoint(cukernels)
 
 
 def test_chain_in_one_program(gpu_only, rng):
@@ -370,6 +379,11 @@ VIEW_LAUNCHES = {
     "bounded_stride_2": lambda x, out, s: square_into[1, 32, s](
         x[52:100:2], out[100:124]),
     "one_element": lambda x, out, s: square_into[1, 32, s](x[:1], out[124:125]),
+    # Numba makes these two as plain DeviceNDArrays, not numbax's subclass.
+    "squeeze": lambda x, out, s: square_into[1, 32, s](
+        x[:32].reshape(1, 32).squeeze(), out[:32]),
+    "view_same_dtype": lambda x, out, s: square_into[1, 32, s](
+        x[32:64].view(np.float32), out[32:64]),
     # Numba's 2-D .T is no view: it launches Numba's transpose kernel (on
     # the array's stream, func's) into a new array, so both launches have a
     # foreign argument and fall back.

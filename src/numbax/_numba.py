@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import threading
 import traceback
 
 import numpy as np
@@ -205,6 +206,7 @@ def device_array_hook(ptr: int, shape: tuple, dtype: str, device: int):
 
 
 _XlaArray = None
+_XLA_ARRAY_LOCK = threading.Lock()
 
 
 def _xla_array_type():
@@ -213,9 +215,16 @@ def _xla_array_type():
     ``.T``, ``copy_to_host``, scalar assignment) run on the array's stream;
     numbax binds func's arrays to func's stream so that work is ordered with
     XLA's. Slices, ``ravel``, ``view`` and ``squeeze`` keep the stream in
-    Numba already; ``reshape`` drops it, and keeps it here."""
+    Numba already (the last two as plain DeviceNDArrays, which the fast
+    launch path accepts too); ``reshape`` drops it, and keeps it here."""
     global _XlaArray
-    if _XlaArray is None:
+    if _XlaArray is not None:
+        return _XlaArray
+    # One class for the process, even if XLA threads make their first
+    # arrays at once: the fast launch path compares the arrays' type.
+    with _XLA_ARRAY_LOCK:
+        if _XlaArray is not None:
+            return _XlaArray
         from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
         class XlaDeviceArray(DeviceNDArray):

@@ -201,23 +201,24 @@ def _stages(jax, jnp, numbax, affine, spec, native_op, blocks, n, length,
         affine[blocks, 256, s](a, b)
 
     fast = callable_op(launches)
-    # (label, op, launch the CUfunction?, guard on?)
+    # (label, op, launch the CUfunction?, guard on?, row it differs from)
     variants = [
-        ("native plain FFI handler", native_op, True, True),
+        ("native plain FFI handler", native_op, True, True, None),
         ("callable, func returns at once", callable_op(returns_at_once),
-         True, True),
+         True, True, 0),
         ("callable, func configures only", callable_op(configures_only),
-         True, True),
-        ("callable, fast launch (CUfunction)", fast, True, True),
-        ("callable, fast launch (Numba's CUkernel)", fast, False, True),
-        ("callable, fast launch, guard off", fast, True, False),
+         True, True, 1),
+        ("callable, fast launch (CUfunction)", fast, True, True, 2),
+        ("callable, fast launch (Numba's CUkernel)", fast, False, True, 3),
+        ("callable, fast launch, guard off", fast, True, False, 3),
     ]
     v = jnp.ones(n, jnp.float32)
-    chains = [jax.jit(timing.chain_fn(op, length)) for _, op, _, _ in variants]
+    chains = [jax.jit(timing.chain_fn(op, length))
+              for _, op, _, _, _ in variants]
     samples: list[list[float]] = [[] for _ in variants]
     try:
         for _ in range(rounds):
-            for i, (_, _, resolve, guard) in enumerate(variants):
+            for i, (_, _, resolve, guard, _) in enumerate(variants):
                 _core.set_fast_launch_resolves_function(resolve)
                 _core.clear_launch_plans()  # re-recorded with `resolve`
                 if guard:
@@ -236,12 +237,11 @@ def _stages(jax, jnp, numbax, affine, spec, native_op, blocks, n, length,
         _guard.install()
     print(f"== one op of the chain, stage by stage ({rounds} interleaved "
           "rounds; median, min-max)")
-    previous = None
-    for (label, *_), s in zip(variants, samples):
-        med = statistics.median(s)
-        step = "" if previous is None else f"  {med - previous:+.2f} vs above"
+    medians = [statistics.median(s) for s in samples]
+    for (label, *_, base), s, med in zip(variants, samples, medians):
+        step = ("" if base is None else
+                f"  {med - medians[base]:+.2f} vs row {base + 1}")
         _line(label, med, f"[{min(s):.2f}-{max(s):.2f}]{step}")
-        previous = med
 
 
 if __name__ == "__main__":
