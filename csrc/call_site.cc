@@ -112,15 +112,16 @@ PyObject* StreamAttr() {
 }
 
 // Sets `array.stream` to `stream` unless it already is: func may have set
-// it itself, and every call starts with the call's own.
+// it (or deleted it) itself, and every call starts with the call's own.
 bool BindStream(PyObject* array, PyObject* stream) {
   PyObject* name = StreamAttr();
   if (!name) return false;
   PyObject* current = PyObject_GetAttr(array, name);
-  if (!current) return false;
   const bool same = current == stream;
-  Py_DECREF(current);
-  return same || PyObject_SetAttr(array, name, stream) == 0;
+  Py_XDECREF(current);
+  if (same) return true;
+  PyErr_Clear();  // no attribute at all: set it
+  return PyObject_SetAttr(array, name, stream) == 0;
 }
 
 }  // namespace

@@ -88,6 +88,26 @@ def test_arrays_carry_funcs_stream(gpu_only, rng):
     assert len(bound) == 4 and all(all(b) for b in bound), bound
 
 
+def test_each_call_restores_funcs_stream_on_its_arrays(gpu_only, rng):
+    # A func that rebinds (or deletes) an array's stream changes it for its
+    # own call only: the next call's arrays are on that call's stream again.
+    seen = []
+
+    def func(x, out, stream):
+        seen.append((x.stream is stream, out.stream is stream))
+        copy_flat[1, 64, stream](x, out)
+        if len(seen) == 1:
+            x.stream = 0
+            del out.stream
+
+    op = jax.jit(numbax.numba_cuda_callable(
+        func, outs=jax.ShapeDtypeStruct((64,), F32)))
+    x = random_array(rng, (64,), np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(op(x)), x)
+    assert seen == [(True, True)] * 3, seen
+
+
 def test_seed_example_eager_and_jit(rng):
     fn = numbax.numba_cuda_callable(
         seed_op, outs=jax.ShapeDtypeStruct((1024,), F32))

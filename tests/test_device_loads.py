@@ -17,6 +17,7 @@ import sys
 import textwrap
 import threading
 import time
+import types
 
 import pytest
 
@@ -67,6 +68,13 @@ class _Compiled:
         # As Numba: from its function in the current context.
         self._codelibrary.get_cufunc()
         return 1 << 20
+
+
+def _numba_loaded(compiled, device, handle=0xBEEF):
+    """As if Numba had already loaded `compiled` on `device` (numba-cuda's
+    per-device cache of the library), as function `handle`."""
+    compiled._codelibrary._cufunc_cache = {
+        device: types.SimpleNamespace(handle=handle)}
 
 
 class _Gpu:
@@ -148,10 +156,7 @@ def test_a_load_made_by_the_trace_on_another_device_is_reused(fake_devices):
     library in two contexts. The plan must reuse the trace's load."""
     looked_up = fake_devices((9, 0), (9, 0))
     compiled = _Compiled()
-
-    class TracedOnDevice1:
-        handle = 0xBEEF
-    compiled._codelibrary._cufunc_cache = {1: TracedOnDevice1()}
+    _numba_loaded(compiled, 1)  # by the trace, on device 1
     _functions(compiled, 2)
     assert compiled._codelibrary.loads == 0
     assert looked_up == [(0xBEEF, 0), (0xBEEF, 1)]
@@ -160,10 +165,7 @@ def test_a_load_made_by_the_trace_on_another_device_is_reused(fake_devices):
 def test_a_load_on_another_capability_is_not_reused(fake_devices):
     looked_up = fake_devices((9, 0), (8, 0))
     compiled = _Compiled()
-
-    class LoadedOnDevice1:
-        handle = 0xBEEF
-    compiled._codelibrary._cufunc_cache = {1: LoadedOnDevice1()}
+    _numba_loaded(compiled, 1)
     _functions(compiled, 2)
     assert compiled._codelibrary.loads == 1  # device 0 (9.0) only
     assert looked_up == [(0xC0DE, 0), (0xBEEF, 1)]
@@ -172,10 +174,7 @@ def test_a_load_on_another_capability_is_not_reused(fake_devices):
 def test_a_load_on_a_device_numba_no_longer_lists_is_ignored(fake_devices):
     fake_devices((9, 0))
     compiled = _Compiled()
-
-    class Elsewhere:
-        handle = 0xBEEF
-    compiled._codelibrary._cufunc_cache = {5: Elsewhere()}
+    _numba_loaded(compiled, 5)
     _functions(compiled, 1)
     assert compiled._codelibrary.loads == 1
 
@@ -189,16 +188,13 @@ def test_cooperative_limit_is_asked_where_the_kernel_is_loaded(
     monkeypatch.setattr(_core, "call_on_device",
                         lambda ordinal, fn: bound.append(ordinal) or fn())
 
-    class Loaded:
-        handle = 0xBEEF
-
     class Coop(_Compiled):
         def max_cooperative_grid_blocks(self, block, shared_mem):
             bound.append("limit")
             return 1 << 20
 
     compiled = Coop(cooperative=True)
-    compiled._codelibrary._cufunc_cache = {1: Loaded()}
+    _numba_loaded(compiled, 1)
     _functions(compiled, 2)
     assert compiled._codelibrary.loads == 0
     # Plan for device 0: bound to 0, then the limit asked on device 1.

@@ -171,7 +171,7 @@ def main() -> int:
     for name, op in recorded:
         _line(name, per_op(op))
         _line(name + " single", single_us(op))
-    _stages(jax, jnp, numbax, affine, spec, native_op, blocks, n, length)
+    _stages(native_op, fast_op, spec, blocks, length)
     c = counters_fast
     print(f"fast path over the fast chain: {c['fast_launches']} fast "
           f"launches, {c['fast_launch_fallbacks']} through Numba "
@@ -181,12 +181,18 @@ def main() -> int:
     return 0
 
 
-def _stages(jax, jnp, numbax, affine, spec, native_op, blocks, n, length,
+def _stages(native_op, fast, spec, blocks: int, length: int,
             rounds: int = 15, inner: int = 20) -> None:
-    """(e): what each stage of a plain callable's op adds, interleaved."""
+    """(e): what each stage of a plain callable's op adds, interleaved.
+    `fast` is (c)'s plain callable with fast launches."""
+    import jax
+    import jax.numpy as jnp
+
+    import numbax
     from numbax import _core, _guard
 
     from . import timing
+    from .kernels import affine
 
     def callable_op(func):
         return numbax.numba_cuda_callable(func, spec)
@@ -197,10 +203,6 @@ def _stages(jax, jnp, numbax, affine, spec, native_op, blocks, n, length,
     def configures_only(a, b, s):
         affine[blocks, 256, s]
 
-    def launches(a, b, s):
-        affine[blocks, 256, s](a, b)
-
-    fast = callable_op(launches)
     # (label, op, launch the CUfunction?, guard on?, row it differs from)
     variants = [
         ("native plain FFI handler", native_op, True, True, None),
@@ -212,7 +214,7 @@ def _stages(jax, jnp, numbax, affine, spec, native_op, blocks, n, length,
         ("callable, fast launch (Numba's CUkernel)", fast, False, True, 3),
         ("callable, fast launch, guard off", fast, True, False, 3),
     ]
-    v = jnp.ones(n, jnp.float32)
+    v = jnp.ones(spec.shape, spec.dtype)
     chains = [jax.jit(timing.chain_fn(op, length))
               for _, op, _, _, _ in variants]
     samples: list[list[float]] = [[] for _ in variants]
