@@ -19,12 +19,12 @@ namespace numbax {
 namespace {
 
 ffi::ErrorOr<std::unique_ptr<CudaCallSite>> InstantiateCuda(
-    std::string_view key) {
+    ffi::RemainingArgs, ffi::RemainingRets, std::string_view key) {
   return CallSite::Create<CudaCallSite>(key, Platform::kCuda);
 }
 
 ffi::ErrorOr<std::unique_ptr<CpuCallSite>> InstantiateCpu(
-    std::string_view key) {
+    ffi::RemainingArgs, ffi::RemainingRets, std::string_view key) {
   return CallSite::Create<CpuCallSite>(key, Platform::kCpu);
 }
 

@@ -17,8 +17,21 @@ namespace ffi = ::xla::ffi;
 
 // Instantiate stage, every handler: the "key" attribute names the Python
 // function or kernel to resolve for the call site.
+//
+// The buffers are bound and ignored. XLA's GPU runtime passes the call's
+// operands and results at instantiate too (seen with jaxlib 0.11.2; its CPU
+// runtime passes none), and the typed binding of the FFI headers the wheel
+// is compiled against (API 0.2) refuses any count but the bound one: bound
+// as "no buffers", every GPU call failed with "Wrong number of arguments:
+// expected 0 but got 1". Remaining-args accepts any count, on every version.
+// The handler's signature:
+//   ffi::ErrorOr<std::unique_ptr<Site>> (ffi::RemainingArgs, ffi::RemainingRets,
+//                                        std::string_view key)
 inline auto BindInstantiate() {
-  return ffi::Ffi::BindInstantiate().Attr<std::string_view>("key");
+  return ffi::Ffi::BindInstantiate()
+      .RemainingArgs()
+      .RemainingRets()
+      .Attr<std::string_view>("key");
 }
 
 // Execute stage on CUDA: XLA's stream, the device it placed the call on,

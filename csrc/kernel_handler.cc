@@ -18,7 +18,8 @@
 namespace numbax {
 namespace {
 
-ffi::ErrorOr<std::unique_ptr<KernelSite>> Instantiate(std::string_view key) {
+ffi::ErrorOr<std::unique_ptr<KernelSite>> Instantiate(
+    ffi::RemainingArgs, ffi::RemainingRets, std::string_view key) {
   return KernelSite::Create(key);
 }
 

@@ -5,8 +5,10 @@
 #   NUMBAX_SANITIZE=1 bash scripts/cpp_tests.sh  # under AddressSanitizer + UBSan
 #
 # The python first on PATH must be the project's venv: the top-level project
-# asks it for nanobind and for the XLA FFI headers of the installed jaxlib,
-# so the tests compile against exactly the headers the extension uses.
+# asks it for nanobind. The tests compile against the XLA FFI headers the
+# release wheel is built with (the oldest supported jaxlib's, fetched by
+# scripts/lib/ffi_headers.py), so they check the binary users install;
+# NUMBAX_XLA_FFI_INCLUDE_DIR picks others.
 # NUMBAX_BUILD_TYPE overrides the build type (default RelWithDebInfo: the
 # optimised code paths the wheel ships, with NDEBUG, plus line info).
 set -euo pipefail
@@ -18,6 +20,10 @@ python_exe=$(command -v python || command -v python3) || {
   exit 1
 }
 build_type=${NUMBAX_BUILD_TYPE:-RelWithDebInfo}
+if [[ -z "${NUMBAX_XLA_FFI_INCLUDE_DIR:-}" ]]; then
+  NUMBAX_XLA_FFI_INCLUDE_DIR=$("$python_exe" scripts/lib/ffi_headers.py)
+  export NUMBAX_XLA_FFI_INCLUDE_DIR
+fi
 build_dir=build/cpp-tests
 cmake_args=()
 

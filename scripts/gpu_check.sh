@@ -1,29 +1,34 @@
 #!/usr/bin/env bash
-# Installs numbax from a wheel on a GPU machine with no network (building the
-# wheel there when none was brought), runs the `gpu` tests on real
-# CUDA, the `multigpu` tests when the machine has 2 or more GPUs, then the
-# benchmark suite, and prints a short table last.
+# The GPU check, in one call on a GPU machine with no network: installs the
+# numbax release wheel that users install (built here by
+# scripts/gpu_bundle.sh and carried in .whl/), runs the whole `gpu` test
+# suite against it (every example included: tests/test_examples.py), the
+# `multigpu` tests when the machine has 2 or more GPUs, then the benchmark
+# suite (`python -m numbax bench`), and prints a short table last.
 #
-#   bash scripts/gpu_check.sh [--no-bench] [--quick] [-- extra pytest args]
+#   bash scripts/gpu_check.sh [--no-bench] [--quick] [--source] [-- pytest args]
 #
-# Wheels in .whl/ (e.g. numpy<2.5 for numba-cuda 0.30) are installed first.
-# Logs and JSON go to $OUT (default /tmp/numbax-gpu). TEST_TIMEOUT,
+# --source builds numbax from this checkout on the machine instead (against
+# its jaxlib's FFI headers): a developer's check, not what users get.
+# The other wheels in .whl/ (numpy<2.5 for numba-cuda 0.30) are installed
+# first. Logs and JSON go to $OUT (default /tmp/numbax-gpu). TEST_TIMEOUT,
 # MULTIGPU_TIMEOUT (default: TEST_TIMEOUT) and BENCH_TIMEOUT (seconds,
 # default none) bound the gpu tests, the multigpu tests and the benchmarks;
-# TEST_SHARDS=N splits the gpu tests over N concurrent pytest processes.
-# The extra pytest args go to both test runs.
+# TEST_SHARDS=N splits the gpu tests over N concurrent pytest processes;
+# BENCH_ARGS adds options to the benchmark run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 unset NUMBA_ENABLE_CUDASIM
 OUT=${OUT:-/tmp/numbax-gpu}
 mkdir -p "$OUT"
-bench=1 quick=""
+bench=1 quick="" from=wheel
 pytest_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-bench) bench=0 ;;
     --quick) quick="--quick" ;;
+    --source) from=source ;;
     --) shift; pytest_args=("$@"); break ;;
   esac
   shift
@@ -36,10 +41,10 @@ rm -rf "$site" && mkdir -p "$site"
 install_deps "$site" || exit 1
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 
-echo "== build"
+echo "== numbax ($from)"
 t0=$(date +%s)
-install_numbax "$site" "$OUT/build.log" || exit 1
-echo "built in $(( $(date +%s) - t0 ))s"
+install_numbax "$site" "$OUT/build.log" "$from" || exit 1
+echo "installed in $(( $(date +%s) - t0 ))s"
 # Bounded: a hang while JAX starts (as once with jax 0.11's plugin locks)
 # must fail the check, not eat the machine's time.
 rm -f "$OUT/gpu_count"
@@ -48,7 +53,8 @@ import os, jax, numba, numpy, numbax, importlib.metadata as md
 import numbax._build_info as b
 print("jax", jax.__version__, "numba", numba.__version__, "numba-cuda",
       md.version("numba-cuda"), "numpy", numpy.__version__, "numbax", numbax.__version__,
-      "(XLA FFI API %d.%d, %s)" % (*b.XLA_FFI_API, b.XLA_FFI_HEADERS_FROM))
+      "(XLA FFI API %d.%d, %s)" % (*b.XLA_FFI_API, b.XLA_FFI_HEADERS_FROM),
+      "from", os.path.dirname(numbax.__file__))
 print("devices", jax.devices())
 # JAX's count of GPUs, not nvidia-smi's: it honours CUDA_VISIBLE_DEVICES.
 with open(os.path.join(os.environ["OUT"], "gpu_count"), "w") as f:
@@ -111,9 +117,11 @@ if [ "$ngpu" -ge 2 ]; then
 fi
 
 bench_status=0
-if [ "$bench" = 1 ] && [ -f benchmarks/run.py ]; then
+if [ "$bench" = 1 ]; then
   echo "== benchmarks"
-  timeout "${BENCH_TIMEOUT:-0}" $PY -m benchmarks.run $quick --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+  # From outside the checkout: the installed numbax runs its own suite.
+  (cd /tmp && timeout "${BENCH_TIMEOUT:-0}" $PY -m numbax bench $quick ${BENCH_ARGS:-} \
+     --no-progress --json "$OUT/bench.json") 2>&1 | tee "$OUT/bench.log"
   bench_status=${PIPESTATUS[0]}
 fi
 

@@ -13,14 +13,24 @@ install_deps() {
     $PY -m pip install -q --no-index --no-deps --no-compile --target "$1" "${deps[@]}"
 }
 
-# install_numbax DIR LOG: numbax from a wheel, as users get it: a numbax wheel
-# for this Python in .whl/ or dist/ (scripts/build_wheel.sh) if there is
-# one, else one built here (offline, so against this jaxlib's FFI headers).
-# Pip's output goes to LOG; its tail is printed when both ways fail.
+# install_numbax DIR LOG [wheel|source]: numbax as users get it, the
+# release wheel for this Python from .whl/ or dist/ (scripts/gpu_bundle.sh
+# puts it there); refused when there is none. "source" builds this checkout
+# instead (offline, so against this jaxlib's FFI headers). Pip's output goes
+# to LOG; its tail is printed on failure.
 install_numbax() {
-  local dir=$1 log=$2 wheels
-  $PY -m pip install -q --no-index --no-deps --only-binary numbax \
-      --find-links .whl --find-links dist --target "$dir" numbax > "$log" 2>&1 && return 0
+  local dir=$1 log=$2 from=${3:-wheel} wheels
+  if [ "$from" = wheel ]; then
+    if $PY -m pip install -q --no-index --no-deps --only-binary numbax \
+        --find-links .whl --find-links dist --target "$dir" numbax > "$log" 2>&1; then
+      return 0
+    fi
+    tail -20 "$log"
+    echo "no numbax release wheel for $($PY -c 'import sys; print("Python %d.%d" % sys.version_info[:2])') in .whl/ or dist/:"
+    echo "build one on a machine with PyPI access (bash scripts/gpu_bundle.sh), carry .whl,"
+    echo "or test a source build with --source"
+    return 1
+  fi
   wheels=$(mktemp -d)
   if { $PY -m pip wheel -q --no-index --no-deps --no-build-isolation -w "$wheels" . &&
        $PY -m pip install -q --no-index --no-deps --target "$dir" "$wheels"/numbax-*.whl; } \
