@@ -6,7 +6,11 @@
 #
 #   bash scripts/gpu_bundle.sh                 # for Python 3.12 (pyenv's, if any)
 #   GPU_PYTHON=3.13 PYTHON=/path/python3.13 bash scripts/gpu_bundle.sh
+#   WITH_MLIR=1 bash scripts/gpu_bundle.sh     # numba-cuda-mlir too
 #
+# A device call carries 64 MiB: the dependencies go as unpacked wheels
+# re-packed with xz (.tar.xz, unpacked by gpu_check.sh: numpy 17 -> 10 MB,
+# numba-cuda-mlir 71 -> 48 MB).
 # Then carry .whl (the device tool's `carry`), and run gpu_check.sh there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,11 +26,20 @@ mkdir -p .whl
 rm -f .whl/numbax-*.whl
 wheel=$(PYTHON="$PY" DIST=build/gpu-dist WHEEL_ONLY=1 bash scripts/build_wheel.sh)
 cp "$wheel" .whl/
-numpy_pin=$(grep -E '^numpy==' requirements-dev.txt | sed 's/\s*#.*//')
-cp=cp${ver/./}
-rm -f .whl/numpy-*.whl
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$ver" \
-  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
-  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl "$numpy_pin"
+# pack NAME==VERSION: its wheel for the GPU's Python, as .whl/NAME.tar.xz.
+pack() {
+  local tmp
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$ver" \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$tmp" "$1"
+  mkdir "$tmp/tree"
+  (cd "$tmp/tree" && python3 -m zipfile -e "$tmp"/*.whl .)
+  tar -C "$tmp/tree" -cf - . | xz -9 -T2 > ".whl/${1%%=*}-cp${ver/./}.tar.xz"
+  rm -rf "$tmp"
+}
+rm -f .whl/numpy-* .whl/numba_cuda_mlir-* .whl/numba-cuda-mlir-*
+pack "$(grep -E '^numpy==' requirements-dev.txt | sed 's/\s*#.*//')"
+[ "${WITH_MLIR:-0}" = 1 ] && pack "numba-cuda-mlir==${MLIR_VERSION:-0.6.0}"
 ls -la .whl
 du -sh .whl

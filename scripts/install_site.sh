@@ -3,14 +3,21 @@
 # plain directory on PYTHONPATH. Needs $PY; run from the repository root.
 
 # install_deps DIR: the wheels in .whl/ that are not numbax (numpy<2.5 for
-# numba-cuda 0.30, which the machine's numpy 2.5 breaks).
+# numba-cuda 0.30, which the machine's numpy 2.5 breaks), and any .tar.xz
+# there: an unpacked wheel packed small enough to carry (a wheel's tree
+# unpacks into DIR as pip would install it; numba-cuda-mlir's 71 MB wheel
+# is 48 MB so).
 install_deps() {
   local w deps=()
   for w in .whl/*.whl; do
     case "$(basename "$w")" in numbax-*) ;; *) [ -f "$w" ] && deps+=("$w") ;; esac
   done
   [ ${#deps[@]} -eq 0 ] ||
-    $PY -m pip install -q --no-index --no-deps --no-compile --target "$1" "${deps[@]}"
+    $PY -m pip install -q --no-index --no-deps --no-compile --target "$1" "${deps[@]}" || return 1
+  for w in .whl/*.tar.xz; do
+    [ -f "$w" ] && { tar -C "$1" -xJf "$w" || return 1; }
+  done
+  return 0
 }
 
 # install_numbax DIR LOG [wheel|source]: numbax as users get it, the
