@@ -21,8 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SIM_ENV = {"NUMBA_ENABLE_CUDASIM": "1", "JAX_PLATFORMS": "cpu"}
 H200_JSON = ROOT / "benchmarks" / "results" / "h200-2026-11-29.json"
 H200_PNG = H200_JSON.with_suffix(".png")
-COMMANDS = {"python -m numbax bench": ["-m", "numbax", "bench"],
-            "python -m benchmarks.run": ["-m", "benchmarks.run"]}
+COMMANDS = {"python -m numbax bench": ["-m", "numbax", "bench"]}
 
 
 def run_cli(args, env=None, timeout=300):

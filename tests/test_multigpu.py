@@ -1,9 +1,10 @@
 """numbax on every local GPU of one host: shard_map, sharded jit, threads.
 
 Marked `multigpu`: skipped below 2 local devices (tests/conftest.py).
-scripts/gpu_check.sh runs them on a machine with 2 or more GPUs;
-`python scripts/multigpu_check.py --cpu` runs them on 2 fake CPU devices
-through Numba's CUDA simulator, where device ids are not real (the checks
+scripts/gpu_check.sh runs them on a machine with 2 or more GPUs. With
+NUMBA_ENABLE_CUDASIM=1 JAX_PLATFORMS=cpu
+XLA_FLAGS=--xla_force_host_platform_device_count=2 they run on 2 fake CPU
+devices through Numba's CUDA simulator, where device ids are not real (the checks
 of them are GPU only) and funcs run one at a time.
 
 Every check compares with numpy on fresh random data, shard by shard. Each
