@@ -31,6 +31,7 @@ from conftest import SIMULATOR
 from tagged_ops import (TAG, affine_kernel, affine_tagged, blocks,
                         current_device_id, fill_kernel, hardware_id,
                         tagged_ops)
+from shared_kernels import row_scale as rows_kernel
 
 pytestmark = [
     pytest.mark.multigpu,
@@ -49,14 +50,6 @@ WATCHDOG = 1200  # seconds for the whole module
 OPS = ("plain", "capture", "kernel")
 COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce",
                "reduce-scatter")
-
-
-@cuda.jit
-def rows_kernel(m, s, out):
-    i = cuda.grid(1)
-    if i < m.shape[0]:
-        for j in range(m.shape[1]):
-            out[i, j] = m[i, j] * s[i] + j
 
 
 calls_lock = threading.Lock()
@@ -92,7 +85,6 @@ def shard_values(array):
     """[(device, index, numpy value)] of every addressable shard."""
     return [(s.device, s.index, np.asarray(s.data))
             for s in array.addressable_shards]
-
 
 
 def chain_reference(x):

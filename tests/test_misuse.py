@@ -22,18 +22,12 @@ from numba import cuda
 
 import numbax
 from conftest import SIMULATOR, random_array
+from shared_kernels import affine
 
 pytestmark = pytest.mark.gpu
 
 F32 = jnp.float32
 _counter = itertools.count()
-
-
-@cuda.jit
-def affine(x, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = 2 * x[i] + 1
 
 
 @cuda.jit
