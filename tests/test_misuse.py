@@ -1,5 +1,6 @@
-"""Regression tests for issue 15: crashes, silent wrong results, leaks and
-unclear errors found by adversarial use (docs/reliability.md lists them).
+"""Misuse of the API: what numbax does instead of crashing, returning wrong
+results, leaking or failing unclearly (docs/reliability.md, "Bad input and
+misuse"; the messages are in docs/errors.md).
 
 Each test runs in both modes (simulator in CI, real CUDA under the `gpu`
 marker) unless it says otherwise; outputs are poisoned or compared against
