@@ -1,11 +1,79 @@
 #!/usr/bin/env bash
-# Sets up everything and runs the quickstart: on the GPU if there is one,
-# else on the CPU through Numba's CUDA simulator.
+# The quickstart from a fresh clone: sets up .venv with what numbax needs to
+# run (not the test and docs tools), builds numbax against the same XLA FFI
+# headers as the release wheel (the oldest supported jaxlib's), and runs
+# examples/quickstart.py: on the GPU if there is one (JAX and Numba with
+# CUDA are installed then), else on the CPU through Numba's CUDA simulator.
+#
+#   bash scripts/demo.sh
+#   NUMBAX_OFFLINE=1 bash scripts/demo.sh   # a machine without PyPI access:
+#       the venv sees the system's packages, wheels come from .whl/ only
+#       (a numbax wheel there is used as is; scripts/gpu_bundle.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh >/dev/null
+PY=${PYTHON:-python3}
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+  { echo "demo.sh: numbax needs Python >= 3.11 ($PY is $("$PY" -V 2>&1)); set PYTHON" >&2; exit 1; }
+offline=${NUMBAX_OFFLINE:-0}
+pin() { grep -E "^$1==" requirements-dev.txt | sed 's/\s*#.*//'; }
+
+# CUDA major version of the driver (0: no GPU, or no driver).
+cuda_major=$("$PY" - <<'PY'
+import ctypes
+try:
+    cuda = ctypes.CDLL("libcuda.so.1")
+    version = ctypes.c_int(0)
+    ok = cuda.cuInit(0) == 0 and cuda.cuDriverGetVersion(ctypes.byref(version)) == 0
+    count = ctypes.c_int(0)
+    ok = ok and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
+    print(version.value // 1000 if ok else 0)
+except OSError:
+    print(0)
+PY
+)
+
+if [ "$offline" = 1 ]; then
+  [ -x .venv/bin/python ] || "$PY" -m venv --system-site-packages .venv
+  pip_args=(--no-index --find-links .whl)
+else
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  pip_args=()
+fi
 . .venv/bin/activate
-if ! python -c "import ctypes; ctypes.CDLL('libcuda.so.1')" 2>/dev/null; then
+pip_install() { python -m pip install -q --disable-pip-version-check "${pip_args[@]}" "$@"; }
+
+echo "== setting up .venv ($([ "$cuda_major" -gt 0 ] && echo "GPU, CUDA $cuda_major" || echo "no GPU: the CPU simulator"))"
+t0=$(date +%s)
+if [ "$offline" = 1 ]; then
+  # What the system lacks or has too new (numpy 2.5 breaks numba-cuda 0.30).
+  pip_install "numpy<2.5" "jax>=0.8.1,<0.13" numba numba-cuda cuda-bindings ml_dtypes
+else
+  jax_pin=$(pin jax) jaxv=${jax_pin#jax==}
+  gpu=()
+  if [ "$cuda_major" -ge 12 ]; then
+    cu=$(( cuda_major >= 13 ? 13 : 12 ))
+    gpu=("jax[cuda$cu]==$jaxv" "$(pin numba-cuda | sed "s/numba-cuda/numba-cuda[cu$cu]/")")
+  fi
+  pip_install "$jax_pin" "$(pin jaxlib)" "$(pin numpy)" "$(pin numba)" "$(pin numba-cuda)" \
+    "$(pin cuda-bindings)" "$(pin ml_dtypes)" "$(pin nanobind)" "$(pin scikit-build-core)" \
+    cmake ninja "${gpu[@]}"
+fi
+
+echo "== numbax"
+if [ "$offline" = 1 ] && ls .whl/numbax-*.whl >/dev/null 2>&1; then
+  pip_install --no-deps --force-reinstall --only-binary numbax --find-links .whl numbax
+else
+  # The release wheel's headers (the oldest supported jaxlib's; fetched once
+  # into build/ffi-headers/), else, offline, the installed jaxlib's.
+  headers=$(python scripts/lib/ffi_headers.py 2>/dev/null || true)
+  NUMBAX_XLA_FFI_INCLUDE_DIR=$headers python -m pip install -q --disable-pip-version-check \
+    --no-build-isolation --no-deps --force-reinstall "${pip_args[@]}" .
+fi
+python -c "import numbax, numbax._build_info as b, jax; print('numbax', numbax.__version__, 'built against XLA FFI API %d.%d (%s), on jax' % (*b.XLA_FFI_API, b.XLA_FFI_HEADERS_FROM), jax.__version__)"
+echo "   ready in $(( $(date +%s) - t0 )) s"
+
+if [ "$cuda_major" -eq 0 ]; then
   export NUMBA_ENABLE_CUDASIM=1 JAX_PLATFORMS=cpu
 fi
+echo "== examples/quickstart.py"
 python examples/quickstart.py

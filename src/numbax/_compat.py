@@ -8,15 +8,21 @@ jaxlibs (FFI 0.1) register types differently and give the state's deleter on
 every call, an ABI numbax is not built for. So jax and jaxlib 0.8.1 are the
 floor.
 
-The FFI is backward compatible: a handler compiled against API 0.N runs on
-every jaxlib whose FFI is 0.N or newer, while a jaxlib refuses a handler
-compiled against a newer version than its own ("handler's API version (0.3) is
-incompatible with the framework's API version (0.2)"). The wheel is therefore
-compiled against jaxlib 0.8.1's headers (pyproject.toml's [build-system]
-requires), which makes one binary run on every supported jaxlib. A build
-against newer headers (``pip install --no-build-isolation`` next to a newer
-jaxlib) runs only on jaxlibs at least that new: :func:`problem` says so
-instead of letting XLA fail on the first call.
+One binary for the whole range. The wheel is compiled against jaxlib 0.8.1's
+headers (pyproject.toml's [build-system] requires): a jaxlib refuses a
+handler compiled against a newer FFI than its own, and newer jaxlibs keep
+the C structs of older versions readable. Keeping the structs is not the
+whole contract, though: newer runtimes also call handlers differently. From
+FFI 0.3 on, XLA's GPU runtime passes the call's buffers at the instantiate
+stage, and a handler whose 0.2-compiled binding bound none refused every GPU
+call ("Wrong number of arguments"), while the CPU runtime, which passes none,
+hid it. numbax's handlers accept every calling convention seen so far
+(csrc/ffi_binding.h), and the range they are known to serve is
+:data:`SERVED_FFI_API`: a jaxlib whose FFI is newer than that is refused at
+import with the reason (``NUMBAX_ALLOW_UNTESTED_FFI=1`` tries it anyway),
+instead of failing inside XLA on every call. A build against newer headers
+(``pip install --no-build-isolation`` next to a newer jaxlib) runs only on
+jaxlibs at least that new: :func:`problem` says so too.
 """
 
 from __future__ import annotations
@@ -32,9 +38,17 @@ from typing import Any, Callable
 MIN_JAX = (0, 8, 1)
 #: The XLA FFI API (major, minor) that MIN_JAX's jaxlib provides.
 MIN_FFI_API = (0, 2)
-#: The newest jax the test matrix ran (newer ones are expected to work: the
-#: FFI keeps old API versions for at least a year).
-TESTED_UP_TO = "0.11.2"
+#: The XLA FFI API versions (major, minor) the wheel, compiled against
+#: MIN_FFI_API's headers, is known to serve: the oldest and newest run. Ran
+#: on the GPU: 0.4 (jaxlib 0.11.2, H200); on the CPU in CI: 0.2 (0.8.1), 0.3
+#: (0.10.2), 0.4 (0.11.2), 0.5 (0.12.0.1). Raise it only after the GPU suite
+#: has passed on a jaxlib with the newer version (docs/install.md).
+SERVED_FFI_API = ((0, 2), (0, 5))
+#: The newest jax the test matrix ran; pyproject.toml's range stops before
+#: the next minor release (tests/test_versions.py keeps them in step).
+TESTED_UP_TO = "0.12.0.1"
+#: Set to 1 to run on a jaxlib whose FFI is newer than SERVED_FFI_API.
+ALLOW_UNTESTED_ENV = "NUMBAX_ALLOW_UNTESTED_FFI"
 
 SUPPORTED = f"jax and jaxlib >= {'.'.join(map(str, MIN_JAX))}"
 _PIP_JAX = f"pip install -U 'jax>={'.'.join(map(str, MIN_JAX))}'"
@@ -53,6 +67,13 @@ def release(version: str | None) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def jax_upper_bound() -> str:
+    """The first jax release past the tested range ("0.13" after 0.12.x):
+    pyproject.toml's dependency range stops before it."""
+    major, minor = release(TESTED_UP_TO)[:2]
+    return f"{major}.{minor + 1}"
+
+
 def _api(api: tuple[int, int] | None) -> str:
     return "unknown" if api is None else f"{api[0]}.{api[1]}"
 
@@ -60,12 +81,15 @@ def _api(api: tuple[int, int] | None) -> str:
 def problem(jax_version: str | None, jaxlib_version: str | None,
             built_api: tuple[int, int] | None,
             runtime_api: tuple[int, int] | None,
-            built_from: str = "") -> tuple[str, str] | None:
+            built_from: str = "",
+            allow_untested: bool | None = None) -> tuple[str, str] | None:
     """(what is wrong, the fix) when this numbax cannot run on this JAX, or
     None when it can (or a version is unknown and nothing can be said).
 
     ``built_api``: the FFI API numbax._core was compiled against;
-    ``runtime_api``: the one the running jaxlib provides.
+    ``runtime_api``: the one the running jaxlib provides;
+    ``allow_untested``: accept a runtime FFI newer than SERVED_FFI_API
+    (default: the NUMBAX_ALLOW_UNTESTED_FFI environment variable).
     """
     for name, version in (("jax", jax_version), ("jaxlib", jaxlib_version)):
         v = release(version)
@@ -96,6 +120,21 @@ def problem(jax_version: str | None, jaxlib_version: str | None,
             f"isolation, which compiles against those headers: pip install "
             f"--force-reinstall . (without --no-build-isolation); or upgrade "
             f"jax and jaxlib to {upgrade}")
+    if allow_untested is None:
+        allow_untested = os.environ.get(ALLOW_UNTESTED_ENV, "") not in ("", "0")
+    newest = SERVED_FFI_API[1]
+    if runtime_api > newest and not allow_untested:
+        below = jax_upper_bound()
+        return (
+            f"the running jaxlib {jaxlib_version or '(unknown version)'} "
+            f"provides XLA FFI API {_api(runtime_api)}, newer than any this "
+            f"numbax was checked against ({_api(SERVED_FFI_API[0])} to "
+            f"{_api(newest)}, jax {'.'.join(map(str, MIN_JAX))} to "
+            f"{TESTED_UP_TO}); newer XLA runtimes have changed how they call "
+            f"handlers before, and then every numbax op failed inside XLA",
+            f"pip install 'jax<{below}' 'jaxlib<{below}' "
+            f"(or a numbax release that lists FFI API {_api(runtime_api)}); "
+            f"to try this jaxlib anyway, set {ALLOW_UNTESTED_ENV}=1")
     return None
 
 
