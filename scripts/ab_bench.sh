@@ -20,7 +20,7 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)   # absolute: runs start in /tmp
 rm -f "$OUT"/before-*.json "$OUT"/after-*.json "$OUT"/before-*.log "$OUT"/after-*.log
 before=$(realpath "$before") after=$(realpath "$after")
 PY=${PYTHON:-python3}
-. scripts/install_site.sh
+. scripts/lib/install_site.sh
 for side in before after; do
   wheel=$before; [ "$side" = after ] && wheel=$after
   rm -rf "/tmp/numbax-ab-$side" && mkdir -p "/tmp/numbax-ab-$side"

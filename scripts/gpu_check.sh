@@ -37,7 +37,7 @@ done
 PY=${PYTHON:-python3}
 site=/tmp/numbax-site
 rm -rf "$site" && mkdir -p "$site"
-. scripts/install_site.sh
+. scripts/lib/install_site.sh
 install_deps "$site" || exit 1
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 

@@ -30,7 +30,7 @@ check() {
   fi
 }
 
-check "ruff" ruff check src/numbax benchmarks examples tests
+check "ruff" ruff check src/numbax examples tests
 # Paths and options come from [tool.mypy] in pyproject.toml.
 check "mypy src/numbax" mypy
 if [ "$clang" = 1 ]; then

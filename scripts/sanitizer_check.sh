@@ -41,8 +41,8 @@ files_of_part() {  # K/N: the files of part K of N (scripts/split_tests.py)
 }
 
 # numbax in $site: kept from an earlier run, else installed as
-# scripts/gpu_check.sh does (scripts/install_site.sh).
-. scripts/install_site.sh
+# scripts/gpu_check.sh does (scripts/lib/install_site.sh).
+. scripts/lib/install_site.sh
 ensure_numbax() {
   # From $site itself, not a numbax the Python environment has.
   PYTHONPATH="$site" $PY -c "import numbax, sys; sys.exit(not numbax.__file__.startswith('$site/'))" \

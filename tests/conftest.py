@@ -7,8 +7,12 @@ real CUDA. Tests that only make sense in one mode say so with the
 `simulator_only` or `gpu_only` fixtures.
 
 Tests marked `multigpu` need 2 or more local devices: GPUs of one host, or
-(a dry run of the test code) fake CPU devices under the simulator, which
-`python scripts/multigpu_check.py --cpu` sets up. Below that they are
+(a dry run of the test code) fake CPU devices under the simulator:
+
+    NUMBA_ENABLE_CUDASIM=1 JAX_PLATFORMS=cpu \
+    XLA_FLAGS=--xla_force_host_platform_device_count=2 pytest -m multigpu -rs tests
+
+Below that they are
 skipped, before any of their fixtures run. They do not carry `gpu`, so the
 single-GPU run (`pytest -m gpu`) leaves them out; scripts/gpu_check.sh runs
 `pytest -m multigpu` on its own when the machine has 2 GPUs.
@@ -55,7 +59,8 @@ def multigpu_skip_reason():
             reason = None if len(devices) >= 2 else (
                 f"needs 2 or more GPUs of one host; this simulator run has "
                 f"{len(devices)} CPU device(s) (a dry run on 2 fake CPU devices: "
-                f"python scripts/multigpu_check.py --cpu)")
+                f"XLA_FLAGS=--xla_force_host_platform_device_count=2 with "
+                f"NUMBA_ENABLE_CUDASIM=1 JAX_PLATFORMS=cpu)")
         else:
             gpus = [d for d in devices if d.platform in ("gpu", "cuda")]
             reason = None if len(gpus) >= 2 else (

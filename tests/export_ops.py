@@ -14,6 +14,7 @@ import numpy as np
 from numba import cuda
 
 import numbax
+from shared_kernels import affine as affine_kernel, row_scale as row_scale_kernel
 
 N = 64
 ROWS, COLS = 16, 4
@@ -21,25 +22,10 @@ F32 = jnp.float32
 
 
 @cuda.jit
-def affine_kernel(x, out):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        out[i] = 2 * x[i] + 1
-
-
-@cuda.jit
 def square_kernel(x, out):
     i = cuda.grid(1)
     if i < x.shape[0]:
         out[i] = x[i] * x[i]
-
-
-@cuda.jit
-def row_scale_kernel(m, s, out):
-    i = cuda.grid(1)
-    if i < m.shape[0]:
-        for j in range(m.shape[1]):
-            out[i, j] = m[i, j] * s[i] + j
 
 
 def affine_launch(x, out, stream):

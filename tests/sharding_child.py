@@ -22,9 +22,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
-from numba import cuda  # noqa: E402
 
 import numbax  # noqa: E402
+from shared_kernels import affine as affine_kernel, row_scale as row_scale_kernel  # noqa: E402
 
 ROWS, COLS = 64, 4
 F32 = jnp.float32
@@ -33,21 +33,6 @@ COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce",
 
 seen = []  # (op name, shape of the first input) per func call
 seen_lock = threading.Lock()
-
-
-@cuda.jit
-def row_scale_kernel(m, s, out):
-    i = cuda.grid(1)
-    if i < m.shape[0]:
-        for j in range(m.shape[1]):
-            out[i, j] = m[i, j] * s[i] + j
-
-
-@cuda.jit
-def affine_kernel(x, out):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        out[i] = 2 * x[i] + 1
 
 
 def make_rows(label):

@@ -14,16 +14,10 @@ import jax.numpy as jnp
 from numba import cuda
 
 import numbax
+from shared_kernels import affine as affine_kernel
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 TAG = 1000
-
-
-@cuda.jit
-def affine_kernel(x, out):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        out[i] = 2 * x[i] + 1
 
 
 @cuda.jit

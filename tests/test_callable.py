@@ -9,6 +9,7 @@ from numba import cuda
 
 import numbax
 from conftest import SIMULATOR, random_array
+from shared_kernels import copy_2d
 
 pytestmark = pytest.mark.gpu
 
@@ -49,13 +50,6 @@ def copy_flat(x, out):
 def launch_1d(kernel, n, stream, *args):
     threads = 128
     kernel[max(1, (n + threads - 1) // threads), threads, stream](*args)
-
-
-@cuda.jit
-def copy_2d(a, out):
-    i, j = cuda.grid(2)
-    if i < out.shape[0] and j < out.shape[1]:
-        out[i, j] = a[i, j]
 
 
 def test_arrays_carry_funcs_stream(gpu_only, rng):

@@ -8,24 +8,11 @@ from numba import cuda
 
 import numbax
 from conftest import random_array
+from shared_kernels import affine, add_one
 
 pytestmark = pytest.mark.gpu
 
 F32 = jnp.float32
-
-
-@cuda.jit
-def affine(x, out):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        out[i] = 2 * x[i] + 1
-
-
-@cuda.jit
-def add_one(x, out):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        out[i] = x[i] + 1
 
 
 def affine_op(x, out, stream):

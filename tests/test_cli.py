@@ -197,14 +197,6 @@ def test_bench_plot_without_matplotlib_fails_before_running(tmp_path):
     assert "matches numpy" not in proc.stdout and not png.exists()
 
 
-def test_benchmarks_shim_still_works():
-    proc = run(["-m", "benchmarks.run", "--help"])
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("usage: python -m benchmarks.run")
-    for flag in ("--quick", "--json", "--only", "--cpu-smoke", "--plot", "--rounds"):
-        assert flag in proc.stdout
-
-
 def test_native_source_ships_with_the_package():
     source = resources.files("numbax.bench.native") / "native_ffi.cu"
     text = source.read_text()

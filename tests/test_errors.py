@@ -20,19 +20,13 @@ from numba import cuda
 
 import numbax
 from conftest import SIMULATOR
+from shared_kernels import affine
 
 pytestmark = pytest.mark.gpu
 
 F32 = jnp.float32
 SPEC = jax.ShapeDtypeStruct((4,), F32)
 RuntimeFailure = jax.errors.JaxRuntimeError
-
-
-@cuda.jit
-def affine(x, out):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        out[i] = 2 * x[i] + 1
 
 
 def affine_op(x, out, stream):

@@ -21,6 +21,7 @@ from numba import cuda
 import numbax
 from numbax import _fast_launch
 from conftest import SIMULATOR, random_array
+from shared_kernels import copy_2d as copy2d
 
 pytestmark = pytest.mark.gpu
 
@@ -324,13 +325,6 @@ def test_foreign_array_falls_back(rng):
     if not SIMULATOR:
         assert c["fallback_foreign_argument"] == 6, fallbacks(c)
         assert c["fast_launches"] == 0
-
-
-@cuda.jit
-def copy2d(a, out):
-    i, j = cuda.grid(2)
-    if i < out.shape[0] and j < out.shape[1]:
-        out[i, j] = a[i, j]
 
 
 def views_op(x, poison, out, stream):

@@ -9,17 +9,11 @@ from numba import cuda
 
 import numbax
 from conftest import SIMULATOR, random_array
+from shared_kernels import affine
 
 pytestmark = pytest.mark.gpu
 
 F32 = jnp.float32
-
-
-@cuda.jit
-def affine(x, out):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        out[i] = 2 * x[i] + 1
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32,

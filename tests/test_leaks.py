@@ -27,6 +27,7 @@ from numba import cuda
 import numbax
 from conftest import SIMULATOR
 from numbax import _registry
+from shared_kernels import affine
 
 pytestmark = pytest.mark.gpu
 
@@ -41,13 +42,6 @@ LEAK_FUNCS = int(os.environ.get("NUMBAX_LEAK_FUNCS",
 LEAK_KERNELS = 200 if SIMULATOR else 50
 RETRACES = int(os.environ.get("NUMBAX_RETRACES", "10000"))
 RuntimeFailure = jax.errors.JaxRuntimeError
-
-
-@cuda.jit
-def affine(x, out):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        out[i] = 2 * x[i] + 1
 
 
 def rss_mib() -> float:

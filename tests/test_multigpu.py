@@ -1,9 +1,10 @@
 """numbax on every local GPU of one host: shard_map, sharded jit, threads.
 
 Marked `multigpu`: skipped below 2 local devices (tests/conftest.py).
-scripts/gpu_check.sh runs them on a machine with 2 or more GPUs;
-`python scripts/multigpu_check.py --cpu` runs them on 2 fake CPU devices
-through Numba's CUDA simulator, where device ids are not real (the checks
+scripts/gpu_check.sh runs them on a machine with 2 or more GPUs. With
+NUMBA_ENABLE_CUDASIM=1 JAX_PLATFORMS=cpu
+XLA_FLAGS=--xla_force_host_platform_device_count=2 they run on 2 fake CPU
+devices through Numba's CUDA simulator, where device ids are not real (the checks
 of them are GPU only) and funcs run one at a time.
 
 Every check compares with numpy on fresh random data, shard by shard. Each
@@ -30,6 +31,7 @@ from conftest import SIMULATOR
 from tagged_ops import (TAG, affine_kernel, affine_tagged, blocks,
                         current_device_id, fill_kernel, hardware_id,
                         tagged_ops)
+from shared_kernels import row_scale as rows_kernel
 
 pytestmark = [
     pytest.mark.multigpu,
@@ -48,14 +50,6 @@ WATCHDOG = 1200  # seconds for the whole module
 OPS = ("plain", "capture", "kernel")
 COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce",
                "reduce-scatter")
-
-
-@cuda.jit
-def rows_kernel(m, s, out):
-    i = cuda.grid(1)
-    if i < m.shape[0]:
-        for j in range(m.shape[1]):
-            out[i, j] = m[i, j] * s[i] + j
 
 
 calls_lock = threading.Lock()
@@ -91,7 +85,6 @@ def shard_values(array):
     """[(device, index, numpy value)] of every addressable shard."""
     return [(s.device, s.index, np.asarray(s.data))
             for s in array.addressable_shards]
-
 
 
 def chain_reference(x):

@@ -5,8 +5,9 @@ coordinator on 127.0.0.1 at a free port; each runs plain, capture=True and
 kernel ops under jax.shard_map on global arrays, checks its own shards
 against numpy, that its funcs ran on its own GPU, and a global sum that
 needs both processes. Marked `multigpu` (skipped below 2 local devices,
-tests/conftest.py); `python scripts/multigpu_check.py --cpu` runs the
-`visible` layout with one CPU device per process through the simulator.
+tests/conftest.py); on 2 fake CPU devices under the simulator (the
+command is in tests/conftest.py) they run the `visible` layout with one CPU
+device per process.
 """
 
 import json

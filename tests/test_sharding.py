@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from numba import cuda
 
 import numbax
+from shared_kernels import row_scale as _rows_kernel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 F32 = jnp.float32
@@ -92,14 +92,6 @@ def test_shard_map_runs_each_block_on_its_device(report):
 
 
 # -- one device, in this process ------------------------------------------
-
-@cuda.jit
-def _rows_kernel(m, s, out):
-    i = cuda.grid(1)
-    if i < m.shape[0]:
-        for j in range(m.shape[1]):
-            out[i, j] = m[i, j] * s[i] + j
-
 
 def _rows(m, s, out, stream):
     _rows_kernel[(m.shape[0] + 31) // 32, 32, stream](m, s, out)

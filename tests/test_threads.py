@@ -26,19 +26,13 @@ import pytest
 from numba import cuda
 
 import numbax
+from shared_kernels import affine as affine_kernel
 
 F32 = jnp.float32
 N = 256
 THREADS = 6
 ITERATIONS = 8
 JOIN_TIMEOUT = 90
-
-
-@cuda.jit
-def affine_kernel(x, out):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        out[i] = 2 * x[i] + 1
 
 
 @cuda.jit

@@ -1,7 +1,6 @@
 """numbax's benchmark suite, shipped with the package.
 
-``python -m numbax bench --help`` runs it (``python -m benchmarks.run`` from a
-source checkout does the same). Modules:
+``python -m numbax bench --help`` runs it. Modules:
 
 - :mod:`numbax.bench.run`: command line and orchestration (interleaved rounds)
 - :mod:`numbax.bench.mode`: GPU suite, CPU smoke run, or a clear refusal

@@ -1,6 +1,6 @@
 """Where the plain callable's time goes: launches, numbax's bridge, XLA.
 
-python -m numbax.bench.bridge_cost   (or: python -m benchmarks.bridge_cost)
+python -m numbax.bench.bridge_cost
 
 Times, in one process on a GPU:
 

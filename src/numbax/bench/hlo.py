@@ -1,6 +1,6 @@
 """Why a row is slow: the optimised HLO of each implementation's chain.
 
-python -m numbax.bench.hlo [--length N] [--names a,b]   (or: python -m benchmarks.hlo)
+python -m numbax.bench.hlo [--length N] [--names a,b]
 
 Prints, per implementation, how many custom calls XLA kept, how many landed
 inside command buffers (CUDA graphs), and any copies it added around them.

@@ -1,5 +1,6 @@
-"""Regression tests for issue 15: crashes, silent wrong results, leaks and
-unclear errors found by adversarial use (docs/reliability.md lists them).
+"""Misuse of the API: what numbax does instead of crashing, returning wrong
+results, leaking or failing unclearly (docs/reliability.md, "Bad input and
+misuse"; the messages are in docs/errors.md).
 
 Each test runs in both modes (simulator in CI, real CUDA under the `gpu`
 marker) unless it says otherwise; outputs are poisoned or compared against
@@ -22,18 +23,12 @@ from numba import cuda
 
 import numbax
 from conftest import SIMULATOR, random_array
+from shared_kernels import affine
 
 pytestmark = pytest.mark.gpu
 
 F32 = jnp.float32
 _counter = itertools.count()
-
-
-@cuda.jit
-def affine(x, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = 2 * x[i] + 1
 
 
 @cuda.jit

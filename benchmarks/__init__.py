@@ -1,1 +1,0 @@
-"""numbax benchmark suite: python -m benchmarks.run --help."""
