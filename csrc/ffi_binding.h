@@ -25,7 +25,8 @@ namespace ffi = ::xla::ffi;
 // as "no buffers", every GPU call failed with "Wrong number of arguments:
 // expected 0 but got 1". Remaining-args accepts any count, on every version.
 // The handler's signature:
-//   ffi::ErrorOr<std::unique_ptr<Site>> (ffi::RemainingArgs, ffi::RemainingRets,
+//   ffi::ErrorOr<std::unique_ptr<Site>> (ffi::RemainingArgs,
+//   ffi::RemainingRets,
 //                                        std::string_view key)
 inline auto BindInstantiate() {
   return ffi::Ffi::BindInstantiate()

@@ -18,8 +18,9 @@
 namespace numbax {
 namespace {
 
-ffi::ErrorOr<std::unique_ptr<KernelSite>> Instantiate(
-    ffi::RemainingArgs, ffi::RemainingRets, std::string_view key) {
+ffi::ErrorOr<std::unique_ptr<KernelSite>> Instantiate(ffi::RemainingArgs,
+                                                      ffi::RemainingRets,
+                                                      std::string_view key) {
   return KernelSite::Create(key);
 }
 

@@ -45,7 +45,11 @@ pip_install() { python -m pip install -q --disable-pip-version-check "${pip_args
 echo "== setting up .venv ($([ "$cuda_major" -gt 0 ] && echo "GPU, CUDA $cuda_major" || echo "no GPU: the CPU simulator"))"
 t0=$(date +%s)
 if [ "$offline" = 1 ]; then
-  # What the system lacks or has too new (numpy 2.5 breaks numba-cuda 0.30).
+  # What the system lacks or has too new (numpy 2.5 breaks numba-cuda 0.30):
+  # carried as wheels, or as unpacked wheels packed with xz
+  # (scripts/gpu_bundle.sh), which unpack into the venv as pip would.
+  site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  for t in .whl/*.tar.xz; do [ -f "$t" ] && tar -C "$site" -xJf "$t"; done
   pip_install "numpy<2.5" "jax>=0.8.1,<0.13" numba numba-cuda cuda-bindings ml_dtypes
 else
   jax_pin=$(pin jax) jaxv=${jax_pin#jax==}

@@ -26,6 +26,15 @@ mkdir -p .whl
 rm -f .whl/numbax-*.whl
 wheel=$(PYTHON="$PY" DIST=build/gpu-dist WHEEL_ONLY=1 bash scripts/build_wheel.sh)
 cp "$wheel" .whl/
+# A deliberately mismatched build for gpu_check.sh to import: compiled
+# against the newest FFI headers known (jaxlib 0.12.0.1: API 0.5), newer
+# than the GPU machine's jaxlib, so importing it must refuse with a message
+# naming both versions.
+rm -rf .whl/mismatch && mkdir -p .whl/mismatch
+headers=$(python3 scripts/lib/ffi_headers.py "${MISMATCH_JAXLIB:-0.12.0.1}")
+NUMBAX_XLA_FFI_INCLUDE_DIR=$headers PYTHON="$PY" DIST=build/gpu-dist-mismatch WHEEL_ONLY=1 \
+  bash scripts/build_wheel.sh > /dev/null
+cp build/gpu-dist-mismatch/numbax-*manylinux*.whl .whl/mismatch/
 # pack NAME==VERSION: its wheel for the GPU's Python, as .whl/NAME.tar.xz.
 pack() {
   local tmp

@@ -60,6 +60,24 @@ print("devices", jax.devices())
 with open(os.path.join(os.environ["OUT"], "gpu_count"), "w") as f:
     f.write(str(sum(d.platform in ("gpu", "cuda") for d in jax.local_devices())))
 PY
+$PY -m numbax info > "$OUT/info.log" 2>&1
+grep -E "^(XLA FFI API|problems)" "$OUT/info.log"
+
+# A build that cannot serve this jaxlib (gpu_bundle.sh compiles one against
+# newer FFI headers) must refuse at import, naming both versions.
+mismatch_status=0
+if compgen -G ".whl/mismatch/numbax-*.whl" > /dev/null; then
+  echo "== a deliberately mismatched build"
+  rm -rf /tmp/numbax-mismatch
+  $PY -m pip install -q --no-index --no-deps --target /tmp/numbax-mismatch .whl/mismatch/numbax-*.whl
+  PYTHONPATH=/tmp/numbax-mismatch:$PYTHONPATH $PY -c "import numbax" > "$OUT/mismatch.log" 2>&1
+  if [ $? -ne 0 ] && grep -q "ImportError: numbax cannot run here: numbax's extension was compiled against XLA FFI API" "$OUT/mismatch.log"; then
+    echo "refused as it must: $(grep -o "ImportError: .*" "$OUT/mismatch.log" | cut -c1-400)"
+  else
+    echo "NOT refused: $(tail -3 "$OUT/mismatch.log")"; mismatch_status=1
+  fi
+fi
+
 ngpu=$(cat "$OUT/gpu_count" 2>/dev/null)
 case "$ngpu" in ''|*[!0-9]*) ngpu=0 ;; esac
 
@@ -158,4 +176,5 @@ if [ -f "$OUT/bench.log" ]; then
   grep -q '^== vmap (' "$OUT/bench.log" && start='^== vmap ('
   sed -n "/$start/,\$p" "$OUT/bench.log"
 fi
-exit $(( test_status != 0 || multigpu_status != 0 || bench_status != 0 ))
+[ "$mismatch_status" = 0 ] || echo "mismatched build: NOT refused at import"
+exit $(( test_status != 0 || multigpu_status != 0 || bench_status != 0 || mismatch_status != 0 ))
