@@ -73,8 +73,12 @@ class InstantiateFrame {
   InstantiateFrame(const XLA_FFI_Api* api, int inputs, int outputs,
                    std::string key)
       : key_(std::move(key)) {
-    buffer_ = XLA_FFI_Buffer{XLA_FFI_Buffer_STRUCT_SIZE, nullptr,
-                             XLA_FFI_DataType_F32, nullptr, 1, dims_};
+    buffer_ = XLA_FFI_Buffer{XLA_FFI_Buffer_STRUCT_SIZE,
+                             nullptr,
+                             XLA_FFI_DataType_F32,
+                             nullptr,
+                             1,
+                             dims_};
     arg_types_.assign(inputs, XLA_FFI_ArgType_BUFFER);
     arg_ptrs_.assign(inputs, &buffer_);
     ret_types_.assign(outputs, XLA_FFI_RetType_BUFFER);
@@ -92,8 +96,12 @@ class InstantiateFrame {
                                arg_types_.data(), arg_ptrs_.data()};
     frame_.rets = XLA_FFI_Rets{XLA_FFI_Rets_STRUCT_SIZE, nullptr, outputs,
                                ret_types_.data(), ret_ptrs_.data()};
-    frame_.attrs = XLA_FFI_Attrs{XLA_FFI_Attrs_STRUCT_SIZE, nullptr, 1,
-                                 &attr_type_, &name_ptr_, &attr_ptr_};
+    frame_.attrs = XLA_FFI_Attrs{XLA_FFI_Attrs_STRUCT_SIZE,
+                                 nullptr,
+                                 1,
+                                 &attr_type_,
+                                 &name_ptr_,
+                                 &attr_ptr_};
   }
 
   XLA_FFI_CallFrame* get() { return &frame_; }
