@@ -356,11 +356,13 @@ def test_cooperative_kernel_falls_back(gpu_only, rng):
     assert not decision.folds and "cooperative" in decision.reason
 
 
-def test_nested_vmap_needs_sequential(rng):
+def test_nested_vmap_runs(rng):
+    # Once refused; now every level flattens into one batch (more in
+    # test_nested_vmap.py).
     op = numbax.numba_cuda_kernel(reverse, spec(8), launch_dims=8,
                                   vmap_method="expand_dims")
-    with pytest.raises(ValueError, match="vmap_method='sequential'"):
-        jax.vmap(jax.vmap(op))(random_array(rng, (2, 3, 8), np.float32))
+    x = random_array(rng, (2, 3, 8), np.float32)
+    np.testing.assert_array_equal(jax.vmap(jax.vmap(op))(x), x[..., ::-1])
 
 
 # -- XLACustomKernel's default batching rule ---------------------------------
@@ -380,10 +382,11 @@ def test_custom_kernel_default_batching_folds(rng):
     np.testing.assert_array_equal(out, x[:, ::-1])
     assert len(made) == 1
     assert_folded(made[0], x[0])
-    # Nested vmap keeps the loop (correct, no error).
+    # Nested vmap: the kernel's batching, every level in one batch.
     x3 = random_array(rng, (2, B, N), np.float32)
-    out = jax.jit(jax.vmap(jax.vmap(lambda v: op(v, outs=spec(N)))))(x3)
-    np.testing.assert_array_equal(out, x3[..., ::-1])
+    nested = jax.jit(jax.vmap(jax.vmap(lambda v: op(v, outs=spec(N)))))
+    np.testing.assert_array_equal(nested(x3), x3[..., ::-1])
+    assert "stablehlo.while" not in nested.lower(x3).as_text()
 
 
 # -- the rule itself -----------------------------------------------------------
