@@ -18,8 +18,9 @@
 namespace numbax {
 namespace {
 
-ffi::ErrorOr<std::unique_ptr<KernelSite>> Instantiate(
-    ffi::RemainingArgs, ffi::RemainingRets, std::string_view key) {
+ffi::ErrorOr<std::unique_ptr<KernelSite>> Instantiate(ffi::RemainingArgs,
+                                                      ffi::RemainingRets,
+                                                      std::string_view key) {
   return KernelSite::Create(key);
 }
 
@@ -69,6 +70,34 @@ ffi::Error LaunchFolded(const KernelSite& site, const cuda::Driver& driver,
   return ffi::Error::Success();
 }
 
+// vmap, one launch per slice (a kernel that cannot fold, or
+// vmap_method='sequential'): all of the batch's launches from this one
+// handler call, in slice order on XLA's stream, so each slice runs after
+// the one before as an XLA loop would run them, without the loop. The
+// parameters are packed once; each launch moves the per-slice buffers'
+// data pointers to its slice (SliceParams). Nothing here is host work a
+// CUDA graph would miss: the launches are the whole effect.
+ffi::Error LaunchPerSlice(const KernelSite& site, const cuda::Driver& driver,
+                          cuda::CUfunction function, cuda::CUstream stream,
+                          const std::vector<BufferView>& buffers) {
+  const LaunchPlan& plan = site.plan();
+  thread_local SliceParams slices;
+  size_t bad = 0;
+  if (!slices.Pack(buffers, plan.batch, plan.broadcast, &bad)) {
+    return Fail(site, "buffer " + std::to_string(bad) + " (rank " +
+                          std::to_string(buffers[bad].rank) +
+                          ") does not hold " + std::to_string(plan.batch) +
+                          " slices along axis 0 for a vmapped launch");
+  }
+  for (int64_t s = 0; s < plan.batch; ++s) {
+    slices.Select(s);
+    cuda::CUresult r =
+        Launch(driver, plan, function, stream, plan.grid, slices.params());
+    if (r != cuda::CUDA_SUCCESS) return LaunchError(site, driver, r);
+  }
+  return ffi::Error::Success();
+}
+
 ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
                    std::string_view /*key*/, ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
@@ -112,33 +141,20 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
   }
   cuda::CUfunction function = plan.functions[device];
 
-  thread_local KernelArgs packed;
   if (plan.batch > 0 && plan.fold_axis >= 0) {
     return LaunchFolded(*site, *driver, function, stream, buffers);
   }
-  const int64_t slices = plan.batch > 0 ? plan.batch : 1;
-  for (int64_t s = 0; s < slices; ++s) {
-    packed.Reset();
-    for (size_t i = 0; i < buffers.size(); ++i) {
-      const BufferView& b = buffers[i];
-      const size_t itemsize = LookupDType(b.dtype)->itemsize;
-      if (plan.batch == 0) {
-        packed.AddArray(b.data, b.dims, b.rank, itemsize);
-        continue;
-      }
-      // Batched: axis 0 is the vmap axis; the kernel sees one slice.
-      const bool reuse = i < plan.broadcast.size() && plan.broadcast[i];
-      if (!AddBatchSlice(b, plan.batch, s, reuse, &packed)) {
-        return Fail(*site, "buffer " + std::to_string(i) + " (rank " +
-                               std::to_string(b.rank) + ") does not hold " +
-                               std::to_string(plan.batch) +
-                               " slices along axis 0 for a vmapped launch");
-      }
-    }
-    cuda::CUresult r =
-        Launch(*driver, plan, function, stream, plan.grid, packed.params());
-    if (r != cuda::CUDA_SUCCESS) return LaunchError(*site, *driver, r);
+  if (plan.batch > 0) {
+    return LaunchPerSlice(*site, *driver, function, stream, buffers);
   }
+  thread_local KernelArgs packed;
+  packed.Reset();
+  for (const BufferView& b : buffers) {
+    packed.AddArray(b.data, b.dims, b.rank, LookupDType(b.dtype)->itemsize);
+  }
+  cuda::CUresult r =
+      Launch(*driver, plan, function, stream, plan.grid, packed.params());
+  if (r != cuda::CUDA_SUCCESS) return LaunchError(*site, *driver, r);
   return ffi::Error::Success();
 }
 
