@@ -379,3 +379,45 @@ def test_linked_code_numbax_reads_through():
     done = subprocess.run([sys.executable, "-c", _LINK_CHECK], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+
+
+# -- per-slice batches: launched from C++, replayed from a graph --------------
+
+def test_per_slice_batch_replays_a_graph(gpu_only, rng):
+    # 64 slices of a kernel that cannot fold: the second call with the same
+    # buffers records the launches into a graph, later ones replay it. Each
+    # call scales x inside the program, so the kernel's input sits in XLA's
+    # temporary buffer (the same address every call) with new contents:
+    # replays must read them, not what was there when recording.
+    op = numbax.numba_cuda_kernel(stencil_reads_grid, spec(N), launch_dims=N,
+                                  threads_per_block=TPB)
+    x = random_array(rng, (8, 8, N), np.float32)
+    w = random_array(rng, (3,), np.float32)
+    f = jax.jit(lambda x, k, w: jax.vmap(jax.vmap(
+        op, in_axes=(0, None)), in_axes=(0, None))(x * k, w))
+    numbax.reset_bridge_counters()
+    for k in [1.0, 2.0, -0.5, 3.0, 0.25]:
+        got = np.asarray(f(x, np.float32(k), w))
+        want = nested_loop(op, (x * np.float32(k), w),
+                           [(0, None), (0, None)])
+        np.testing.assert_array_equal(got, want)
+        del got
+    counters = numbax.bridge_counters()
+    assert counters["slice_graph_records"] >= 1, counters
+    assert counters["slice_graph_replays"] >= 1, counters
+
+
+def test_sequential_slices_run_in_order(gpu_only, rng):
+    # 'sequential' keeps meaning one slice after another (a kernel that
+    # could fold does not): 40 slices from one call, equal to the loop.
+    op = numbax.numba_cuda_kernel(stencil, spec(N), launch_dims=N,
+                                  vmap_method="sequential")
+    x = random_array(rng, (5, 8, N), np.float32)
+    w = random_array(rng, (8, 3), np.float32)
+    levels = [(0, None), (0, 0)]
+    f = nest(op, levels)
+    want = nested_loop(op, (x, w), levels)
+    for _ in range(3):  # plain, recorded, replayed
+        np.testing.assert_array_equal(f(x, w), want)
+    assert custom_calls(f, x, w) == (1, 0)
+    assert not op.vmap_fold(x[0, 0], w[0]).folds
