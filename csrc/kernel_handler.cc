@@ -109,34 +109,31 @@ ffi::Error LaunchSlices(const KernelSite& site, const cuda::Driver& driver,
 }
 
 // Records the batch's launches on numbax's recording stream into an
-// executable graph in `*exec`, left null (nothing recorded, nothing
-// launched) where the driver will not record; a launch that fails while
-// recording is an error.
-ffi::Error RecordSlices(const KernelSite& site, const cuda::Driver& driver,
-                        int device, cuda::CUfunction function,
-                        SliceParams& slices, cuda::CUgraphExec* exec) {
-  *exec = nullptr;
+// executable graph, or returns null where the driver would not record them
+// (nothing was launched then: the caller launches them plainly, which
+// also reports a launch error as such, not as a recording problem).
+cuda::CUgraphExec RecordSlices(const KernelSite& site,
+                               const cuda::Driver& driver, int device,
+                               cuda::CUfunction function, SliceParams& slices) {
   cuda::CUstream recorder = nullptr;
   if (RecordingStream(driver, device, &recorder) != cuda::CUDA_SUCCESS ||
       driver.cuStreamBeginCapture(recorder,
                                   cuda::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) !=
           cuda::CUDA_SUCCESS) {
-    return ffi::Error::Success();
+    return nullptr;
   }
-  ffi::Error launched = LaunchSlices(site, driver, function, recorder, slices);
+  const bool launched =
+      LaunchSlices(site, driver, function, recorder, slices).success();
   cuda::CUgraph graph = nullptr;
-  cuda::CUresult ended = driver.cuStreamEndCapture(recorder, &graph);
-  if (launched.failure()) {
-    if (graph) driver.cuGraphDestroy(graph);
-    return launched;
-  }
-  if (ended == cuda::CUDA_SUCCESS && graph != nullptr &&
-      driver.cuGraphInstantiateWithFlags(exec, graph, 0) !=
+  const cuda::CUresult ended = driver.cuStreamEndCapture(recorder, &graph);
+  cuda::CUgraphExec exec = nullptr;
+  if (launched && ended == cuda::CUDA_SUCCESS && graph != nullptr &&
+      driver.cuGraphInstantiateWithFlags(&exec, graph, 0) !=
           cuda::CUDA_SUCCESS) {
-    *exec = nullptr;
+    exec = nullptr;
   }
   if (graph) driver.cuGraphDestroy(graph);
-  return ffi::Error::Success();
+  return exec;
 }
 
 // vmap, one launch per slice (a kernel that cannot fold, or
@@ -173,13 +170,8 @@ ffi::Error LaunchPerSlice(KernelSite& site, const cuda::Driver& driver,
                           " slices along axis 0 for a vmapped launch");
   }
   if (may_record && site.graphs().RepeatsLastMiss(device, buffers)) {
-    cuda::CUgraphExec exec = nullptr;
-    if (ffi::Error err =
-            RecordSlices(site, driver, device, function, slices, &exec);
-        err.failure()) {
-      return err;
-    }
-    if (exec != nullptr) {
+    if (cuda::CUgraphExec exec =
+            RecordSlices(site, driver, device, function, slices)) {
       ++GraphStats().slice_records;
       // Recording ran nothing: this call's launches are the graph's.
       cuda::CUresult r = driver.cuGraphLaunch(exec, stream);
