@@ -50,6 +50,10 @@ MAX_SLICES_PER_LAUNCH = 65535
 class FoldDecision:
     """How ``jax.vmap`` launches a kernel for one signature.
 
+    The same decision holds for nested vmaps, whose levels flatten into
+    one batch: :meth:`launches` and :meth:`explain` say what it means for
+    given level sizes.
+
     Attributes:
       folds: True when the whole batch runs in one launch (or one per
         65535 slices); False when each slice is a launch of its own.
