@@ -160,7 +160,8 @@ def test_depth_three_per_slice_kernel(rng):
     assert not op.vmap_fold(x[0, 0, 0], w[0]).folds
 
 
-@pytest.mark.parametrize("shared", [(None, None), (0, None), (None, 0)])
+@pytest.mark.parametrize("shared", [(None, None), (0, None), (None, 0),
+                                    (0, 0)])
 def test_aliased_accumulator_at_each_level(rng, shared):
     # acc is written in place: wherever a level shares it, every slice
     # still needs (and gets) its own copy, and the caller's is untouched.
@@ -170,7 +171,7 @@ def test_aliased_accumulator_at_each_level(rng, shared):
     outer, inner = 2, 3
     x = random_array(rng, (outer, inner, N), np.float32)
     acc_shape = {(None, None): (N,), (0, None): (outer, N),
-                 (None, 0): (inner, N)}[shared]
+                 (None, 0): (inner, N), (0, 0): (outer, inner, N)}[shared]
     acc = random_array(rng, acc_shape, np.float32)
     before = acc.copy()
     levels = [(0, shared[0]), (0, shared[1])]
