@@ -189,9 +189,12 @@ def axes_read_by_compiled(compiled) -> tuple[frozenset | None, str | None]:
 # arithmetic headers, which numba-cuda bundles) and its reshape helpers.
 # Their source is text numbax can read, and is accepted when no token that
 # names a block index, a grid extent, a cluster or a grid group appears in
-# it (nor in the bundled headers the shims include). Anything else linked
-# (the user's link= files, PTX, cubins, LTO-IR) is counted as reading every
-# axis.
+# it (nor in the bundled headers the shims include). Those headers include
+# only the toolkit's vector types and their constructors (vector_types.h,
+# vector_functions.h, device_types.h), <nv/target>'s target macros and C/C++
+# standard headers (assert, string, utility), which numbax takes as read:
+# none of them touches a block index. Anything else linked (the user's link= files,
+# PTX, cubins, LTO-IR) is counted as reading every axis.
 _GRID_TOKENS = re.compile(
     r"\b(blockIdx|gridDim|clusterIdx|clusterDim|this_grid|grid_group|"
     r"cooperative_groups|__cluster_dims__|cluster_ctarank)\b|%n?ctaid|"
