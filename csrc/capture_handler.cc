@@ -36,28 +36,6 @@ ffi::Error CaptureError(const CallSite& site, const std::string& what) {
       OpMessage(OpKind::kCapture, site.key(), what + "\n" + kCaptureRules));
 }
 
-// This thread's recording stream on `device` (whose context is current),
-// created on first use and kept for the thread's life.
-cuda::CUresult RecordingStream(const cuda::Driver& driver, int device,
-                               cuda::CUstream* out) {
-  thread_local std::vector<cuda::CUstream> streams;
-  if (device < 0) return cuda::CUDA_ERROR_INVALID_DEVICE;
-  if (static_cast<size_t>(device) >= streams.size()) {
-    streams.resize(static_cast<size_t>(device) + 1, nullptr);
-  }
-  if (!streams[device]) {
-    if (!driver.cuStreamCreate) return cuda::CUDA_ERROR_NOT_FOUND;
-    // A blocking stream on purpose: a launch that forgets the stream goes to
-    // the legacy default stream, which must then wait for the capturing
-    // stream, and the driver refuses that (CAPTURE_IMPLICIT) instead of
-    // running the launch outside the graph.
-    cuda::CUresult r = driver.cuStreamCreate(&streams[device], 0);
-    if (r != cuda::CUDA_SUCCESS) return r;
-  }
-  *out = streams[device];
-  return cuda::CUDA_SUCCESS;
-}
-
 // Capture mode: XLA records us into its command buffer when it can; where it
 // does not, numbax records func's launches itself and replays the graph.
 ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,

@@ -21,6 +21,8 @@ std::vector<std::pair<std::string, uint64_t>> CounterSnapshot() {
   all.emplace_back("graph_misses", g.misses.load());
   all.emplace_back("graph_evictions", g.evictions.load());
   all.emplace_back("xla_captures", g.xla_captures.load());
+  all.emplace_back("slice_graph_records", g.slice_records.load());
+  all.emplace_back("slice_graph_replays", g.slice_replays.load());
   const FastLaunchCounters& f = FastCounters();
   all.emplace_back("fast_launches", f.fast);
   uint64_t fallbacks = 0;
@@ -40,6 +42,8 @@ void ResetCounters() {
   g.misses = 0;
   g.evictions = 0;
   g.xla_captures = 0;
+  g.slice_records = 0;
+  g.slice_replays = 0;
   FastCounters() = {};
 }
 

@@ -87,6 +87,24 @@ void GraphCache::MarkWarmed(int device) {
   }
 }
 
+bool GraphCache::RepeatsLastMiss(int device,
+                                 const std::vector<BufferView>& buffers) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [where, pointers] : last_miss_) {
+    if (where != device) continue;
+    const bool repeat = SameBuffers(pointers, buffers);
+    if (!repeat) {
+      pointers.clear();
+      for (const BufferView& b : buffers) pointers.push_back(b.data);
+    }
+    return repeat;
+  }
+  std::vector<void*> pointers;
+  for (const BufferView& b : buffers) pointers.push_back(b.data);
+  last_miss_.emplace_back(device, std::move(pointers));
+  return false;
+}
+
 void GraphCache::DestroyLocked(Entry& e) {
   // A launched graph may still be running: cuGraphExecDestroy is safe to
   // call then (the driver defers the release until the work completes).
@@ -111,6 +129,26 @@ size_t GraphCache::Capacity() { return g_capacity.load(); }
 void GraphCache::ClearAll() {
   std::lock_guard<std::mutex> lock(LiveMutex());
   for (GraphCache* c : Live()) c->Clear();
+}
+
+cuda::CUresult RecordingStream(const cuda::Driver& driver, int device,
+                               cuda::CUstream* out) {
+  thread_local std::vector<cuda::CUstream> streams;
+  if (device < 0) return cuda::CUDA_ERROR_INVALID_DEVICE;
+  if (static_cast<size_t>(device) >= streams.size()) {
+    streams.resize(static_cast<size_t>(device) + 1, nullptr);
+  }
+  if (!streams[device]) {
+    if (!driver.cuStreamCreate) return cuda::CUDA_ERROR_NOT_FOUND;
+    // A blocking stream on purpose: a launch that forgets the stream goes to
+    // the legacy default stream, which must then wait for the capturing
+    // stream, and the driver refuses that (CAPTURE_IMPLICIT) instead of
+    // running the launch outside the graph.
+    cuda::CUresult r = driver.cuStreamCreate(&streams[device], 0);
+    if (r != cuda::CUDA_SUCCESS) return r;
+  }
+  *out = streams[device];
+  return cuda::CUDA_SUCCESS;
 }
 
 }  // namespace numbax

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <list>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "call_frame.h"
@@ -23,6 +24,10 @@ struct GraphCounters {
   std::atomic<uint64_t> misses{0};
   std::atomic<uint64_t> evictions{0};
   std::atomic<uint64_t> xla_captures{0};  // calls made while XLA recorded
+  // numba_cuda_kernel batches launched slice by slice (kernel_handler.cc):
+  // graphs recorded, and calls that replayed one.
+  std::atomic<uint64_t> slice_records{0};
+  std::atomic<uint64_t> slice_replays{0};
 };
 GraphCounters& GraphStats();
 
@@ -46,6 +51,12 @@ class GraphCache {
   bool Warmed(int device);
   void MarkWarmed(int device);
 
+  // Whether the previous call that found no graph on `device` had exactly
+  // these buffers; remembers these for the next such call. Recording only
+  // on a repeat keeps a call site whose buffers move every call from
+  // recording (and instantiating) a graph it never replays.
+  bool RepeatsLastMiss(int device, const std::vector<BufferView>& buffers);
+
   void Clear();
 
   // Graphs kept per call site (default 16); applies to every cache.
@@ -65,6 +76,13 @@ class GraphCache {
   std::mutex mutex_;
   std::list<Entry> entries_;  // most recently used first
   std::vector<int> warmed_;
+  std::vector<std::pair<int, std::vector<void*>>> last_miss_;
 };
+
+// This thread's recording stream on `device` (whose context is current),
+// created on first use and kept for the thread's life: numbax records its
+// graphs there, never on XLA's stream, which other threads may use.
+cuda::CUresult RecordingStream(const cuda::Driver& driver, int device,
+                               cuda::CUstream* out);
 
 }  // namespace numbax

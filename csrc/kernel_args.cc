@@ -94,6 +94,40 @@ bool AddBatchChunk(const BufferView& view, int64_t batch, int64_t start,
   return true;
 }
 
+bool SliceParams::Pack(const std::vector<BufferView>& buffers, int64_t batch,
+                       const std::vector<uint8_t>& broadcast, size_t* bad) {
+  args_.Reset();
+  moving_.clear();
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const BufferView& view = buffers[i];
+    const bool reuse = i < broadcast.size() && broadcast[i] != 0;
+    const size_t first = args_.size();
+    if (!AddBatchSlice(view, batch, 0, reuse, &args_)) {
+      *bad = i;
+      return false;
+    }
+    // AddBatchSlice checked dims[0] == batch >= 1 for a per-slice buffer.
+    if (!reuse && batch > 1) {
+      const size_t stride = view.nbytes / static_cast<size_t>(view.dims[0]);
+      const size_t word = first + 4;  // meminfo, parent, nitems, itemsize
+      if (stride != 0 && view.data != nullptr) {
+        moving_.push_back(
+            {word, reinterpret_cast<uintptr_t>(view.data), stride});
+      }
+    }
+  }
+  params_ = args_.params();
+  return true;
+}
+
+void SliceParams::Select(int64_t index) {
+  for (const Moving& m : moving_) {
+    // Device addresses: integer arithmetic, never a host pointer's.
+    const uintptr_t address = m.base + static_cast<uintptr_t>(index) * m.stride;
+    args_.SetWord(m.word, static_cast<int64_t>(address));
+  }
+}
+
 char NumbaArrayLayout(const int64_t* dims, const int64_t* strides, int64_t rank,
                       int64_t itemsize) {
   if (rank == 0) return 'C';

@@ -39,6 +39,10 @@ class KernelArgs {
   size_t size() const { return words_.size(); }
   const std::vector<int64_t>& words() const { return words_; }
 
+  // Overwrites word `index` in place (the pointers params() returned stay
+  // valid: the words do not move).
+  void SetWord(size_t index, int64_t word) { words_[index] = word; }
+
  private:
   // meminfo, parent, nitems, itemsize, data, shape[rank]: every array's
   // words before its strides.
@@ -75,5 +79,39 @@ bool AddBatchSlice(const BufferView& view, int64_t batch, int64_t index,
 // cannot be sliced so (see AddBatchSlice).
 bool AddBatchChunk(const BufferView& view, int64_t batch, int64_t start,
                    int64_t count, bool reuse, KernelArgs* args);
+
+// The parameters of every per-slice launch of a batched call that does not
+// fold: packed once, for slice 0, and moved from slice to slice by
+// rewriting only the data pointer of each buffer that is not broadcast
+// (its slice size further on). Everything else (shapes, strides, the
+// parameter pointers handed to cuLaunchKernel) is the same for every
+// slice, so a launch costs the driver call and a few stores. The driver
+// copies the parameters when a launch is issued (or recorded into a
+// graph), so rewriting them for the next slice never changes an issued
+// launch.
+class SliceParams {
+ public:
+  // Packs slice 0 of every buffer of a batch of `batch` slices (slice 0
+  // for good for a `broadcast` input). Returns false, with `*bad` set to
+  // the first buffer that cannot be sliced so (see AddBatchSlice).
+  bool Pack(const std::vector<BufferView>& buffers, int64_t batch,
+            const std::vector<uint8_t>& broadcast, size_t* bad);
+
+  // Points every per-slice buffer at slice `index` (0 <= index < batch).
+  void Select(int64_t index);
+
+  void** params() { return params_; }
+  const KernelArgs& args() const { return args_; }
+
+ private:
+  struct Moving {
+    size_t word;     // the data pointer's word in args_
+    uintptr_t base;  // slice 0's address
+    size_t stride;   // bytes per slice
+  };
+  KernelArgs args_;
+  std::vector<Moving> moving_;
+  void** params_ = nullptr;
+};
 
 }  // namespace numbax

@@ -11,6 +11,7 @@
 #include "cuda_driver.h"
 #include "device_binding.h"
 #include "ffi_binding.h"
+#include "graph_cache.h"
 #include "kernel_args.h"
 #include "kernel_site.h"
 #include "python_errors.h"
@@ -70,6 +71,118 @@ ffi::Error LaunchFolded(const KernelSite& site, const cuda::Driver& driver,
   return ffi::Error::Success();
 }
 
+// Batches of at least this many slices are replayed from a CUDA graph of
+// their launches (below): one graph launch costs the host about what a
+// couple of kernel launches do, and the device runs the recorded nodes
+// back to back.
+constexpr int64_t kGraphMinSlices = 16;
+
+// Whether a batch launched slice by slice may be recorded into a graph of
+// numbax's own: not while XLA itself records this stream (the launches
+// then land in XLA's command buffer already), not for cooperative kernels
+// (graph support for cooperative launches varies between drivers), and
+// only with the driver's graph API.
+bool MayRecord(const LaunchPlan& plan, const cuda::Driver& driver,
+               cuda::CUstream stream) {
+  if (plan.batch < kGraphMinSlices || plan.cooperative ||
+      !driver.cuStreamIsCapturing || !driver.cuStreamBeginCapture ||
+      !driver.cuStreamEndCapture || !driver.cuGraphInstantiateWithFlags ||
+      !driver.cuGraphLaunch || !driver.cuGraphDestroy) {
+    return false;
+  }
+  int status = cuda::CU_STREAM_CAPTURE_STATUS_NONE;
+  return driver.cuStreamIsCapturing(stream, &status) == cuda::CUDA_SUCCESS &&
+         status == cuda::CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+ffi::Error LaunchSlices(const KernelSite& site, const cuda::Driver& driver,
+                        cuda::CUfunction function, cuda::CUstream stream,
+                        SliceParams& slices) {
+  const LaunchPlan& plan = site.plan();
+  for (int64_t s = 0; s < plan.batch; ++s) {
+    slices.Select(s);
+    cuda::CUresult r =
+        Launch(driver, plan, function, stream, plan.grid, slices.params());
+    if (r != cuda::CUDA_SUCCESS) return LaunchError(site, driver, r);
+  }
+  return ffi::Error::Success();
+}
+
+// Records the batch's launches on numbax's recording stream into an
+// executable graph, or returns null where the driver would not record them
+// (nothing was launched then: the caller launches them plainly, which
+// also reports a launch error as such, not as a recording problem).
+cuda::CUgraphExec RecordSlices(const KernelSite& site,
+                               const cuda::Driver& driver, int device,
+                               cuda::CUfunction function, SliceParams& slices) {
+  cuda::CUstream recorder = nullptr;
+  if (RecordingStream(driver, device, &recorder) != cuda::CUDA_SUCCESS ||
+      driver.cuStreamBeginCapture(recorder,
+                                  cuda::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) !=
+          cuda::CUDA_SUCCESS) {
+    return nullptr;
+  }
+  const bool launched =
+      LaunchSlices(site, driver, function, recorder, slices).success();
+  cuda::CUgraph graph = nullptr;
+  const cuda::CUresult ended = driver.cuStreamEndCapture(recorder, &graph);
+  cuda::CUgraphExec exec = nullptr;
+  if (launched && ended == cuda::CUDA_SUCCESS && graph != nullptr &&
+      driver.cuGraphInstantiateWithFlags(&exec, graph, 0) !=
+          cuda::CUDA_SUCCESS) {
+    exec = nullptr;
+  }
+  if (graph) driver.cuGraphDestroy(graph);
+  return exec;
+}
+
+// vmap, one launch per slice (a kernel that cannot fold, or
+// vmap_method='sequential'): all of the batch's launches from this one
+// handler call, in slice order on XLA's stream, so each slice runs after
+// the one before, as an XLA loop would run them, without the loop. The
+// parameters are packed once; each launch moves the per-slice buffers'
+// data pointers to its slice (SliceParams). Large batches seen twice with
+// the same buffers are recorded into a graph (per device and buffer
+// addresses, the call site's GraphCache) and replayed with one graph
+// launch from then on: the same launches in the same order, for a
+// fraction of the host's time per slice. Nothing here is host work a CUDA
+// graph of XLA's would miss: the launches are the whole effect.
+ffi::Error LaunchPerSlice(KernelSite& site, const cuda::Driver& driver,
+                          int device, cuda::CUfunction function,
+                          cuda::CUstream stream,
+                          const std::vector<BufferView>& buffers) {
+  const LaunchPlan& plan = site.plan();
+  const bool may_record = MayRecord(plan, driver, stream);
+  if (may_record) {
+    if (cuda::CUgraphExec exec = site.graphs().Find(device, buffers)) {
+      ++GraphStats().slice_replays;
+      cuda::CUresult r = driver.cuGraphLaunch(exec, stream);
+      if (r != cuda::CUDA_SUCCESS) return LaunchError(site, driver, r);
+      return ffi::Error::Success();
+    }
+  }
+  thread_local SliceParams slices;
+  size_t bad = 0;
+  if (!slices.Pack(buffers, plan.batch, plan.broadcast, &bad)) {
+    return Fail(site, "buffer " + std::to_string(bad) + " (rank " +
+                          std::to_string(buffers[bad].rank) +
+                          ") does not hold " + std::to_string(plan.batch) +
+                          " slices along axis 0 for a vmapped launch");
+  }
+  if (may_record && site.graphs().RepeatsLastMiss(device, buffers)) {
+    if (cuda::CUgraphExec exec =
+            RecordSlices(site, driver, device, function, slices)) {
+      ++GraphStats().slice_records;
+      // Recording ran nothing: this call's launches are the graph's.
+      cuda::CUresult r = driver.cuGraphLaunch(exec, stream);
+      site.graphs().Insert(device, buffers, exec);
+      if (r != cuda::CUDA_SUCCESS) return LaunchError(site, driver, r);
+      return ffi::Error::Success();
+    }
+  }
+  return LaunchSlices(site, driver, function, stream, slices);
+}
+
 ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
                    std::string_view /*key*/, ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
@@ -113,33 +226,20 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
   }
   cuda::CUfunction function = plan.functions[device];
 
-  thread_local KernelArgs packed;
   if (plan.batch > 0 && plan.fold_axis >= 0) {
     return LaunchFolded(*site, *driver, function, stream, buffers);
   }
-  const int64_t slices = plan.batch > 0 ? plan.batch : 1;
-  for (int64_t s = 0; s < slices; ++s) {
-    packed.Reset();
-    for (size_t i = 0; i < buffers.size(); ++i) {
-      const BufferView& b = buffers[i];
-      const size_t itemsize = LookupDType(b.dtype)->itemsize;
-      if (plan.batch == 0) {
-        packed.AddArray(b.data, b.dims, b.rank, itemsize);
-        continue;
-      }
-      // Batched: axis 0 is the vmap axis; the kernel sees one slice.
-      const bool reuse = i < plan.broadcast.size() && plan.broadcast[i];
-      if (!AddBatchSlice(b, plan.batch, s, reuse, &packed)) {
-        return Fail(*site, "buffer " + std::to_string(i) + " (rank " +
-                               std::to_string(b.rank) + ") does not hold " +
-                               std::to_string(plan.batch) +
-                               " slices along axis 0 for a vmapped launch");
-      }
-    }
-    cuda::CUresult r =
-        Launch(*driver, plan, function, stream, plan.grid, packed.params());
-    if (r != cuda::CUDA_SUCCESS) return LaunchError(*site, *driver, r);
+  if (plan.batch > 0) {
+    return LaunchPerSlice(*site, *driver, device, function, stream, buffers);
   }
+  thread_local KernelArgs packed;
+  packed.Reset();
+  for (const BufferView& b : buffers) {
+    packed.AddArray(b.data, b.dims, b.rank, LookupDType(b.dtype)->itemsize);
+  }
+  cuda::CUresult r =
+      Launch(*driver, plan, function, stream, plan.grid, packed.params());
+  if (r != cuda::CUDA_SUCCESS) return LaunchError(*site, *driver, r);
   return ffi::Error::Success();
 }
 

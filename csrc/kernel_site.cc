@@ -55,6 +55,8 @@ ffi::ErrorOr<std::unique_ptr<KernelSite>> KernelSite::Create(
 }
 
 KernelSite::~KernelSite() {
+  // The graphs launch the owner's kernels: gone before the owner may be.
+  graphs_.Clear();
   if (!owner_) return;
   InterpreterUse use;
   if (!use.admitted()) return;  // see CallSite::~CallSite

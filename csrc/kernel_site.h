@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "graph_cache.h"
 #include "launch_plan.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -24,12 +25,15 @@ class KernelSite {
 
   const std::string& key() const { return key_; }
   const LaunchPlan& plan() const { return plan_; }
+  // Graphs of batches launched slice by slice (kernel_handler.cc).
+  GraphCache& graphs() { return graphs_; }
 
  private:
   KernelSite() = default;
   std::string key_;
   LaunchPlan plan_;
   PyObject* owner_ = nullptr;  // keeps the Numba dispatcher (and module) alive
+  GraphCache graphs_;
 };
 
 // Sets the Python function that resolves keys of kernels:

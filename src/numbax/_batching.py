@@ -1,8 +1,9 @@
 """What every numbax batching rule shares: the batch size, and the loop.
 
-numba_cuda_kernel (vmap_method='sequential'), the callable's own batching
-(_partitioning.py) and XLACustomKernel's default rule all run an op once per
-slice of the batch in an XLA loop when they cannot batch it otherwise.
+The callable's own batching (_partitioning.py) and XLACustomKernel's
+default rule run an op once per slice of the batch in an XLA loop when they
+cannot batch it otherwise (numba_cuda_kernel launches its slices from C++
+instead: kernel.py).
 """
 
 from __future__ import annotations

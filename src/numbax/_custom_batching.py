@@ -61,13 +61,20 @@ def _kernel_batch(op: XLACustomKernel, args, axes, outs, out_tree, backends,
     ``numba_cuda_kernel``'s own batching then runs the batch in one
     launch where that is the same as one per slice (docs/quickstart.md,
     "vmap of a kernel"). Only where the result needs no rule of this op: under
-    ``jit`` or eagerly, not inside ``jvp``/``grad``/another ``vmap``,
-    whose tracers need this op's JVP, transpose or batching rules (the
-    loop keeps them). None where it does not apply.
+    ``jit`` or eagerly, or inside further ``vmap``s when the op has no
+    batching rule of its own (nested levels flatten into one batch); not
+    inside ``jvp``/``grad`` or a ``vmap`` the op's own rule must see, whose
+    tracers need this op's JVP, transpose or batching rules (the loop keeps
+    them). A ``vmap_method='sequential'`` kernel launches its slices one at
+    a time. None where it does not apply.
     """
     from .custom_kernel import NUMBA_CUDA
     from .kernel import NumbaCudaKernel
-    if not all(_plain_value(a) for a in args):
+    # Tracers of an outer vmap are fine where this op has no rule of its
+    # own to run at that level: the kernel's batching then flattens every
+    # level into one batch (_nested_vmap.py), as the op's default would.
+    outer_vmap_ok = op._batching_rule is None
+    if not all(_plain_value(a, outer_vmap_ok) for a in args):
         return None
     fns = set()
     for platform, backend in backends:
@@ -81,8 +88,7 @@ def _kernel_batch(op: XLACustomKernel, args, axes, outs, out_tree, backends,
     if len(fns) != 1:
         return None
     fn = fns.pop()
-    if not isinstance(fn, NumbaCudaKernel) or \
-            fn.vmap_method == "sequential":
+    if not isinstance(fn, NumbaCudaKernel):
         return None
     result = jax.vmap(fn, in_axes=tuple(axes))(*args)
     leaves = check_outputs(
@@ -163,10 +169,18 @@ def _loop_batch(op: XLACustomKernel, args, axes, params):
     return results, [0] * len(results)
 
 
-def _plain_value(x) -> bool:
-    """An array, or a tracer of jit: nothing that needs this op's rules."""
+def _plain_value(x, outer_vmap_ok: bool = False) -> bool:
+    """An array, or a tracer of jit: nothing that needs this op's rules.
+
+    With `outer_vmap_ok`, also a tracer of an enclosing vmap whose value is
+    plain in turn (vmaps all the way down to jit or arrays, no jvp).
+    """
     if not isinstance(x, jax.core.Tracer):
         return True
+    # BatchTracer is not public API: known by name, as jit's tracer below.
+    if outer_vmap_ok and type(x).__name__ == "BatchTracer" and \
+            hasattr(x, "val"):
+        return _plain_value(x.val, outer_vmap_ok)
     return type(x).__name__ == "DynamicJaxprTracer"
 
 

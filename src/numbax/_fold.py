@@ -14,8 +14,13 @@ nothing in the body can tell the slices' blocks apart from one launch's:
   block indices of its own launch;
 * the kernel does not synchronise its grid (a cooperative launch would then
   wait on every slice's blocks, and is limited to what fits at once);
-* the op was not made with ``vmap_method='sequential'``, which asks for an
-  XLA loop.
+* the op was not made with ``vmap_method='sequential'``, which asks for
+  one slice at a time (its slices are launched one after another from one
+  handler call, as every batch that does not fold is).
+
+Nested vmaps flatten into one batch of every level's slices
+(``_nested_vmap``), which holds nothing but unbatched calls, so the same
+decision holds at any depth.
 
 :func:`decide` applies that rule and returns a :class:`FoldDecision` with
 the reason. On a GPU it reads the kernel's compiled PTX (which includes every
@@ -45,6 +50,10 @@ MAX_SLICES_PER_LAUNCH = 65535
 class FoldDecision:
     """How ``jax.vmap`` launches a kernel for one signature.
 
+    The same decision holds for nested vmaps, whose levels flatten into
+    one batch: :meth:`launches` and :meth:`explain` say what it means for
+    given level sizes.
+
     Attributes:
       folds: True when the whole batch runs in one launch (or one per
         65535 slices); False when each slice is a launch of its own.
@@ -60,6 +69,43 @@ class FoldDecision:
         if self.folds:
             return f"one launch per batch (slice = blockIdx.{self.axis})"
         return f"one launch per slice: {self.reason}"
+
+    def launches(self, *batch_shape: int) -> int:
+        """Launches one call makes for nested vmaps of these sizes.
+
+        ``batch_shape`` holds each vmap level's size, outermost first
+        (``launches(16, 16)`` for ``vmap(vmap(op))`` over 16 x 16). Every
+        level flattens into one batch of their product, decided as for one
+        level (the decision depends on the unbatched kernel only): a
+        folded batch takes one launch per 65535 slices, any other one
+        launch per slice, all from one handler call.
+        """
+        total = 1
+        for size in batch_shape:
+            total *= int(size)
+        if total <= 0:
+            return 0
+        if self.folds:
+            return -(-total // MAX_SLICES_PER_LAUNCH)
+        return total
+
+    def explain(self, *batch_shape: int) -> str:
+        """This decision in words for nested vmaps of these sizes."""
+        total = 1
+        for size in batch_shape:
+            total *= int(size)
+        shape = " x ".join(str(int(s)) for s in batch_shape) or "1"
+        levels = len(batch_shape)
+        how = (f"{levels} nested vmap levels flatten into" if levels > 1
+               else "one vmap level gives")
+        n = self.launches(*batch_shape)
+        word = "launch" if n == 1 else "launches"
+        if self.folds:
+            return (f"{how} one batch of {shape} = {total} slices: {n} "
+                    f"{word} (slice = blockIdx.{self.axis}), since "
+                    f"{self.reason}")
+        return (f"{how} one batch of {shape} = {total} slices: {n} {word}, "
+                f"one per slice in order from one call, since {self.reason}")
 
 
 def fallback(reason: str) -> FoldDecision:
@@ -80,7 +126,8 @@ def decide(*, vmap_method, grid, cooperative: bool,
       unreadable: why the code could not be read (with ``axes_read=None``).
     """
     if vmap_method == "sequential":
-        return fallback("vmap_method='sequential' asks for an XLA loop")
+        return fallback("vmap_method='sequential' asks for one slice at a "
+                        "time")
     if cooperative:
         return fallback("the kernel synchronises its grid (cooperative "
                         "launch): the batch's blocks would wait on each other")
@@ -124,8 +171,9 @@ def axes_read_by_compiled(compiled) -> tuple[frozenset | None, str | None]:
         return None, "no code library"
     linked = [p for p in getattr(library, "_linking_files", ())
               if "cooperative" not in str(p) and "cudadevrt" not in str(p)]
-    if linked:
-        return None, f"it links external code {sorted(map(str, linked))}"
+    unseen = [p for p in linked if not _linked_code_is_gridless(p)]
+    if unseen:
+        return None, f"it links external code {sorted(map(_link_name, unseen))}"
     try:
         ptx = library.get_asm_str()
     except Exception as exc:  # LTO-only builds, odd toolkits: be safe
@@ -133,6 +181,87 @@ def axes_read_by_compiled(compiled) -> tuple[frozenset | None, str | None]:
     if isinstance(ptx, (list, tuple)):
         ptx = "\n".join(map(str, ptx))
     return axes_read_by_ptx(str(ptx)), None
+
+
+# Linked code is compiled apart from the kernel's PTX, so the PTX scan does
+# not see into it. numba-cuda's own libraries are the exception numbax reads
+# through: the bf16/fp16/fp8 shims (generated wrappers of NVIDIA's
+# arithmetic headers, which numba-cuda bundles) and its reshape helpers.
+# Their source is text numbax can read, and is accepted when no token that
+# names a block index, a grid extent, a cluster or a grid group appears in
+# it (nor in the bundled headers the shims include). Those headers include
+# only the toolkit's vector types and their constructors (vector_types.h,
+# vector_functions.h, device_types.h), <nv/target>'s target macros and C/C++
+# standard headers (assert, string, utility), which numbax takes as read:
+# none of them touches a block index. Anything else linked (the user's link= files,
+# PTX, cubins, LTO-IR) is counted as reading every axis.
+_GRID_TOKENS = re.compile(
+    r"\b(blockIdx|gridDim|clusterIdx|clusterDim|this_grid|grid_group|"
+    r"cooperative_groups|__cluster_dims__|cluster_ctarank)\b|%n?ctaid|"
+    r"%n?clusterid|%cluster_n?ctaid")
+_OWN_SHIMS = ("cuda_bf16", "cuda_fp16", "cuda_fp8")
+_bundled_headers_clean: bool | None = None
+
+
+def _reads_grid(text) -> bool:
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return bool(_GRID_TOKENS.search(str(text)))
+
+
+def _numba_cuda_dir() -> str | None:
+    import importlib.util
+    import os
+    spec = importlib.util.find_spec("numba.cuda")
+    if spec is None or not spec.origin:
+        return None
+    return os.path.dirname(os.path.abspath(spec.origin))
+
+
+def _headers_clean() -> bool:
+    """numba-cuda's bundled bf16/fp16/fp8 headers name no grid token."""
+    global _bundled_headers_clean
+    if _bundled_headers_clean is None:
+        import glob
+        import os
+        base = _numba_cuda_dir()
+        paths = glob.glob(os.path.join(base, "include", "*", "*")) \
+            if base else []
+        clean = bool(paths)
+        for path in paths:
+            with open(path, "rb") as f:
+                clean = clean and not _reads_grid(f.read())
+        _bundled_headers_clean = clean
+    return _bundled_headers_clean
+
+
+def _link_name(item) -> str:
+    """A path as is; an in-memory object as its kind and name."""
+    if isinstance(item, str):
+        return item
+    return f"{type(item).__name__}({getattr(item, 'name', '?')})"
+
+
+def _linked_code_is_gridless(item) -> bool:
+    """True for numba-cuda's own linked code when its text reads no grid."""
+    import os
+    import sys
+    if isinstance(item, str):  # a path: numba-cuda's reshape helpers only
+        base = _numba_cuda_dir()
+        if base is None or os.path.abspath(item) != os.path.join(
+                base, "reshape_funcs.cu"):
+            return False
+        with open(item, "rb") as f:
+            return not _reads_grid(f.read())
+    for shim in _OWN_SHIMS:
+        module = sys.modules.get(f"numba.cuda._internal.{shim}")
+        if module is not None and getattr(module, "shim_obj", None) is item:
+            # The shim's source grows with each intrinsic a kernel uses, so
+            # it is read now, after the kernel compiled.
+            source = getattr(item, "data", None)
+            return source is not None and not _reads_grid(source) \
+                and _headers_clean()
+    return False
 
 
 # The simulator runs Python: read the bytecode of the kernel and of every

@@ -15,8 +15,12 @@ def bridge_counters() -> dict[str, int]:
       ``stream_hits``/``stream_misses`` (the caches of Numba arrays and
       streams of plain calls), ``graph_hits``/``graph_misses``/
       ``graph_evictions`` (numbax's own CUDA graphs of ``capture=True``
-      calls) and ``xla_captures`` (capture-mode calls made while XLA was
-      recording a command buffer); ``fast_launches`` (kernel launches made
+      calls, and of per-slice ``numba_cuda_kernel`` batches) and
+      ``xla_captures`` (capture-mode calls made while XLA was recording a
+      command buffer); ``slice_graph_records``/``slice_graph_replays``
+      (vmapped ``numba_cuda_kernel`` batches launched slice by slice that
+      numbax recorded into a CUDA graph, and calls that replayed one);
+      ``fast_launches`` (kernel launches made
       by a plain callable's func that numbax packed and launched from C++),
       ``fast_launch_fallbacks`` (launches made inside numbax calls that went
       through Numba's own launch) and, per reason, ``fallback_disabled``,

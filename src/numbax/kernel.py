@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import batching, mlir
 
-from . import _batching, _checks, _compat, _core, _fast_launch, _fold, _numba, _registry
+from . import (_batching, _checks, _compat, _core, _fast_launch, _fold,
+               _nested_vmap, _numba, _registry)
 
 # Per rank: 1-D launches use threads_per_block instead.
 _DEFAULT_BLOCKS: dict[int, tuple[int, ...]] = {2: (16, 16), 3: (8, 8, 4)}
@@ -151,22 +152,16 @@ mlir.register_lowering(numbax_kernel_p, partial(_lower, platform="cpu"),
 
 
 def _batch_rule(args, dims, *, op, out_shapes, batch, broadcast):
-    if batch:
-        raise ValueError(
-            f"{op._label}: nested jax.vmap is not supported (the batched "
-            "launch covers one vmap axis); create the op with "
-            "vmap_method='sequential' to nest vmaps")
+    if batch:  # a vmap around a vmap: one batch of every level's slices
+        return _nested_vmap.flatten(
+            numbax_kernel_p.bind, args, dims, op=op, out_shapes=out_shapes,
+            batch=batch, broadcast=broadcast)
     size = _batching.batch_size(args, dims)
     if size == 0:  # no slice to launch: empty outputs
         outs = [jnp.zeros((0,) + tuple(s), d) for s, d in out_shapes]
         return outs, [0] * len(outs)
-    if op.vmap_method == "sequential":
-        # XLA loops over the slices (and this nests, unlike the batched
-        # launch below).
-        outs = _batching.loop_over_batch(
-            partial(numbax_kernel_p.bind, op=op, out_shapes=out_shapes,
-                    batch=0, broadcast=broadcast), args, dims)
-        return outs, [0] * len(outs)
+    # Every vmap_method batches the call; 'sequential' never folds (_fold),
+    # so its slices are launched one after another from one handler call.
     aliased_inputs = set((op.input_output_aliases or {}).keys())
     new_args, flags = [], []
     for i, (a, d) in enumerate(zip(args, dims)):
@@ -799,7 +794,8 @@ def numba_cuda_kernel(
     kernel never reads it, no grid sync) the whole batch runs in one launch;
     otherwise each slice is a launch of its own. ``op.vmap_fold(*args)`` and
     ``repr(op)`` say which, and why (docs/quickstart.md, "vmap of a kernel").
-    ``vmap_method='sequential'`` loops in XLA instead (and nests).
+    ``vmap_method='sequential'`` launches one slice at a time. Nested vmaps
+    of any depth flatten into one batch, decided the same way.
 
     Args:
       kernel: a ``@cuda.jit`` kernel (a Numba CUDA dispatcher, not a device
@@ -815,7 +811,7 @@ def numba_cuda_kernel(
       shared_mem: bytes of dynamic shared memory per block (default 0).
       vmap_method: ``None``, ``'expand_dims'``, ``'broadcast_all'`` or
         ``'legacy_vectorized'`` (all batch as described above), or
-        ``'sequential'`` (XLA loops over the slices; also nests). Needs
+        ``'sequential'`` (one launch per slice, in order). Needs
         ``launch_dims`` unless ``None``.
       input_output_aliases: ``{input index: output index}``: the output is
         written in the input's buffer (same shape and dtype).

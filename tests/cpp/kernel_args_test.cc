@@ -237,4 +237,71 @@ TEST(NumbaArrayLayout, DecidesOnlyWhereItIsExact) {
   EXPECT_EQ(layout({}, {}), 'C');           // 0-d
 }
 
+// Per-slice launches pack once and move the data pointers: every slice's
+// words must equal a fresh AddBatchSlice of that slice (the packing the
+// handler did per launch before), and the parameter pointers handed to
+// cuLaunchKernel must not move between slices.
+numbax::BufferView View(uintptr_t address, xla::ffi::DataType dtype,
+                        const std::vector<int64_t>& dims, size_t itemsize) {
+  numbax::BufferView v;
+  v.data = Addr(address);
+  v.dtype = dtype;
+  v.dims = dims.data();
+  v.rank = static_cast<int64_t>(dims.size());
+  int64_t count = 1;
+  for (int64_t d : dims) count *= d;
+  v.element_count = count;
+  v.nbytes = static_cast<size_t>(count) * itemsize;
+  return v;
+}
+
+TEST(SliceParams, EverySliceMatchesAFreshPacking) {
+  const std::vector<int64_t> x_dims = {5, 3, 2}, w_dims = {1, 4},
+                             out_dims = {5, 7};
+  const std::vector<numbax::BufferView> buffers = {
+      View(0x10000, xla::ffi::DataType::F32, x_dims, 4),
+      View(0x20000, xla::ffi::DataType::F64, w_dims, 8),  // broadcast
+      View(0x30000, xla::ffi::DataType::S16, out_dims, 2),
+  };
+  const std::vector<uint8_t> broadcast = {0, 1, 0};
+  numbax::SliceParams slices;
+  size_t bad = 99;
+  ASSERT_TRUE(slices.Pack(buffers, 5, broadcast, &bad));
+  void** params = slices.params();
+  for (int64_t s : {0, 3, 1, 4, 2}) {  // any order: each Select is absolute
+    slices.Select(s);
+    KernelArgs fresh;
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      ASSERT_TRUE(
+          numbax::AddBatchSlice(buffers[i], 5, s, broadcast[i] != 0, &fresh));
+    }
+    EXPECT_EQ(slices.args().words(), fresh.words()) << "slice " << s;
+    EXPECT_EQ(slices.params(), params);
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      EXPECT_EQ(params[i], &slices.args().words()[i]);
+    }
+  }
+  // The offsets themselves: slice 4 of x (3*2 floats a slice), of out
+  // (7 int16 a slice); w stays at slice 0.
+  slices.Select(4);
+  const Words& w = slices.args().words();
+  EXPECT_EQ(w[4], Word(0x10000 + 4 * 24));
+  EXPECT_EQ(w[9 + 4], Word(0x20000));
+  EXPECT_EQ(w[9 + 7 + 4], Word(0x30000 + 4 * 14));
+}
+
+TEST(SliceParams, RefusesABufferThatIsNotTheBatch) {
+  const std::vector<int64_t> good = {4, 2}, short_dims = {3, 2};
+  const std::vector<numbax::BufferView> buffers = {
+      View(0x1000, xla::ffi::DataType::F32, good, 4),
+      View(0x2000, xla::ffi::DataType::F32, short_dims, 4),
+  };
+  numbax::SliceParams slices;
+  size_t bad = 99;
+  EXPECT_FALSE(slices.Pack(buffers, 4, {0, 0}, &bad));
+  EXPECT_EQ(bad, 1u);
+  // A broadcast buffer is read at slice 0 only, whatever its extent.
+  EXPECT_TRUE(slices.Pack(buffers, 4, {0, 1}, &bad));
+}
+
 }  // namespace

@@ -51,3 +51,25 @@ def spike_scatter_into(spikes, post, weight, zeros, out):
         fan_out = post.shape[1]
         for k in range(fan_out):
             cuda.atomic.add(out, post[i, k], weight[i, k])
+
+
+def affine_bf16_kernels():
+    """(folded, per slice) bfloat16 kernels: y = fma(x, c[0], c[1]) through
+    numba-cuda's bf16 intrinsics (linked code numbax reads through); the
+    per-slice one also reads gridDim.y/z. Built on request: the simulator
+    has no bf16 intrinsics (ImportError there)."""
+    from numba.cuda.bf16 import hfma
+
+    @cuda.jit
+    def affine_bf16(x, c, y):
+        i = cuda.grid(1)
+        if i < x.size:
+            y[i] = hfma(x[i], c[0], c[1])
+
+    @cuda.jit
+    def affine_bf16_per_slice(x, c, y):
+        i = cuda.grid(1)
+        if i < x.size and cuda.gridDim.y * cuda.gridDim.z == 1:
+            y[i] = hfma(x[i], c[0], c[1])
+
+    return affine_bf16, affine_bf16_per_slice
