@@ -22,7 +22,7 @@ DEFAULT_PY=${PYTHON:-python3}
 DEFAULT_ROWS=("0.10.2:full:3.11" "0.8.1:subset:3.11" "0.11.2:subset:3.12"
               "0.12.0.1:subset:3.13")
 SUBSET=(tests/test_callable.py tests/test_kernel.py tests/test_custom_kernel.py
-        tests/test_export.py tests/test_versions.py tests/test_cli.py)
+        tests/test_export.py tests/test_versions.py)
 WORK=${NUMBAX_MATRIX_DIR:-/tmp/numbax-matrix}
 
 wheel="" rows=() pytest_args=()
