@@ -223,13 +223,6 @@ def _install_backend_hook(bridge: Any = None) -> str:
         _on_backend_started, _on_plugins_discovered, bridge)
 
 
-# "backend hook" (jax 0.10): a program deserialised in a process that only
-# created its ops reaches numbax's handlers. Elsewhere ("plugin callback",
-# "none": jax 0.8, 0.9, 0.11) JAX must have started (jax.devices()) before
-# the ops are created, or one op must have been traced (docs/export.md).
-BACKEND_REGISTRATION = _install_backend_hook()
-
-
 @dataclass
 class CallableEntry:
     """What a callable key resolves to."""
@@ -639,3 +632,14 @@ def registry_size() -> tuple[int, int]:
     with _lock:
         kernels = sum(isinstance(e, KernelEntry) for e in _entries.values())
         return len(_entries) - kernels, kernels
+
+
+# Last in the module: JAX calls the hook at once when a backend has already
+# started (numbax imported after jax.devices()), and the hook reaches every
+# function above (_resolve_callable, _resolve_kernel); installed earlier it
+# met names not defined yet.
+# "backend hook" (jax 0.10): a program deserialised in a process that only
+# created its ops reaches numbax's handlers. Elsewhere ("plugin callback",
+# "none": jax 0.8, 0.9, 0.11) JAX must have started (jax.devices()) before
+# the ops are created, or one op must have been traced (docs/export.md).
+BACKEND_REGISTRATION = _install_backend_hook()
