@@ -227,6 +227,34 @@ def check_vmap_method(vmap_method, op: str,
             f"{', '.join(repr(m) for m in methods)}; got {vmap_method!r}")
 
 
+def check_name(name, op: str) -> None:
+    """The ``name=`` of an op: None, or a non-empty str (it becomes the
+    identity part of the op's key, which another process matches by text)."""
+    if name is None:
+        return
+    if not isinstance(name, str):
+        raise TypeError(
+            f"{op}: name must be a str (a stable name for the op's key) or "
+            f"None, got {type(name).__name__}: {name!r}")
+    if not name.strip():
+        raise ValueError(
+            f"{op}: name={name!r} is blank, which would silently mean no "
+            "name (the function's module and qualified name); give a "
+            "non-empty name, or leave name=None")
+
+
+def not_differentiable(op: str, what: str) -> ValueError:
+    """The error for jax.grad/jvp through an op numbax cannot differentiate
+    (`what`: 'func' or 'the kernel')."""
+    return ValueError(
+        f"{op} cannot be differentiated: numbax cannot see what {what} "
+        "computes. Give it a derivative with jax.custom_jvp or "
+        "jax.custom_vjp around the call, or build the op with "
+        "numbax.XLACustomKernel and def_jvp_rule (docs/custom_kernel.md); "
+        "wrap an input in jax.lax.stop_gradient if no derivative flows "
+        "through it")
+
+
 def check_bool(value, name: str, op: str) -> None:
     """TypeError unless `value` is True or False (a numpy bool too)."""
     if not isinstance(value, (bool, np.bool_)):

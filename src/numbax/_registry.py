@@ -472,16 +472,26 @@ def is_ambiguous(key: str) -> bool:
     return parsed is not None and parsed[2] is not None
 
 
-def ambiguous_export_error(op: str, key: str) -> ValueError:
+def ambiguous_export_error(op: str, key: str,
+                           name: str | None = None) -> ValueError:
+    """Why a program naming `key` cannot be exported: the op's label `op`,
+    and the name= it was given (None: its module and qualified name)."""
     group_key = split_key(key)[0]
+    if name is not None:
+        cause = (f"several different functions in this process were given "
+                 f"the same name={name!r} with the same configuration "
+                 f"(op key '{group_key}')")
+        fix = "Give each of them a name= of its own"
+    else:
+        cause = (f"several different functions in this process share the "
+                 f"op key '{group_key}' (closures made by one factory, with "
+                 "the same module, qualified name and configuration)")
+        fix = ("Give each op its own name= (numba_cuda_callable(..., "
+               "name='...') or numba_cuda_kernel(..., name='...'))")
     return ValueError(
-        f"{op}: cannot export it: several different functions in this "
-        f"process share the op key '{group_key}' (closures made by one "
-        "factory, with the same module, qualified name and configuration), "
-        "so a program naming it could run the wrong one in another process. "
-        "Give each op its own name= (numba_cuda_callable(..., name='...') or "
-        "numba_cuda_kernel(..., name='...')), in this process and in the one "
-        "that loads the program")
+        f"{op}: cannot export it: {cause}, so a program naming it could run "
+        f"the wrong one in another process. {fix}, in this process and in "
+        "the one that loads the program")
 
 
 def _missing(key: str, kind: str, why: str = "") -> KeyError:

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.interpreters import batching, mlir
+from jax.interpreters import ad, batching, mlir
 
 from . import _batching, _checks, _compat, _core, _fast_launch, _fold, _numba, _registry
 
@@ -136,7 +136,7 @@ def _lower(ctx, *args, op, out_shapes, batch, broadcast, platform):
         target = _registry.CALLABLE_TARGET
     if (getattr(ctx.module_context.lowering_parameters, "for_export", False)
             and _registry.is_ambiguous(key)):
-        raise _registry.ambiguous_export_error(repr(op), key)
+        raise _registry.ambiguous_export_error(op._label, key, op.name)
     aliases = op.input_output_aliases or {}
     return jax.ffi.ffi_lowering(
         target,
@@ -187,6 +187,17 @@ def _batch_rule(args, dims, *, op, out_shapes, batch, broadcast):
 
 
 batching.primitive_batchers[numbax_kernel_p] = _batch_rule
+
+
+def _jvp_rule(primals, tangents, *, op, **params):
+    # Only called with a tangent that is not a symbolic zero: stop_gradient
+    # around every input still lets the op run under jax.grad.
+    del primals, tangents, params
+    raise _checks.not_differentiable(op._label, "the kernel")
+
+
+# Names the user's op (JAX's own refusal names numbax's shared primitive).
+ad.primitive_jvps[numbax_kernel_p] = _jvp_rule
 
 
 class NumbaCudaKernel:
@@ -819,8 +830,8 @@ def numba_cuda_kernel(
         ``launch_dims`` unless ``None``.
       input_output_aliases: ``{input index: output index}``: the output is
         written in the input's buffer (same shape and dtype).
-      name: optional stable name for the op's key (default: the kernel's
-        module and qualified name).
+      name: optional stable name for the op's key, a non-empty str
+        (default: the kernel's module and qualified name).
 
     Returns:
       A function of JAX arrays (the inputs) returning the outputs, usable
@@ -836,7 +847,9 @@ def numba_cuda_kernel(
         different shapes or dtypes.
       ImportError: Numba with CUDA support is not installed.
       TypeError: ``kernel`` is not a Numba CUDA dispatcher, or is a device
-        function.
+        function; ``name`` is not a str (a blank one is a ValueError);
+        when traced, arrays that none of the signatures the kernel was
+        compiled for takes.
     """
     # The launch configuration first, purely (as the reference system does):
     # its errors do not depend on the kernel or on Numba being installed.
@@ -844,6 +857,7 @@ def numba_cuda_kernel(
         grid=grid, block=block, launch_dims=launch_dims,
         threads_per_block=threads_per_block, shared_mem=shared_mem,
         vmap_method=vmap_method)
+    _checks.check_name(name, "numba_cuda_kernel")
     _numba.require_cuda()
     _fast_launch.install()  # counts the simulator's launches on the CPU
     if not _is_dispatcher(kernel):
