@@ -23,8 +23,9 @@ def bridge_counters() -> dict[str, int]:
       ``fallback_simulator``, ``fallback_other_thread``,
       ``fallback_other_stream``, ``fallback_foreign_argument``,
       ``fallback_unsupported_kernel``, ``fallback_new_plan``,
-      ``fallback_launch_error``, ``fallback_numba_error`` and
-      ``fallback_plan_error`` (docs/fast_launch.md says what each means).
+      ``fallback_launch_error``, ``fallback_numba_error``,
+      ``fallback_plan_error`` and ``fallback_signature_mismatch``
+      (docs/fast_launch.md says what each means).
       Counters are process-wide.
     """
     return dict(_core.counters())

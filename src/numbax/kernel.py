@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 
-from . import _batching, _checks, _compat, _core, _fast_launch, _fold, _numba, _registry
+from . import (_batching, _checks, _compat, _core, _fast_launch, _fold, _numba,
+               _registry, _signatures)
 
 # Per rank: 1-D launches use threads_per_block instead.
 _DEFAULT_BLOCKS: dict[int, tuple[int, ...]] = {2: (16, 16), 3: (8, 8, 4)}
@@ -386,13 +387,22 @@ class NumbaCudaKernel:
             tys.append(types.Array(_numba.numba_type_for(dtype), ndim, "C"))
         return tuple(tys)
 
-    def _compile(self, argtypes):
+    def _compile(self, argtypes, n_in=None):
+        # A kernel compiled for explicit signatures: the version Numba's own
+        # launch would pick, or a TypeError (never another type's code).
+        compiled = _signatures.select(self.kernel, argtypes, self._label,
+                                      n_in)
+        if compiled is not None:
+            return self._refuse_debug(compiled)
         try:
             compiled = self.kernel.compile(argtypes)
         except Exception as exc:
             raise type(exc)(
                 f"{self._label}: Numba could not compile the kernel for argument "
                 f"types {argtypes}: {exc}") from exc
+        return self._refuse_debug(compiled)
+
+    def _refuse_debug(self, compiled):
         if getattr(compiled, "debug", False):
             raise ValueError(
                 f"{self._label}: kernels compiled with debug=True report errors "
@@ -472,7 +482,7 @@ class NumbaCudaKernel:
         # The kernel's arguments are the inputs then the outputs.
         all_avals = list(avals) + list(out_avals)
         argtypes = self._argtypes(all_avals, batch)
-        compiled = self._compile(argtypes)
+        compiled = self._compile(argtypes, len(avals))
         grid, block, empty = self._launch()
         decision, batched = self._folded(argtypes, batch, broadcast, compiled)
         fold_axis = -1
