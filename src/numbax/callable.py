@@ -94,9 +94,11 @@ class NumbaCudaCallable:
         target = (_registry.CAPTURE_TARGET if self.capture
                   else _registry.CALLABLE_TARGET)
         # ffi_call's own 'expand_dims' batching gives an unbatched aliased
-        # operand a size-1 axis, which XLA's verifier then refuses against
-        # the batched output; numbax's primitive broadcasts it instead.
-        own_batching = bool(aliases) and self.vmap_method == "expand_dims"
+        # operand a size-1 axis ('legacy_vectorized': none), which XLA's
+        # verifier then refuses against the batched output; numbax's
+        # primitive broadcasts it instead.
+        own_batching = bool(aliases) and self.vmap_method in (
+            "expand_dims", "legacy_vectorized")
         if self.batch_partitionable:
             from . import _partitioning
             _partitioning.check_leading_axis(

@@ -177,8 +177,11 @@ def _batch_rule(args, dims, *, op, out_shapes, batch, broadcast):
             a = jnp.moveaxis(a, d, 0)
             reuse = a.shape[0] == 1 and size != 1
         if reuse and i in aliased_inputs:
-            # Written in place: every slice needs its own copy.
-            a, reuse = jnp.broadcast_to(a, (size,) + a.shape[1:]) + 0, False
+            # Written in place: every slice needs its own copy, of the
+            # input's own dtype (`+ 0` made a bool int32, which XLA's alias
+            # then refused). The broadcast is a new value; XLA copies an
+            # aliased operand that is still read elsewhere.
+            a, reuse = jnp.broadcast_to(a, (size,) + a.shape[1:]), False
         new_args.append(a)
         flags.append(reuse)
     out_batched = tuple(((size,) + tuple(s), d) for s, d in out_shapes)
