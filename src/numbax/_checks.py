@@ -143,11 +143,14 @@ def normalize_outs(outs: Any, what: str = "outs", op: str | None = None):
     return specs, tree
 
 
-def as_input_arrays(args: Sequence[Any], op: str) -> list:
-    """JAX arrays for the call's inputs, checked (no copy of JAX arrays)."""
+def as_input_arrays(args: Sequence[Any], op: str,
+                    shapes: bool = False) -> list:
+    """JAX arrays for the call's inputs, checked (no copy of JAX arrays).
+    `shapes`: jax.ShapeDtypeStructs stand for arrays too (checked alike)."""
     arrays = []
     for i, a in enumerate(args):
-        if isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer):
+        if isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer) or (
+                shapes and isinstance(a, jax.ShapeDtypeStruct)):
             x = a
         else:
             if a is None or isinstance(a, dict):
@@ -164,7 +167,7 @@ def as_input_arrays(args: Sequence[Any], op: str) -> list:
                     f"({type(a).__name__}): {exc} Pass a numeric jax or "
                     "numpy array (numbax inputs are buffers; bake Python "
                     "values into func instead)") from exc
-        if x.ndim == 0:
+        if len(x.shape) == 0:
             raise ValueError(
                 f"{op}: input {i} is 0-d (a scalar); Numba CUDA device arrays "
                 "need at least one dimension: wrap it in a 1-d array, e.g. "

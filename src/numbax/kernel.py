@@ -279,11 +279,14 @@ class NumbaCudaKernel:
         slice) and ``reason``. On a GPU this compiles the kernel for those
         types, as a call would.
         """
-        avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in args]
+        # The checks a call runs: what a call refuses gets no verdict.
+        inputs = self._checked_inputs(args, shapes=True)
+        avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in inputs]
         outs = [(tuple(o.shape), np.dtype(o.dtype)) for o in self.out_specs]
-        return self._fold_for(self._argtypes(avals + outs, 0))
+        return self._fold_for(self._argtypes(avals + outs, 0),
+                              n_in=len(inputs))
 
-    def _fold_for(self, argtypes, compiled=None):
+    def _fold_for(self, argtypes, compiled=None, n_in=None):
         """The FoldDecision for unbatched `argtypes`, decided once."""
         decision = self._fold_decisions.get(argtypes)
         if decision is not None:
@@ -295,7 +298,7 @@ class NumbaCudaKernel:
                 cooperative = False
                 read, why = _fold.axes_read_by_python(self._py_func)
             else:
-                compiled = compiled or self._compile(argtypes)
+                compiled = compiled or self._compile(argtypes, n_in)
                 cooperative = bool(compiled.cooperative)
                 read, why = _fold.axes_read_by_compiled(compiled)
             decision = _fold.decide(
@@ -718,9 +721,11 @@ class NumbaCudaKernel:
             getattr(self._py_func, "__qualname__", "kernel") + ".simulator")
         return launcher
 
-    def __call__(self, *args):
+    def _checked_inputs(self, args, shapes=False):
+        """The call's inputs, checked as a call checks them (arrays, or with
+        `shapes` ShapeDtypeStructs): dtypes, ranks, arity, aliases."""
         op = self._label
-        inputs = _checks.as_input_arrays(args, op)
+        inputs = _checks.as_input_arrays(args, op, shapes=shapes)
         nargs = len(inputs) + len(self.out_specs)
         if nargs not in self._arities_checked:
             _checks.check_arity(
@@ -730,6 +735,10 @@ class NumbaCudaKernel:
             self._arities_checked.add(nargs)
         _checks.check_aliases(self.input_output_aliases, inputs,
                               self.out_specs, op)
+        return inputs
+
+    def __call__(self, *args):
+        inputs = self._checked_inputs(args)
         outs = numbax_kernel_p.bind(
             *inputs, op=self,
             out_shapes=tuple((tuple(s.shape), np.dtype(s.dtype))
