@@ -43,7 +43,10 @@ def copy_op(**kw):
      r"input 0 has dtype float8_e4m3fn"),
     ((None,), TypeError, r"input 0 is NoneType"),
     (("text",), TypeError, r"input 0 is not an array JAX can hold"),
-], ids=["no-args", "too-many", "float", "0-d-struct", "float8", "none", "str"])
+    ((jax.ShapeDtypeStruct((2**62, 4), jnp.float32),), ValueError,
+     r"more than XLA can address"),
+], ids=["no-args", "too-many", "float", "0-d-struct", "float8", "none", "str",
+        "huge-struct"])
 def test_vmap_fold_refuses_what_a_call_refuses(args, error, match):
     op = copy_op()
     with pytest.raises(error, match=match) as from_fold:
@@ -54,6 +57,16 @@ def test_vmap_fold_refuses_what_a_call_refuses(args, error, match):
         with pytest.raises(error) as from_call:
             op(*args)
         assert str(from_call.value) == str(from_fold.value)
+
+
+@pytest.mark.gpu
+def test_call_on_a_shape_dtype_struct_points_to_eval_shape():
+    op = copy_op()
+    spec = jax.ShapeDtypeStruct((N,), jnp.float32)
+    with pytest.raises(TypeError, match=r"input 0 is a jax.ShapeDtypeStruct"
+                       r".*jax.eval_shape\(op, ...\)"):
+        op(spec)
+    assert jax.eval_shape(op, spec).shape == (N,)
 
 
 @pytest.mark.gpu

@@ -152,6 +152,12 @@ def as_input_arrays(args: Sequence[Any], op: str,
         if isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer) or (
                 shapes and isinstance(a, jax.ShapeDtypeStruct)):
             x = a
+        elif isinstance(a, jax.ShapeDtypeStruct):
+            raise TypeError(
+                f"{op}: input {i} is a jax.ShapeDtypeStruct {a}, which "
+                "describes an array but holds none: call the op on arrays, "
+                "or on ShapeDtypeStructs through jax.eval_shape(op, ...) "
+                "(or jax.jit(op).lower(...))")
         else:
             if a is None or isinstance(a, dict):
                 raise TypeError(
@@ -172,7 +178,9 @@ def as_input_arrays(args: Sequence[Any], op: str,
                 f"{op}: input {i} is 0-d (a scalar); Numba CUDA device arrays "
                 "need at least one dimension: wrap it in a 1-d array, e.g. "
                 "jnp.array([value])")
-        check_dtype(x.dtype, f"{op}: input {i}")
+        dtype = check_dtype(x.dtype, f"{op}: input {i}")
+        if isinstance(x, jax.ShapeDtypeStruct):  # an array would exist
+            check_extent_product(x.shape, dtype.itemsize, f"{op}: input {i}")
         arrays.append(x)
     return arrays
 
