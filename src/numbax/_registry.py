@@ -24,6 +24,7 @@ import re
 import secrets
 import threading
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -273,12 +274,57 @@ class Member:
 
 
 # Program key -> what it runs, for the keys this process traced or has
-# already resolved: the in-process lookup is exact, never by group.
-_entries: dict[str, Any] = {}
+# already resolved: the in-process lookup is exact, never by group. Most
+# recently used last, at most MAX_ENTRIES: every new input shape or batch
+# size adds a key, and a service meeting ever new shapes would grow without
+# bound. An evicted entry is rebuilt from its key (and the op created here)
+# when a program needs it again, as for a deserialised program; call sites
+# XLA already instantiated hold what they run themselves.
+MAX_ENTRIES = 4096
+_entries: "OrderedDict[str, Any]" = OrderedDict()
 # Group key ("identity/configuration") -> {id(func): Member}.
 _groups: dict[str, dict[int, Member]] = {}
-# (id(func), group key, call spec) -> program key; cleaned when func dies.
+# (id(func), group key, call spec) -> program key; cleaned when func dies,
+# or when its key's entry is evicted.
 _memo: dict[tuple, str] = {}
+_memo_of_key: dict[str, tuple] = {}
+
+
+def _store(key: str, entry: Any, memo_key: tuple | None = None) -> None:
+    """Records `entry` under `key` (with _lock held), evicting the least
+    recently used entries beyond MAX_ENTRIES."""
+    _entries[key] = entry
+    _entries.move_to_end(key)
+    if memo_key is not None:
+        _memo[memo_key] = key
+        _memo_of_key[key] = memo_key
+    while len(_entries) > max(1, MAX_ENTRIES):
+        old, _ = _entries.popitem(last=False)
+        memo_of_old = _memo_of_key.pop(old, None)
+        if memo_of_old is not None:
+            _memo.pop(memo_of_old, None)
+
+
+def _touch(key: str) -> None:
+    if key in _entries:
+        _entries.move_to_end(key)
+
+
+def clear_entries() -> None:
+    """Drops every program key's entry, and the simulator launchers the
+    kernel ops keep (numbax.clear_caches()): each is rebuilt from its key
+    when a program needs it. Ops and their groups stay registered."""
+    with _lock:
+        _entries.clear()
+        _memo.clear()
+        _memo_of_key.clear()
+        ops = [op for members in _groups.values()
+               for m in members.values() for op in (r() for r in m.ops)
+               if op is not None]
+    for op in ops:
+        forget = getattr(op, "_forget_launchers", None)
+        if forget is not None:
+            forget()
 _serials = itertools.count(1)
 # Marks the keys of ambiguous groups: a process that did not trace such a
 # key refuses it instead of guessing which function it meant.
@@ -414,9 +460,12 @@ def _live(group_key: str) -> list:
 def _forget(func_id: int, group_key: str | None = None) -> None:
     with _lock:
         for memo_key in [k for k in _memo if k[0] == func_id]:
-            _entries.pop(_memo.pop(memo_key), None)
+            key = _memo.pop(memo_key)
+            _memo_of_key.pop(key, None)
+            _entries.pop(key, None)
         for key in [k for k, e in _entries.items() if e.func_id == func_id]:
             del _entries[key]
+            _memo_of_key.pop(key, None)
         if group_key is not None:
             members = _groups.get(group_key)
             if members is not None:
@@ -442,12 +491,13 @@ def program_key(func, group_key: str, call: str,
         key = _memo.get(memo_key)
         if key is not None and key in _entries:
             if _alive(_entries[key]):
+                _touch(key)
                 return key
             # The op that traced it was collected, the function lives on (a
             # re-created op): the same key, now served by this op.
             entry = make_entry(key)
             entry.func_id = id(func)
-            _entries[key] = entry
+            _store(key, entry, memo_key)
             return key
         key = f"{group_key}/{call}"
         member = _groups[group_key][id(func)]
@@ -456,8 +506,7 @@ def program_key(func, group_key: str, call: str,
             key += f"/{AMBIGUOUS_MARK}{_PROCESS_TOKEN}.{member.serial}"
         entry = make_entry(key)
         entry.func_id = id(func)
-        _entries[key] = entry
-        _memo[memo_key] = key
+        _store(key, entry, memo_key)
         return key
 
 
@@ -523,6 +572,8 @@ def _lookup(key: str, platform: str, kind: str = "callable"):
     """The entry of `key`: traced here, or built now from the op created here."""
     with _lock:
         entry = _entries.get(key)
+        if entry is not None:
+            _touch(key)
     if entry is not None and _alive(entry):
         return entry
     # Not traced here (a deserialised or cached program), or traced by an
@@ -587,7 +638,7 @@ def _build_entry(key, group_key, call, member, kind, platform):
         existing = _entries.get(key)
         if existing is not None and _alive(existing):
             return existing  # another thread built it meanwhile
-        _entries[key] = entry
+        _store(key, entry)
         return entry
 
 

@@ -37,11 +37,14 @@ def reset_bridge_counters() -> None:
 
 
 def clear_caches() -> None:
-    """Drops cached Numba streams, every capture-mode CUDA graph and every
-    fast-launch plan (with the kernels and launch configurations it keeps).
+    """Drops cached Numba streams, every capture-mode CUDA graph, every
+    fast-launch plan (with the kernels and launch configurations it keeps)
+    and every op key's registry entry (rebuilt from the key when a program
+    needs it again; the registry keeps at most 4096 anyway).
 
     Numba arrays are cached per compiled program and freed with it.
     """
+    _registry.clear_entries()
     _core.clear_stream_cache()
     _core.clear_graph_caches()
     _core.clear_launch_plans()

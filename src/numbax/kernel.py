@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
+from collections import OrderedDict
 from functools import partial
 from typing import Any, Sequence
 
@@ -22,6 +23,9 @@ _DEFAULT_BLOCKS: dict[int, tuple[int, ...]] = {2: (16, 16), 3: (8, 8, 4)}
 # Serialises Numba's kernel loads at plan time (NumbaCudaKernel._load).
 _NUMBA_LOAD_LOCK = threading.Lock()
 
+
+# Simulator launchers kept per op (one per unbatched/batched call shape).
+MAX_LAUNCHERS = 256
 
 # CUDA's launch limits, the same on every device Numba CUDA supports.
 MAX_THREADS_PER_BLOCK = 1024
@@ -222,7 +226,11 @@ class NumbaCudaKernel:
         self.vmap_method = vmap_method
         self.input_output_aliases = input_output_aliases
         self.name = name
-        self._launchers: dict = {}  # simulator launchers, kept alive here
+        # Simulator launchers, kept alive here (the registry refers to them
+        # weakly), most recently used last, at most MAX_LAUNCHERS: one per
+        # batch size would grow without bound. An evicted one is made again
+        # when a program needs it; instantiated call sites hold their own.
+        self._launchers: OrderedDict = OrderedDict()
         self._arities_checked: set = set()
         # Unbatched argument types -> FoldDecision (see _fold.py), and the
         # batched kernels compiled for folded launches.
@@ -663,7 +671,17 @@ class NumbaCudaKernel:
                 max_slices)
             # Kept alive here: the registry refers to it weakly.
             launcher = self._launchers.setdefault(signature, launcher)
+        try:
+            self._launchers.move_to_end(signature)
+            while len(self._launchers) > max(1, MAX_LAUNCHERS):
+                self._launchers.popitem(last=False)
+        except KeyError:  # another thread evicted it meanwhile
+            pass
         return launcher
+
+    def _forget_launchers(self):
+        """numbax.clear_caches(): drop every simulator launcher."""
+        self._launchers.clear()
 
     def _simulator_key(self, avals, out_shapes, batch, broadcast):
         n_in = len(avals)
