@@ -6,6 +6,8 @@ counts as a read of every grid axis whatever it cannot see through: device
 functions reached through default arguments, getattr and dunder lookups.
 """
 
+import operator
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -111,8 +113,15 @@ def through_getattr(x, out):
         out[i] = getattr(cuda, "blockIdx").z  # noqa: B009 - on purpose
 
 
+@cuda.jit
+def through_attrgetter(x, out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = operator.attrgetter("blockIdx")(cuda).z
+
+
 @pytest.mark.parametrize("kernel", [through_default, through_kwonly_default,
-                                    through_getattr])
+                                    through_getattr, through_attrgetter])
 def test_vmap_equals_the_per_slice_loop_when_z_is_reached_indirectly(
         simulator_only, kernel):
     op = numbax.numba_cuda_kernel(

@@ -142,6 +142,10 @@ _AXIS_ATTRS = ("blockIdx", "gridDim")
 _GRID_CALLS = ("grid", "gridsize")
 _SAFE_MODULES = ("numba", "math", "cmath", "numpy", "operator")
 _CONST_OPS = ("LOAD_CONST", "LOAD_SMALL_INT")  # the latter: Python 3.14
+# Functions of safe modules that reach an attribute by a string
+# (operator.attrgetter("blockIdx")(cuda)): counted as unreadable.
+_BY_NAME_ATTRS = frozenset(("attrgetter", "methodcaller", "getattr",
+                            "getattr_static"))
 # Builtins a kernel may use that reach no object by name: any other global
 # name that is not in the function's globals (getattr, eval, vars, ...) makes
 # the body unreadable.
@@ -213,9 +217,10 @@ def _scan_code(code, scope, read: set, seen: set) -> str | None:
             elif name == "this_grid":
                 read.update((0, 1, 2))
         if op.opname in ("LOAD_ATTR", "LOAD_METHOD") and isinstance(
-                name, str) and name.startswith("__"):
-            # cuda.__dict__["blockIdx"], type(x).__getattribute__(...):
-            # attribute names numbax cannot follow.
+                name, str) and (name.startswith("__")
+                                or name in _BY_NAME_ATTRS):
+            # cuda.__dict__["blockIdx"], operator.attrgetter("blockIdx"):
+            # lookups by a name numbax does not see.
             return f"it reads the attribute {name}, which numbax does not follow"
         if op.opname in ("LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME") \
                 and name in scope:
