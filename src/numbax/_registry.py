@@ -594,9 +594,9 @@ def _lookup(key: str, platform: str, kind: str = "callable"):
                 f"numbax op key '{key}' was made in a process where several "
                 f"different functions shared '{group_key}' (closures made by "
                 "one factory, with the same module, qualified name and "
-                "configuration), so it cannot say which one to run here. "
-                "Give each op its own name= and export the program again "
-                "(docs/export.md)")
+                "configuration, or ops given the same name=), so it cannot "
+                "say which one to run here. Give each op its own name= and "
+                "export the program again (docs/export.md)")
         raise _missing(key, kind, "Its function was garbage-collected. ")
     with _lock:
         live = _live(group_key)
@@ -607,9 +607,10 @@ def _lookup(key: str, platform: str, kind: str = "callable"):
         raise KeyError(
             f"numbax op key '{key}' is ambiguous in this process: "
             f"{len(live)} different functions were created under "
-            f"'{group_key}' ({names}), e.g. closures made by one factory, and "
-            "a program's key cannot say which one it means. Give each op its "
-            "own name= (here and in the process that exported the program)")
+            f"'{group_key}' ({names}), e.g. closures made by one factory or "
+            "ops given the same name=, and a program's key cannot say which "
+            "one it means. Give each op its own name= (here and in the "
+            "process that exported the program)")
     return _build_entry(key, group_key, call, live[0], kind, platform)
 
 
