@@ -128,9 +128,11 @@ def test_one_signature_refuses_arrays_of_another_dtype_at_trace_time(
         one_f64_signature, jax.ShapeDtypeStruct((N,), jnp.float32),
         launch_dims=N)
     x = jnp.ones(N, jnp.float32)
-    for f in (jax.jit(op), op):
+    xs = jnp.ones((3, N), jnp.float32)
+    for f, arg in ((jax.jit(op), x), (op, x), (jax.vmap(op), xs),
+                   (op.vmap_fold, x)):
         with pytest.raises(TypeError) as info:
-            f(x)
+            f(arg)
         message = str(info.value)
         assert "numbax.numba_cuda_kernel(" in message
         assert "one_f64_signature" in message
@@ -155,6 +157,10 @@ def test_list_of_a_signatures_runs_the_version_numba_picks(dtype, rng):
         got = np.asarray(jax.jit(op)(x))
         np.testing.assert_allclose(got, x * 3 - 1, rtol=1e-6)
         np.testing.assert_allclose(np.asarray(op(x)), x * 3 - 1, rtol=1e-6)
+        # Under vmap, folded into one launch or not, the same numbers.
+        xs = np.stack([x, -x, 2 * x])
+        np.testing.assert_allclose(np.asarray(jax.vmap(op)(xs)), xs * 3 - 1,
+                                   rtol=1e-6)
     if SIMULATOR:
         return
     # The version numbax launches is the one Numba's own dispatch resolves
