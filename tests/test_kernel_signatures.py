@@ -231,3 +231,40 @@ def test_fast_launch_of_a_signatures_equals_numbas_own(gpu_only, dtype, rng):
     assert c["fallback_new_plan"] <= 1, c
     assert c["fast_launches"] + c["fallback_new_plan"] == 4, c
     assert c["fallback_signature_mismatch"] == 0, c
+
+
+def test_choice_equals_numbas_overload_resolution_over_many_cases():
+    """Every pair of signatures from a pool, every argument pair: the same
+    version (or the same refusal) as Numba's resolve_overload with the
+    options its launch uses when compilation is disabled."""
+    import itertools
+
+    from numba.core.typing import signature
+
+    ctx = typing_context()
+    pool = [nt.Array(d, 1, lay, readonly=ro)
+            for d in (nt.float32, nt.float64) for lay in ("C", "A", "F")
+            for ro in (False, True)]
+    actuals = [nt.Array(d, 1, "C") for d in (nt.float32, nt.float64)] + [
+        nt.Array(nt.float32, 1, "A"), nt.Array(nt.float32, 2, "C")]
+    sigs = list(itertools.product(pool, pool))
+    pick = np.random.default_rng(24)
+    checked = 0
+    for _ in range(300):
+        i, j = pick.choice(len(sigs), 2, replace=False)
+        first, second = sigs[i], sigs[j]
+        for args in itertools.product(actuals, repeat=2):
+            cases = [signature(nt.none, *first), signature(nt.none, *second)]
+            try:
+                numba = ctx.resolve_overload("k", cases, args, {},
+                                             allow_ambiguous=False)
+                numba = None if numba is None else tuple(numba.args)
+                ambiguous = False
+            except TypeError:
+                numba, ambiguous = None, True
+            ours, _, tied = _signatures.choose(ctx, [first, second], args,
+                                               specialized=False)
+            assert ours == numba, (first, second, args)
+            assert bool(tied) == ambiguous, (first, second, args)
+            checked += ours is not None or ambiguous
+    assert checked > 100  # the pool reaches picks and ties, not only misses
