@@ -85,6 +85,9 @@ def test_grad_through_a_kernel_names_the_op_and_xlacustomkernel():
         assert "numbax_kernel" not in message.split("(")[0]
     with pytest.raises(ValueError, match="cannot be differentiated"):
         jax.jvp(op, (x,), (x,))
+    with pytest.raises(ValueError, match=r"numba_cuda_kernel\(.*double\) "
+                       "cannot be differentiated"):
+        jax.linear_transpose(op, x)(x)
 
 
 def test_kernel_under_grad_with_stopped_inputs_still_runs():

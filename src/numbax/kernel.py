@@ -204,8 +204,15 @@ def _jvp_rule(primals, tangents, *, op, **params):
     raise _checks.not_differentiable(op._label, "the kernel")
 
 
-# Names the user's op (JAX's own refusal names numbax's shared primitive).
+def _transpose_rule(cotangents, *args, op, **params):
+    # jax.linear_transpose treats the op as linear in an input: it is not.
+    del cotangents, args, params
+    raise _checks.not_differentiable(op._label, "the kernel")
+
+
+# Name the user's op (JAX's own refusals name numbax's shared primitive).
 ad.primitive_jvps[numbax_kernel_p] = _jvp_rule
+ad.primitive_transposes[numbax_kernel_p] = _transpose_rule
 
 
 class NumbaCudaKernel:
