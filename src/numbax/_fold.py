@@ -152,7 +152,8 @@ _BY_NAME_ATTRS = frozenset(("attrgetter", "methodcaller", "getattr",
 _PLAIN_BUILTINS = frozenset((
     "range", "len", "min", "max", "abs", "int", "float", "bool", "complex",
     "round", "pow", "divmod", "enumerate", "zip", "print", "tuple", "slice",
-    "isinstance", "sum", "any", "all", "True", "False", "None",
+    "isinstance", "sum", "any", "all", "reversed", "iter", "next", "map",
+    "filter", "ord", "chr", "hash", "True", "False", "None",
     "AssertionError", "ValueError", "IndexError", "RuntimeError",
     "ZeroDivisionError", "TypeError", "Exception", "NotImplementedError"))
 
