@@ -20,9 +20,10 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the fast launch path packs scalars for little-endian hosts");
 
 constexpr const char* kReasonNames[kFallbackReasonCount] = {
-    "disabled",         "simulator",          "other_thread", "other_stream",
-    "foreign_argument", "unsupported_kernel", "new_plan",     "launch_error",
-    "numba_error",      "plan_error"};
+    "disabled",     "simulator",         "other_thread",
+    "other_stream", "foreign_argument",  "unsupported_kernel",
+    "new_plan",     "launch_error",      "numba_error",
+    "plan_error",   "signature_mismatch"};
 
 thread_local const ActiveCall* t_active = nullptr;
 // Calls in flight on any thread: a launch from a thread with no call of its

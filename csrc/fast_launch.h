@@ -39,6 +39,9 @@ enum FallbackReason : int {
                                // configuration): the error reaches func
   kFallbackPlanError,          // numbax could not build a plan (a bug: the
                                // launch still ran through Numba)
+  kFallbackSignatureMismatch,  // the kernel's one explicit signature does not
+                               // take these arrays: Numba launches it
+                               // unchecked, numbax never replays that
   kFallbackReasonCount
 };
 

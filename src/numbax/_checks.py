@@ -143,12 +143,21 @@ def normalize_outs(outs: Any, what: str = "outs", op: str | None = None):
     return specs, tree
 
 
-def as_input_arrays(args: Sequence[Any], op: str) -> list:
-    """JAX arrays for the call's inputs, checked (no copy of JAX arrays)."""
+def as_input_arrays(args: Sequence[Any], op: str,
+                    shapes: bool = False) -> list:
+    """JAX arrays for the call's inputs, checked (no copy of JAX arrays).
+    `shapes`: jax.ShapeDtypeStructs stand for arrays too (checked alike)."""
     arrays = []
     for i, a in enumerate(args):
-        if isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer):
+        if isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer) or (
+                shapes and isinstance(a, jax.ShapeDtypeStruct)):
             x = a
+        elif isinstance(a, jax.ShapeDtypeStruct):
+            raise TypeError(
+                f"{op}: input {i} is a jax.ShapeDtypeStruct {a}, which "
+                "describes an array but holds none: call the op on arrays, "
+                "or on ShapeDtypeStructs through jax.eval_shape(op, ...) "
+                "(or jax.jit(op).lower(...))")
         else:
             if a is None or isinstance(a, dict):
                 raise TypeError(
@@ -164,12 +173,14 @@ def as_input_arrays(args: Sequence[Any], op: str) -> list:
                     f"({type(a).__name__}): {exc} Pass a numeric jax or "
                     "numpy array (numbax inputs are buffers; bake Python "
                     "values into func instead)") from exc
-        if x.ndim == 0:
+        if len(x.shape) == 0:
             raise ValueError(
                 f"{op}: input {i} is 0-d (a scalar); Numba CUDA device arrays "
                 "need at least one dimension: wrap it in a 1-d array, e.g. "
                 "jnp.array([value])")
-        check_dtype(x.dtype, f"{op}: input {i}")
+        dtype = check_dtype(x.dtype, f"{op}: input {i}")
+        if isinstance(x, jax.ShapeDtypeStruct):  # an array would exist
+            check_extent_product(x.shape, dtype.itemsize, f"{op}: input {i}")
         arrays.append(x)
     return arrays
 
@@ -225,6 +236,34 @@ def check_vmap_method(vmap_method, op: str,
         raise ValueError(
             f"{op}: vmap_method must be one of "
             f"{', '.join(repr(m) for m in methods)}; got {vmap_method!r}")
+
+
+def check_name(name, op: str) -> None:
+    """The ``name=`` of an op: None, or a non-empty str (it becomes the
+    identity part of the op's key, which another process matches by text)."""
+    if name is None:
+        return
+    if not isinstance(name, str):
+        raise TypeError(
+            f"{op}: name must be a str (a stable name for the op's key) or "
+            f"None, got {type(name).__name__}: {name!r}")
+    if not name.strip():
+        raise ValueError(
+            f"{op}: name={name!r} is blank, which would silently mean no "
+            "name (the function's module and qualified name); give a "
+            "non-empty name, or leave name=None")
+
+
+def not_differentiable(op: str, what: str) -> ValueError:
+    """The error for jax.grad/jvp through an op numbax cannot differentiate
+    (`what`: 'func' or 'the kernel')."""
+    return ValueError(
+        f"{op} cannot be differentiated: numbax cannot see what {what} "
+        "computes. Give it a derivative with jax.custom_jvp or "
+        "jax.custom_vjp around the call, or build the op with "
+        "numbax.XLACustomKernel and def_jvp_rule (docs/custom_kernel.md); "
+        "wrap an input in jax.lax.stop_gradient if no derivative flows "
+        "through it")
 
 
 def check_bool(value, name: str, op: str) -> None:

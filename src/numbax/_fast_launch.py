@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from . import _core, _numba
+from . import _core, _numba, _signatures
 
 # numba-cuda releases whose launch path (CUDADispatcher.call,
 # _Kernel.launch, _Kernel._prepare_args) the fast path reproduces.
@@ -277,6 +277,14 @@ def _plan(cfg, args, ours, device):
     argtypes = tuple(kernel.argument_types)
     if len(argtypes) != len(args):
         return "unsupported_kernel"
+    # A dispatcher compiled for one signature launches it on any arrays,
+    # unchecked (float64 code on float32 buffers). Numba keeps launching
+    # those itself; numbax replays only launches whose arrays the version
+    # takes by Numba's own conversion rules (_signatures.py).
+    for ty, value, slot in zip(argtypes, args, ours):
+        if slot != OTHER and _signatures.conversion(
+                dispatcher.typingctx, value._numba_type_, ty) is None:
+            return "signature_mismatch"
     packing = []
     for ty, value, slot in zip(argtypes, args, ours):
         if slot != OTHER:

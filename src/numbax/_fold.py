@@ -271,6 +271,20 @@ _AXIS_ATTRS = ("blockIdx", "gridDim")
 _GRID_CALLS = ("grid", "gridsize")
 _SAFE_MODULES = ("numba", "math", "cmath", "numpy", "operator")
 _CONST_OPS = ("LOAD_CONST", "LOAD_SMALL_INT")  # the latter: Python 3.14
+# Functions of safe modules that reach an attribute by a string
+# (operator.attrgetter("blockIdx")(cuda)): counted as unreadable.
+_BY_NAME_ATTRS = frozenset(("attrgetter", "methodcaller", "getattr",
+                            "getattr_static"))
+# Builtins a kernel may use that reach no object by name: any other global
+# name that is not in the function's globals (getattr, eval, vars, ...) makes
+# the body unreadable.
+_PLAIN_BUILTINS = frozenset((
+    "range", "len", "min", "max", "abs", "int", "float", "bool", "complex",
+    "round", "pow", "divmod", "enumerate", "zip", "print", "tuple", "slice",
+    "isinstance", "sum", "any", "all", "reversed", "iter", "next", "map",
+    "filter", "ord", "chr", "hash", "True", "False", "None",
+    "AssertionError", "ValueError", "IndexError", "RuntimeError",
+    "ZeroDivisionError", "TypeError", "Exception", "NotImplementedError"))
 
 
 def axes_read_by_python(func) -> tuple[frozenset | None, str | None]:
@@ -300,6 +314,14 @@ def _scan_function(func, read: set, seen: set) -> str | None:
             scope[name] = cell.cell_contents
         except ValueError:
             pass
+    # Default values (positional and keyword-only) are values the body can
+    # call, as a global would be: def k(x, o, f=dev_z) reaches dev_z.
+    defaults = list(getattr(func, "__defaults__", None) or ())
+    defaults += list((getattr(func, "__kwdefaults__", None) or {}).values())
+    for value in defaults:
+        why = _scan_value(value, read, seen)
+        if why:
+            return why
     return _scan_code(code, scope, read, seen)
 
 
@@ -324,11 +346,24 @@ def _scan_code(code, scope, read: set, seen: set) -> str | None:
                     read.update((0, 1, 2))
             elif name == "this_grid":
                 read.update((0, 1, 2))
+        if op.opname in ("LOAD_ATTR", "LOAD_METHOD") and isinstance(
+                name, str) and (name.startswith("__")
+                                or name in _BY_NAME_ATTRS):
+            # cuda.__dict__["blockIdx"], operator.attrgetter("blockIdx"):
+            # lookups by a name numbax does not see.
+            return f"it reads the attribute {name}, which numbax does not follow"
         if op.opname in ("LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME") \
                 and name in scope:
             why = _scan_value(scope[name], read, seen)
             if why:
                 return why
+        elif op.opname in ("LOAD_GLOBAL", "LOAD_NAME") and \
+                name not in _PLAIN_BUILTINS:
+            # A builtin that reaches objects by name or by value
+            # (getattr(cuda, "blockIdx"), eval, vars), or a name numbax
+            # cannot see: whatever it reads may be a block index.
+            return (f"it uses {name!r}, through which numbax cannot see what "
+                    "the kernel reads")
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             why = _scan_code(const, scope, read, seen)

@@ -135,13 +135,16 @@ def _batch_rule(args, dims, *, target, op_key, out_shapes, aliases, vmap_method,
                     partitionable=partitionable, **params),
             args, dims, unroll=vmap_method == "sequential_unrolled")
         return outs, [0] * len(outs)
-    if vmap_method in ("expand_dims", "broadcast_all"):
+    if vmap_method in ("expand_dims", "broadcast_all", "legacy_vectorized"):
         aliased = {i for i, _ in aliases}
         new_args = []
         for i, (a, d) in enumerate(zip(moved, dims)):
-            if d is None:
-                n = size if (vmap_method == "broadcast_all" or i in aliased) \
-                    else 1
+            if d is None and i in aliased:
+                # Written in place: a whole batch of its own.
+                a = jnp.broadcast_to(a[None], (size,) + a.shape)
+            elif d is None and vmap_method != "legacy_vectorized":
+                # 'legacy_vectorized' (as ffi_call) leaves it unbatched.
+                n = size if vmap_method == "broadcast_all" else 1
                 a = jnp.broadcast_to(a[None], (n,) + a.shape)
             new_args.append(a)
         batched = tuple(((size,) + tuple(s), d) for s, d in out_shapes)
@@ -154,8 +157,8 @@ def _batch_rule(args, dims, *, target, op_key, out_shapes, aliases, vmap_method,
         return list(outs), [0] * len(outs)
     raise NotImplementedError(
         f"vmap of a numba_cuda_callable needs vmap_method 'sequential', "
-        f"'sequential_unrolled', 'expand_dims' or 'broadcast_all'; got "
-        f"{vmap_method!r}")
+        f"'sequential_unrolled', 'expand_dims', 'broadcast_all' or "
+        f"'legacy_vectorized'; got {vmap_method!r}")
 
 
 batching.primitive_batchers[numbax_callable_batch_p] = _batch_rule

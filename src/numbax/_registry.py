@@ -24,6 +24,7 @@ import re
 import secrets
 import threading
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -223,13 +224,6 @@ def _install_backend_hook(bridge: Any = None) -> str:
         _on_backend_started, _on_plugins_discovered, bridge)
 
 
-# "backend hook" (jax 0.10): a program deserialised in a process that only
-# created its ops reaches numbax's handlers. Elsewhere ("plugin callback",
-# "none": jax 0.8, 0.9, 0.11) JAX must have started (jax.devices()) before
-# the ops are created, or one op must have been traced (docs/export.md).
-BACKEND_REGISTRATION = _install_backend_hook()
-
-
 @dataclass
 class CallableEntry:
     """What a callable key resolves to."""
@@ -280,12 +274,57 @@ class Member:
 
 
 # Program key -> what it runs, for the keys this process traced or has
-# already resolved: the in-process lookup is exact, never by group.
-_entries: dict[str, Any] = {}
+# already resolved: the in-process lookup is exact, never by group. Most
+# recently used last, at most MAX_ENTRIES: every new input shape or batch
+# size adds a key, and a service meeting ever new shapes would grow without
+# bound. An evicted entry is rebuilt from its key (and the op created here)
+# when a program needs it again, as for a deserialised program; call sites
+# XLA already instantiated hold what they run themselves.
+MAX_ENTRIES = 4096
+_entries: "OrderedDict[str, Any]" = OrderedDict()
 # Group key ("identity/configuration") -> {id(func): Member}.
 _groups: dict[str, dict[int, Member]] = {}
-# (id(func), group key, call spec) -> program key; cleaned when func dies.
+# (id(func), group key, call spec) -> program key; cleaned when func dies,
+# or when its key's entry is evicted.
 _memo: dict[tuple, str] = {}
+_memo_of_key: dict[str, tuple] = {}
+
+
+def _store(key: str, entry: Any, memo_key: tuple | None = None) -> None:
+    """Records `entry` under `key` (with _lock held), evicting the least
+    recently used entries beyond MAX_ENTRIES."""
+    _entries[key] = entry
+    _entries.move_to_end(key)
+    if memo_key is not None:
+        _memo[memo_key] = key
+        _memo_of_key[key] = memo_key
+    while len(_entries) > max(1, MAX_ENTRIES):
+        old, _ = _entries.popitem(last=False)
+        memo_of_old = _memo_of_key.pop(old, None)
+        if memo_of_old is not None:
+            _memo.pop(memo_of_old, None)
+
+
+def _touch(key: str) -> None:
+    if key in _entries:
+        _entries.move_to_end(key)
+
+
+def clear_entries() -> None:
+    """Drops every program key's entry, and the simulator launchers the
+    kernel ops keep (numbax.clear_caches()): each is rebuilt from its key
+    when a program needs it. Ops and their groups stay registered."""
+    with _lock:
+        _entries.clear()
+        _memo.clear()
+        _memo_of_key.clear()
+        ops = [op for members in _groups.values()
+               for m in members.values() for op in (r() for r in m.ops)
+               if op is not None]
+    for op in ops:
+        forget = getattr(op, "_forget_launchers", None)
+        if forget is not None:
+            forget()
 _serials = itertools.count(1)
 # Marks the keys of ambiguous groups: a process that did not trace such a
 # key refuses it instead of guessing which function it meant.
@@ -421,9 +460,12 @@ def _live(group_key: str) -> list:
 def _forget(func_id: int, group_key: str | None = None) -> None:
     with _lock:
         for memo_key in [k for k in _memo if k[0] == func_id]:
-            _entries.pop(_memo.pop(memo_key), None)
+            key = _memo.pop(memo_key)
+            _memo_of_key.pop(key, None)
+            _entries.pop(key, None)
         for key in [k for k, e in _entries.items() if e.func_id == func_id]:
             del _entries[key]
+            _memo_of_key.pop(key, None)
         if group_key is not None:
             members = _groups.get(group_key)
             if members is not None:
@@ -449,12 +491,13 @@ def program_key(func, group_key: str, call: str,
         key = _memo.get(memo_key)
         if key is not None and key in _entries:
             if _alive(_entries[key]):
+                _touch(key)
                 return key
             # The op that traced it was collected, the function lives on (a
             # re-created op): the same key, now served by this op.
             entry = make_entry(key)
             entry.func_id = id(func)
-            _entries[key] = entry
+            _store(key, entry, memo_key)
             return key
         key = f"{group_key}/{call}"
         member = _groups[group_key][id(func)]
@@ -463,8 +506,7 @@ def program_key(func, group_key: str, call: str,
             key += f"/{AMBIGUOUS_MARK}{_PROCESS_TOKEN}.{member.serial}"
         entry = make_entry(key)
         entry.func_id = id(func)
-        _entries[key] = entry
-        _memo[memo_key] = key
+        _store(key, entry, memo_key)
         return key
 
 
@@ -479,16 +521,26 @@ def is_ambiguous(key: str) -> bool:
     return parsed is not None and parsed[2] is not None
 
 
-def ambiguous_export_error(op: str, key: str) -> ValueError:
+def ambiguous_export_error(op: str, key: str,
+                           name: str | None = None) -> ValueError:
+    """Why a program naming `key` cannot be exported: the op's label `op`,
+    and the name= it was given (None: its module and qualified name)."""
     group_key = split_key(key)[0]
+    if name is not None:
+        cause = (f"several different functions in this process were given "
+                 f"the same name={name!r} with the same configuration "
+                 f"(op key '{group_key}')")
+        fix = "Give each of them a name= of its own"
+    else:
+        cause = (f"several different functions in this process share the "
+                 f"op key '{group_key}' (closures made by one factory, with "
+                 "the same module, qualified name and configuration)")
+        fix = ("Give each op its own name= (numba_cuda_callable(..., "
+               "name='...') or numba_cuda_kernel(..., name='...'))")
     return ValueError(
-        f"{op}: cannot export it: several different functions in this "
-        f"process share the op key '{group_key}' (closures made by one "
-        "factory, with the same module, qualified name and configuration), "
-        "so a program naming it could run the wrong one in another process. "
-        "Give each op its own name= (numba_cuda_callable(..., name='...') or "
-        "numba_cuda_kernel(..., name='...')), in this process and in the one "
-        "that loads the program")
+        f"{op}: cannot export it: {cause}, so a program naming it could run "
+        f"the wrong one in another process. {fix}, in this process and in "
+        "the one that loads the program")
 
 
 def _missing(key: str, kind: str, why: str = "") -> KeyError:
@@ -520,6 +572,8 @@ def _lookup(key: str, platform: str, kind: str = "callable"):
     """The entry of `key`: traced here, or built now from the op created here."""
     with _lock:
         entry = _entries.get(key)
+        if entry is not None:
+            _touch(key)
     if entry is not None and _alive(entry):
         return entry
     # Not traced here (a deserialised or cached program), or traced by an
@@ -540,9 +594,9 @@ def _lookup(key: str, platform: str, kind: str = "callable"):
                 f"numbax op key '{key}' was made in a process where several "
                 f"different functions shared '{group_key}' (closures made by "
                 "one factory, with the same module, qualified name and "
-                "configuration), so it cannot say which one to run here. "
-                "Give each op its own name= and export the program again "
-                "(docs/export.md)")
+                "configuration, or ops given the same name=), so it cannot "
+                "say which one to run here. Give each op its own name= and "
+                "export the program again (docs/export.md)")
         raise _missing(key, kind, "Its function was garbage-collected. ")
     with _lock:
         live = _live(group_key)
@@ -553,9 +607,10 @@ def _lookup(key: str, platform: str, kind: str = "callable"):
         raise KeyError(
             f"numbax op key '{key}' is ambiguous in this process: "
             f"{len(live)} different functions were created under "
-            f"'{group_key}' ({names}), e.g. closures made by one factory, and "
-            "a program's key cannot say which one it means. Give each op its "
-            "own name= (here and in the process that exported the program)")
+            f"'{group_key}' ({names}), e.g. closures made by one factory or "
+            "ops given the same name=, and a program's key cannot say which "
+            "one it means. Give each op its own name= (here and in the "
+            "process that exported the program)")
     return _build_entry(key, group_key, call, live[0], kind, platform)
 
 
@@ -584,7 +639,7 @@ def _build_entry(key, group_key, call, member, kind, platform):
         existing = _entries.get(key)
         if existing is not None and _alive(existing):
             return existing  # another thread built it meanwhile
-        _entries[key] = entry
+        _store(key, entry)
         return entry
 
 
@@ -639,3 +694,14 @@ def registry_size() -> tuple[int, int]:
     with _lock:
         kernels = sum(isinstance(e, KernelEntry) for e in _entries.values())
         return len(_entries) - kernels, kernels
+
+
+# Last in the module: JAX calls the hook at once when a backend has already
+# started (numbax imported after jax.devices()), and the hook reaches every
+# function above (_resolve_callable, _resolve_kernel); installed earlier it
+# met names not defined yet.
+# "backend hook" (jax 0.10): a program deserialised in a process that only
+# created its ops reaches numbax's handlers. Elsewhere ("plugin callback",
+# "none": jax 0.8, 0.9, 0.11) JAX must have started (jax.devices()) before
+# the ops are created, or one op must have been traced (docs/export.md).
+BACKEND_REGISTRATION = _install_backend_hook()

@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
+from jax.custom_batching import custom_vmap
 
 from . import _checks, _fast_launch, _inputcheck, _numba, _registry
 
@@ -93,9 +94,11 @@ class NumbaCudaCallable:
         target = (_registry.CAPTURE_TARGET if self.capture
                   else _registry.CALLABLE_TARGET)
         # ffi_call's own 'expand_dims' batching gives an unbatched aliased
-        # operand a size-1 axis, which XLA's verifier then refuses against
-        # the batched output; numbax's primitive broadcasts it instead.
-        own_batching = bool(aliases) and self.vmap_method == "expand_dims"
+        # operand a size-1 axis ('legacy_vectorized': none), which XLA's
+        # verifier then refuses against the batched output; numbax's
+        # primitive broadcasts it instead.
+        own_batching = bool(aliases) and self.vmap_method in (
+            "expand_dims", "legacy_vectorized")
         if self.batch_partitionable:
             from . import _partitioning
             _partitioning.check_leading_axis(
@@ -129,22 +132,36 @@ class NumbaCudaCallable:
             # target. Only when tracing (grad and jit both trace): eager
             # calls of concrete arrays cannot be differentiated, and
             # custom_jvp costs an eager call about 0.25 ms.
+            if self.vmap_method is None:
+                bind = _not_batchable(bind, op)
             bind = _not_differentiable(bind, op)
         results = bind(*inputs)
         return jax.tree_util.tree_unflatten(self.out_tree, list(results))
+
+
+def _not_batchable(bind, op: str):
+    """`bind`, whose jax.vmap names the op and vmap_method= (ffi_call's own
+    refusal names neither). A custom_vmap stays in the jaxpr, so a vmap of a
+    jit of the op meets it too; without vmap it is inlined."""
+    guarded = custom_vmap(bind)
+
+    @guarded.def_vmap
+    def rule(axis_size, in_batched, *args):
+        raise NotImplementedError(
+            f"{op} was created without vmap_method, so numbax does not know "
+            "how func handles a batch and jax.vmap cannot batch it. Create "
+            "it with numba_cuda_callable(..., vmap_method=...): "
+            "'sequential' (XLA loops over the slices: always correct), "
+            "'expand_dims' or 'broadcast_all' (func gets the batch, as a "
+            "leading axis, in one call) (docs/quickstart.md)")
+    return guarded
 
 
 def _not_differentiable(bind, op: str):
     guarded = jax.custom_jvp(bind)
 
     def jvp(primals, tangents):
-        raise ValueError(
-            f"{op} cannot be differentiated: numbax cannot see what func "
-            "computes. Give it a derivative with jax.custom_jvp or "
-            "jax.custom_vjp around the call, or build the op with "
-            "numbax.XLACustomKernel and def_jvp_rule (docs/custom_kernel.md);"
-            " wrap an input in jax.lax.stop_gradient if no derivative flows "
-            "through it")
+        raise _checks.not_differentiable(op, "func")
     guarded.defjvp(jvp)
     return guarded
 
@@ -250,10 +267,7 @@ def numba_cuda_callable(
             "a batching numbax's partitionable call implements); use "
             "'expand_dims', 'broadcast_all' or 'sequential'")
     _checks.check_bool(fast_launch, "fast_launch", "numba_cuda_callable")
-    if name is not None and not isinstance(name, str):
-        raise TypeError(
-            f"numba_cuda_callable: name must be a str (a stable name for the "
-            f"op's key) or None, got {type(name).__name__}: {name!r}")
+    _checks.check_name(name, "numba_cuda_callable")
     return NumbaCudaCallable(func, outs, vmap_method=vmap_method,
                              input_output_aliases=input_output_aliases,
                              scratch=scratch, capture=capture, name=name,

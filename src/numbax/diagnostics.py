@@ -27,8 +27,9 @@ def bridge_counters() -> dict[str, int]:
       ``fallback_simulator``, ``fallback_other_thread``,
       ``fallback_other_stream``, ``fallback_foreign_argument``,
       ``fallback_unsupported_kernel``, ``fallback_new_plan``,
-      ``fallback_launch_error``, ``fallback_numba_error`` and
-      ``fallback_plan_error`` (docs/fast_launch.md says what each means).
+      ``fallback_launch_error``, ``fallback_numba_error``,
+      ``fallback_plan_error`` and ``fallback_signature_mismatch``
+      (docs/fast_launch.md says what each means).
       Counters are process-wide.
     """
     return dict(_core.counters())
@@ -40,11 +41,14 @@ def reset_bridge_counters() -> None:
 
 
 def clear_caches() -> None:
-    """Drops cached Numba streams, every capture-mode CUDA graph and every
-    fast-launch plan (with the kernels and launch configurations it keeps).
+    """Drops cached Numba streams, every capture-mode CUDA graph, every
+    fast-launch plan (with the kernels and launch configurations it keeps)
+    and every op key's registry entry (rebuilt from the key when a program
+    needs it again; the registry keeps at most 4096 anyway).
 
     Numba arrays are cached per compiled program and freed with it.
     """
+    _registry.clear_entries()
     _core.clear_stream_cache()
     _core.clear_graph_caches()
     _core.clear_launch_plans()

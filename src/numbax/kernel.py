@@ -5,16 +5,17 @@ from __future__ import annotations
 import math
 import threading
 import weakref
+from collections import OrderedDict
 from functools import partial
 from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.interpreters import batching, mlir
+from jax.interpreters import ad, batching, mlir
 
 from . import (_batching, _checks, _compat, _core, _fast_launch, _fold,
-               _nested_vmap, _numba, _registry)
+               _nested_vmap, _numba, _registry, _signatures)
 
 # Per rank: 1-D launches use threads_per_block instead.
 _DEFAULT_BLOCKS: dict[int, tuple[int, ...]] = {2: (16, 16), 3: (8, 8, 4)}
@@ -22,6 +23,9 @@ _DEFAULT_BLOCKS: dict[int, tuple[int, ...]] = {2: (16, 16), 3: (8, 8, 4)}
 # Serialises Numba's kernel loads at plan time (NumbaCudaKernel._load).
 _NUMBA_LOAD_LOCK = threading.Lock()
 
+
+# Simulator launchers kept per op (one per unbatched/batched call shape).
+MAX_LAUNCHERS = 256
 
 # CUDA's launch limits, the same on every device Numba CUDA supports.
 MAX_THREADS_PER_BLOCK = 1024
@@ -137,7 +141,7 @@ def _lower(ctx, *args, op, out_shapes, batch, broadcast, platform):
         target = _registry.CALLABLE_TARGET
     if (getattr(ctx.module_context.lowering_parameters, "for_export", False)
             and _registry.is_ambiguous(key)):
-        raise _registry.ambiguous_export_error(repr(op), key)
+        raise _registry.ambiguous_export_error(op._label, key, op.name)
     aliases = op.input_output_aliases or {}
     return jax.ffi.ffi_lowering(
         target,
@@ -171,8 +175,11 @@ def _batch_rule(args, dims, *, op, out_shapes, batch, broadcast):
             a = jnp.moveaxis(a, d, 0)
             reuse = a.shape[0] == 1 and size != 1
         if reuse and i in aliased_inputs:
-            # Written in place: every slice needs its own copy.
-            a, reuse = jnp.broadcast_to(a, (size,) + a.shape[1:]) + 0, False
+            # Written in place: every slice needs its own copy, of the
+            # input's own dtype (`+ 0` made a bool int32, which XLA's alias
+            # then refused). The broadcast is a new value; XLA copies an
+            # aliased operand that is still read elsewhere.
+            a, reuse = jnp.broadcast_to(a, (size,) + a.shape[1:]), False
         new_args.append(a)
         flags.append(reuse)
     out_batched = tuple(((size,) + tuple(s), d) for s, d in out_shapes)
@@ -182,6 +189,24 @@ def _batch_rule(args, dims, *, op, out_shapes, batch, broadcast):
 
 
 batching.primitive_batchers[numbax_kernel_p] = _batch_rule
+
+
+def _jvp_rule(primals, tangents, *, op, **params):
+    # Only called with a tangent that is not a symbolic zero: stop_gradient
+    # around every input still lets the op run under jax.grad.
+    del primals, tangents, params
+    raise _checks.not_differentiable(op._label, "the kernel")
+
+
+def _transpose_rule(cotangents, *args, op, **params):
+    # jax.linear_transpose treats the op as linear in an input: it is not.
+    del cotangents, args, params
+    raise _checks.not_differentiable(op._label, "the kernel")
+
+
+# Name the user's op (JAX's own refusals name numbax's shared primitive).
+ad.primitive_jvps[numbax_kernel_p] = _jvp_rule
+ad.primitive_transposes[numbax_kernel_p] = _transpose_rule
 
 
 class NumbaCudaKernel:
@@ -202,7 +227,11 @@ class NumbaCudaKernel:
         self.vmap_method = vmap_method
         self.input_output_aliases = input_output_aliases
         self.name = name
-        self._launchers: dict = {}  # simulator launchers, kept alive here
+        # Simulator launchers, kept alive here (the registry refers to them
+        # weakly), most recently used last, at most MAX_LAUNCHERS: one per
+        # batch size would grow without bound. An evicted one is made again
+        # when a program needs it; instantiated call sites hold their own.
+        self._launchers: OrderedDict = OrderedDict()
         self._arities_checked: set = set()
         # Unbatched argument types -> FoldDecision (see _fold.py), and the
         # batched kernels compiled for folded launches.
@@ -259,11 +288,14 @@ class NumbaCudaKernel:
         slice) and ``reason``. On a GPU this compiles the kernel for those
         types, as a call would.
         """
-        avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in args]
+        # The checks a call runs: what a call refuses gets no verdict.
+        inputs = self._checked_inputs(args, shapes=True)
+        avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in inputs]
         outs = [(tuple(o.shape), np.dtype(o.dtype)) for o in self.out_specs]
-        return self._fold_for(self._argtypes(avals + outs, 0))
+        return self._fold_for(self._argtypes(avals + outs, 0),
+                              n_in=len(inputs))
 
-    def _fold_for(self, argtypes, compiled=None):
+    def _fold_for(self, argtypes, compiled=None, n_in=None):
         """The FoldDecision for unbatched `argtypes`, decided once."""
         decision = self._fold_decisions.get(argtypes)
         if decision is not None:
@@ -275,7 +307,7 @@ class NumbaCudaKernel:
                 cooperative = False
                 read, why = _fold.axes_read_by_python(self._py_func)
             else:
-                compiled = compiled or self._compile(argtypes)
+                compiled = compiled or self._compile(argtypes, n_in)
                 cooperative = bool(compiled.cooperative)
                 read, why = _fold.axes_read_by_compiled(compiled)
             decision = _fold.decide(
@@ -370,13 +402,22 @@ class NumbaCudaKernel:
             tys.append(types.Array(_numba.numba_type_for(dtype), ndim, "C"))
         return tuple(tys)
 
-    def _compile(self, argtypes):
+    def _compile(self, argtypes, n_in=None):
+        # A kernel compiled for explicit signatures: the version Numba's own
+        # launch would pick, or a TypeError (never another type's code).
+        compiled = _signatures.select(self.kernel, argtypes, self._label,
+                                      n_in)
+        if compiled is not None:
+            return self._refuse_debug(compiled)
         try:
             compiled = self.kernel.compile(argtypes)
         except Exception as exc:
             raise type(exc)(
                 f"{self._label}: Numba could not compile the kernel for argument "
                 f"types {argtypes}: {exc}") from exc
+        return self._refuse_debug(compiled)
+
+    def _refuse_debug(self, compiled):
         if getattr(compiled, "debug", False):
             raise ValueError(
                 f"{self._label}: kernels compiled with debug=True report errors "
@@ -456,7 +497,7 @@ class NumbaCudaKernel:
         # The kernel's arguments are the inputs then the outputs.
         all_avals = list(avals) + list(out_avals)
         argtypes = self._argtypes(all_avals, batch)
-        compiled = self._compile(argtypes)
+        compiled = self._compile(argtypes, len(avals))
         grid, block, empty = self._launch()
         decision, batched = self._folded(argtypes, batch, broadcast, compiled)
         fold_axis = -1
@@ -631,7 +672,17 @@ class NumbaCudaKernel:
                 max_slices)
             # Kept alive here: the registry refers to it weakly.
             launcher = self._launchers.setdefault(signature, launcher)
+        try:
+            self._launchers.move_to_end(signature)
+            while len(self._launchers) > max(1, MAX_LAUNCHERS):
+                self._launchers.popitem(last=False)
+        except KeyError:  # another thread evicted it meanwhile
+            pass
         return launcher
+
+    def _forget_launchers(self):
+        """numbax.clear_caches(): drop every simulator launcher."""
+        self._launchers.clear()
 
     def _simulator_key(self, avals, out_shapes, batch, broadcast):
         n_in = len(avals)
@@ -689,9 +740,11 @@ class NumbaCudaKernel:
             getattr(self._py_func, "__qualname__", "kernel") + ".simulator")
         return launcher
 
-    def __call__(self, *args):
+    def _checked_inputs(self, args, shapes=False):
+        """The call's inputs, checked as a call checks them (arrays, or with
+        `shapes` ShapeDtypeStructs): dtypes, ranks, arity, aliases."""
         op = self._label
-        inputs = _checks.as_input_arrays(args, op)
+        inputs = _checks.as_input_arrays(args, op, shapes=shapes)
         nargs = len(inputs) + len(self.out_specs)
         if nargs not in self._arities_checked:
             _checks.check_arity(
@@ -701,6 +754,10 @@ class NumbaCudaKernel:
             self._arities_checked.add(nargs)
         _checks.check_aliases(self.input_output_aliases, inputs,
                               self.out_specs, op)
+        return inputs
+
+    def __call__(self, *args):
+        inputs = self._checked_inputs(args)
         outs = numbax_kernel_p.bind(
             *inputs, op=self,
             out_shapes=tuple((tuple(s.shape), np.dtype(s.dtype))
@@ -815,8 +872,8 @@ def numba_cuda_kernel(
         ``launch_dims`` unless ``None``.
       input_output_aliases: ``{input index: output index}``: the output is
         written in the input's buffer (same shape and dtype).
-      name: optional stable name for the op's key (default: the kernel's
-        module and qualified name).
+      name: optional stable name for the op's key, a non-empty str
+        (default: the kernel's module and qualified name).
 
     Returns:
       A function of JAX arrays (the inputs) returning the outputs, usable
@@ -832,7 +889,9 @@ def numba_cuda_kernel(
         different shapes or dtypes.
       ImportError: Numba with CUDA support is not installed.
       TypeError: ``kernel`` is not a Numba CUDA dispatcher, or is a device
-        function.
+        function; ``name`` is not a str (a blank one is a ValueError);
+        when traced, arrays that none of the signatures the kernel was
+        compiled for takes.
     """
     # The launch configuration first, purely (as the reference system does):
     # its errors do not depend on the kernel or on Numba being installed.
@@ -840,6 +899,7 @@ def numba_cuda_kernel(
         grid=grid, block=block, launch_dims=launch_dims,
         threads_per_block=threads_per_block, shared_mem=shared_mem,
         vmap_method=vmap_method)
+    _checks.check_name(name, "numba_cuda_kernel")
     _numba.require_cuda()
     _fast_launch.install()  # counts the simulator's launches on the CPU
     if not _is_dispatcher(kernel):

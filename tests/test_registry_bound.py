@@ -1,0 +1,98 @@
+"""The registry stays bounded however many shapes an op meets (issue 24,
+item 12).
+
+Every distinct input shape or vmap batch size gives a new program key and
+registry entry; a long-running service with varying shapes made them grow
+without bound (200 batch sizes: 200 entries, which no clear_caches freed).
+numbax keeps the most recently used MAX_ENTRIES and rebuilds an evicted
+one from its key when a program needs it again; numbax.clear_caches()
+drops them all.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbax
+from numbax import _registry, kernel as kernel_module
+
+pytestmark = pytest.mark.gpu
+
+N = 16
+
+
+@cuda.jit
+def plus_one(x, out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = x[i] + 1
+
+
+def plus_one_launch(x, out, stream):
+    plus_one[1, 64, stream](x, out)
+
+
+def total_entries():
+    return sum(_registry.registry_size())
+
+
+@pytest.fixture
+def small_bounds(monkeypatch):
+    monkeypatch.setattr(_registry, "MAX_ENTRIES", 6, raising=False)
+    monkeypatch.setattr(kernel_module, "MAX_LAUNCHERS", 4, raising=False)
+
+
+def test_kernel_vmap_over_many_batch_sizes_stays_bounded(small_bounds):
+    op = numbax.numba_cuda_kernel(
+        plus_one, jax.ShapeDtypeStruct((N,), jnp.float32), launch_dims=N)
+    f = jax.vmap(op)
+    # Lowered now (its key's entry made), compiled and instantiated after
+    # the entry was evicted: rebuilt from the key.
+    early = jnp.full((20, N), 7.0, jnp.float32)
+    lowered = jax.jit(f).lower(early)
+    for b in range(1, 16):
+        xs = jnp.arange(b * N, dtype=jnp.float32).reshape(b, N)
+        np.testing.assert_array_equal(np.asarray(f(xs)), np.asarray(xs) + 1)
+        assert total_entries() <= 6
+        assert len(op._launchers) <= 4
+    np.testing.assert_array_equal(np.asarray(lowered.compile()(early)), 8.0)
+    # The first programs run again, compiled anew.
+    jax.clear_caches()
+    for b in (1, 2, 3):
+        xs = jnp.full((b, N), 5.0, jnp.float32)
+        np.testing.assert_array_equal(np.asarray(jax.jit(f)(xs)), 6.0)
+
+
+def test_callable_over_many_shapes_stays_bounded(small_bounds):
+    op = numbax.numba_cuda_callable(
+        plus_one_launch, jax.ShapeDtypeStruct((N,), jnp.float32),
+        name="registry_bound.plus_one")
+    compiled = []
+    for n in range(N, N + 12):
+        g = jax.jit(op)
+        x = jnp.arange(n, dtype=jnp.float32)
+        np.testing.assert_array_equal(np.asarray(g(x)), np.arange(N) + 1)
+        compiled.append((g, x))
+        assert total_entries() <= 6
+    # A program compiled while its entry lived still runs after eviction.
+    g, x = compiled[0]
+    np.testing.assert_array_equal(np.asarray(g(x)), np.arange(N) + 1)
+
+
+def test_clear_caches_drops_every_entry_and_ops_still_run():
+    op = numbax.numba_cuda_kernel(
+        plus_one, jax.ShapeDtypeStruct((N,), jnp.float32), launch_dims=N)
+    f = jax.vmap(op)
+    for b in (2, 3):
+        f(jnp.ones((b, N), jnp.float32))
+    assert total_entries() > 0
+    numbax.clear_caches()
+    assert total_entries() == 0
+    assert not op._launchers
+    jax.clear_caches()
+    np.testing.assert_array_equal(
+        np.asarray(f(jnp.ones((2, N), jnp.float32))), 2.0)
+    np.testing.assert_array_equal(
+        np.asarray(op(jnp.ones(N, jnp.float32))), 2.0)
