@@ -49,7 +49,7 @@ ffi::Error LaunchFolded(const KernelSite& site, const cuda::Driver& driver,
   thread_local KernelArgs packed;
   for (int64_t start = 0; start < plan.batch; start += plan.max_slices) {
     const int64_t count = std::min(plan.max_slices, plan.batch - start);
-    packed.Reset();
+    packed.Reset(plan.abi);
     for (size_t i = 0; i < buffers.size(); ++i) {
       const bool reuse = i < plan.broadcast.size() && plan.broadcast[i];
       if (!AddBatchChunk(buffers[i], plan.batch, start, count, reuse,
@@ -118,7 +118,7 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
   }
   const int64_t slices = plan.batch > 0 ? plan.batch : 1;
   for (int64_t s = 0; s < slices; ++s) {
-    packed.Reset();
+    packed.Reset(plan.abi);
     for (size_t i = 0; i < buffers.size(); ++i) {
       const BufferView& b = buffers[i];
       const size_t itemsize = LookupDType(b.dtype)->itemsize;
