@@ -111,7 +111,7 @@ void BindLaunchPlan(nb::module_& m) {
           nb::arg("num_inputs"), nb::arg("num_outputs"), nb::arg("grid"),
           nb::arg("block"), nb::arg("shared_mem"), nb::arg("cooperative"),
           nb::arg("empty_launch"), nb::arg("batch"), nb::arg("broadcast"),
-          nb::arg("fold_axis"), nb::arg("max_slices"), nb::arg("abi") = 0)
+          nb::arg("fold_axis"), nb::arg("max_slices"), nb::arg("abi"))
       .def_prop_ro("owner", [](const PyLaunchPlan& p) { return p.owner; })
       .def_prop_ro("functions",
                    [](const PyLaunchPlan& p) {

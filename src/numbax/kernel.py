@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import batching, mlir
 
-from . import _batching, _checks, _compat, _core, _fast_launch, _fold, _numba, _registry
+from . import (_batching, _checks, _compat, _core, _fast_launch, _fold, _mlir,
+               _numba, _registry)
 
 # Per rank: 1-D launches use threads_per_block instead.
 _DEFAULT_BLOCKS: dict[int, tuple[int, ...]] = {2: (16, 16), 3: (8, 8, 4)}
@@ -104,6 +105,8 @@ def launch_config(launch_dims, threads_per_block):
 
 
 def _is_dispatcher(kernel) -> bool:
+    if _mlir.is_kernel(kernel):  # numba-cuda-mlir's (_mlir.py)
+        return True
     try:
         from numba.cuda.dispatcher import CUDADispatcher
         if isinstance(kernel, CUDADispatcher):
@@ -214,6 +217,7 @@ class NumbaCudaKernel:
         self._fold_decisions: dict = {}
         self._batched_kernels: dict = {}
         self.__name__ = getattr(kernel, "__name__", "numba_cuda_kernel")
+        self._mlir = _mlir.is_kernel(kernel)  # launched with memref params
         self._identity = self._value_identity()
         # JAX hashes the op (a primitive parameter) on every eager bind.
         self._hash = id(self) if self._identity is None else hash(
@@ -276,6 +280,12 @@ class NumbaCudaKernel:
         decision = self._static_fold()
         if decision is None:
             grid, _, _ = self._launch()
+            if self._mlir:
+                # The batched kernel (_fold.py) is generated as a numba-cuda
+                # kernel calling this one: numba-cuda-mlir's cannot be called so.
+                self._fold_decisions[argtypes] = decision = _fold.fallback(
+                    "numba-cuda-mlir kernels launch once per slice")
+                return decision
             if _numba.simulator_enabled():
                 cooperative = False
                 read, why = _fold.axes_read_by_python(self._py_func)
@@ -368,6 +378,8 @@ class NumbaCudaKernel:
 
     # -- GPU: the plan C++ launches from ----------------------------------
     def _argtypes(self, avals, batch):
+        if self._mlir:
+            return _mlir.argtypes(avals, batch)
         from numba import types
         tys = []
         for shape, dtype in avals:
@@ -376,6 +388,8 @@ class NumbaCudaKernel:
         return tuple(tys)
 
     def _compile(self, argtypes):
+        if self._mlir:
+            return _mlir.compile(self.kernel, argtypes, self._label)
         try:
             compiled = self.kernel.compile(argtypes)
         except Exception as exc:
@@ -491,6 +505,8 @@ class NumbaCudaKernel:
             handles: dict = {}
             for ordinal in range(len(cuda.gpus)):
                 functions.append(
+                    _mlir.function_on(compiled, ordinal, op.shared_mem,
+                                      op._label) if op._mlir else
                     op._function_on(compiled, grid, block, ordinal, handles))
             # By keyword: a field that C++ (csrc/launch_plan.h) and this
             # call do not agree on fails here, at construction.
@@ -501,7 +517,7 @@ class NumbaCudaKernel:
                 cooperative=bool(compiled.cooperative),
                 empty_launch=bool(empty or batch < 0), batch=int(batch),
                 broadcast=[bool(b) for b in broadcast], fold_axis=fold_axis,
-                max_slices=max_slices)
+                max_slices=max_slices, abi=_mlir.MEMREF_ABI if op._mlir else 0)
 
         return _registry.KernelEntry(key, plan, op_ref)
 
@@ -619,6 +635,8 @@ class NumbaCudaKernel:
     # -- CPU: the same launch through Numba's simulator -------------------
     def _simulator_launcher(self, avals, out_shapes, batch, broadcast):
         """The function the CPU handler calls: the launch(es) in the simulator."""
+        if self._mlir:
+            raise _mlir.no_simulator_error(self._label)
         grid, block, empty = self._launch()
         n_in = len(avals)
         all_avals = list(avals) + [(tuple(s), np.dtype(d)) for s, d in out_shapes]
@@ -849,8 +867,9 @@ def numba_cuda_kernel(
     if not _is_dispatcher(kernel):
         raise TypeError(
             "numba_cuda_kernel: kernel must be a Numba CUDA kernel (a function "
-            f"decorated with @cuda.jit), got {type(kernel).__name__}; wrap "
-            "plain Python launch code with numba_cuda_callable instead")
+            "decorated with numba.cuda.jit or numba_cuda_mlir.cuda.jit), got "
+            f"{type(kernel).__name__}; wrap plain Python launch code with "
+            "numba_cuda_callable instead")
     if _is_device_function(kernel):
         raise TypeError(
             "numba_cuda_kernel: kernel is a device function "

@@ -38,8 +38,8 @@ TEST(MemrefArgs, Rank1) {
   args.Reset(ArrayAbi::kMemref);
   AddMemref(args, 0x7f0000001000, {7}, 4);
   // allocated, aligned, offset, size, stride (elements: 1, not 4 bytes)
-  EXPECT_EQ(args.words(), (Words{Word(0x7f0000001000), Word(0x7f0000001000),
-                                 0, 7, 1}));
+  EXPECT_EQ(args.words(),
+            (Words{Word(0x7f0000001000), Word(0x7f0000001000), 0, 7, 1}));
 }
 
 TEST(MemrefArgs, Rank2And3StridesInElements) {
@@ -99,8 +99,8 @@ TEST(MemrefArgs, SeveralArraysAndScalars) {
   AddMemref(args, 0x1000, {6}, 4);
   args.AddWord(42);
   AddMemref(args, 0x2000, {2, 3}, 4);
-  EXPECT_EQ(args.words(), (Words{0x1000, 0x1000, 0, 6, 1, 42, 0x2000, 0x2000,
-                                 0, 2, 3, 3, 1}));
+  EXPECT_EQ(args.words(), (Words{0x1000, 0x1000, 0, 6, 1, 42, 0x2000, 0x2000, 0,
+                                 2, 3, 3, 1}));
   void** params = args.params();
   EXPECT_EQ(*static_cast<int64_t*>(params[5]), 42);
 }

@@ -1,0 +1,327 @@
+"""numba-cuda-mlir kernels as numbax ops (an optional dependency).
+
+numba-cuda-mlir (import name ``numba_cuda_mlir``) compiles the same
+``@cuda.jit`` kernel language as numba-cuda through MLIR. numbax supports its
+kernels in two places:
+
+* ``numba_cuda_kernel``: the kernel is compiled at trace time for the
+  current device's compute capability, its cubin is loaded once per process
+  as a context-independent CUDA library (``cuLibraryLoadData``), and every
+  device's primary context gets its CUfunction when XLA instantiates the
+  program (as for numba-cuda kernels). The C++ handler packs each array as
+  an MLIR memref (``csrc/kernel_args.h``, ``ArrayAbi::kMemref``): allocated
+  pointer, aligned pointer, offset, sizes, strides in elements.
+* ``numba_cuda_callable``: func may pass numbax's ``stream`` to a
+  numba-cuda-mlir launch, and launches on that stream do not synchronise
+  the host (see ``install_launch_bridge``).
+
+Nothing here imports ``numba_cuda_mlir`` unless the user did: its import
+takes seconds, and numbax works without it. A kernel object of its type can
+only exist once the user imported it, so recognising one needs only
+``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+
+MODULE = "numba_cuda_mlir"
+DISTRIBUTION = "numba-cuda-mlir"
+_DESCRIPTOR = "numba_cuda_mlir.descriptor"
+
+# numba-cuda-mlir releases whose private launch path (MLIRDispatcher.configure,
+# _ArgMarshaller, _sync_cuda_array_interface_stream) install_launch_bridge
+# was written against. Other releases keep their own behaviour in callables.
+VERIFIED = ((0, 6),)
+
+#: The ``abi`` field of numbax._core.LaunchPlan for memref parameters
+#: (csrc/kernel_args.h, ArrayAbi::kMemref).
+MEMREF_ABI = 1
+
+
+def version() -> str | None:
+    """The installed numba-cuda-mlir version, or None; never imports it."""
+    try:
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as dist_version
+    except ImportError:  # pragma: no cover - Python < 3.8
+        return None
+    try:
+        return dist_version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return None
+    except Exception:  # noqa: BLE001 - a broken install reads as absent
+        return None
+
+
+def status() -> str:
+    """One line for ``python -m numbax info``."""
+    found = version()
+    if found is None:
+        return ("not installed (optional: pip install numba-cuda-mlir; its "
+                "kernels run on GPUs only, it has no simulator)")
+    verified = _verified(found)
+    bridge = ("numbax's stream accepted in callables" if verified else
+              f"callables: its own launch path ({found} not verified; 0.6.x is)")
+    return f"{found} (kernels in numba_cuda_kernel; {bridge}; no simulator)"
+
+
+def _verified(found: str | None) -> bool:
+    try:
+        major_minor = tuple(int(p) for p in (found or "").split(".")[:2])
+    except ValueError:
+        return False
+    return major_minor in VERIFIED
+
+
+def is_kernel(obj: Any) -> bool:
+    """True for a numba-cuda-mlir ``@cuda.jit`` dispatcher (kernel or device
+    function), without importing numba-cuda-mlir when the user has not."""
+    descriptor = sys.modules.get(_DESCRIPTOR)
+    cls = getattr(descriptor, "MLIRDispatcher", None)
+    return isinstance(cls, type) and isinstance(obj, cls)
+
+
+def no_simulator_error(label: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"{label}: the kernel is a numba-cuda-mlir kernel, and numba-cuda-mlir "
+        "has no CPU simulator: run the op on a GPU, or register a numba-cuda "
+        "(@numba.cuda.jit) version of the kernel for the CPU "
+        "(XLACustomKernel.def_kernel('cpu', ...))")
+
+
+def argtypes(avals, batch: int) -> tuple:
+    """numba-cuda-mlir's types of C-contiguous arrays of `avals` (the leading
+    axis dropped when `batch`), as numbax passes its buffers."""
+    from numba_cuda_mlir.numba_cuda import types
+    from numba_cuda_mlir.numba_cuda.np import numpy_support
+    tys = []
+    for shape, dtype in avals:
+        ndim = len(shape) - (1 if batch else 0)
+        tys.append(types.Array(numpy_support.from_dtype(np.dtype(dtype)), ndim,
+                               "C"))
+    return tuple(tys)
+
+
+class CompiledKernel:
+    """A numba-cuda-mlir kernel compiled for one signature and one compute
+    capability: its cubin, entry name and the CUkernel once loaded.
+
+    The library is loaded once per process and never unloaded: compiled XLA
+    programs keep its functions for their lifetime, which numbax does not
+    bound, and unloading a library whose functions a captured CUDA graph
+    still launches is undefined."""
+
+    cooperative = False  # refused at compile time (see compile)
+
+    def __init__(self, cubin: bytes, entry: str, capability: tuple[int, int],
+                 compile_result: Any):
+        self.cubin = cubin
+        self.entry = entry
+        self.capability = capability
+        self.compile_result = compile_result  # keeps their metadata alive
+        self._kernel: int | None = None
+        self._library: Any = None
+        self._lock = threading.Lock()
+
+    def kernel_handle(self) -> int:
+        """The CUkernel (context-independent), loading the cubin once."""
+        with self._lock:
+            if self._kernel is None:
+                from cuda.bindings import driver
+                err, library = driver.cuLibraryLoadData(
+                    self.cubin, None, None, 0, None, None, 0)
+                _check(driver, err, "cuLibraryLoadData")
+                err, kernel = driver.cuLibraryGetKernel(
+                    library, self.entry.encode())
+                _check(driver, err, f"cuLibraryGetKernel({self.entry!r})")
+                self._library = library  # owns the kernel: kept alive
+                self._kernel = int(kernel)
+            return self._kernel
+
+
+def _check(driver, err, what: str) -> None:
+    if int(err) != 0:
+        _, name = driver.cuGetErrorName(err)
+        name = name.decode() if isinstance(name, bytes) else name
+        raise RuntimeError(f"{what} failed: {name}")
+
+
+def _capability_of_chip(chip: str | None) -> tuple[int, int] | None:
+    if not chip or not chip.startswith("sm_"):
+        return None
+    digits = "".join(c for c in chip[3:] if c.isdigit())
+    if len(digits) < 2:
+        return None
+    return int(digits[:-1]), int(digits[-1])
+
+
+def compile(kernel, tys: tuple, label: str) -> CompiledKernel:
+    """Compiles `kernel` for `tys` through numba-cuda-mlir, for the compute
+    capability of the current device (as numba-cuda-mlir chooses it)."""
+    try:
+        result = kernel.compile(tys)
+    except Exception as exc:
+        raise type(exc)(
+            f"{label}: numba-cuda-mlir could not compile the kernel for "
+            f"argument types {tys}: {exc}") from exc
+    options = getattr(kernel, "targetoptions", {}) or {}
+    if options.get("debug"):
+        raise ValueError(
+            f"{label}: kernels compiled with debug=True report errors through "
+            "numba-cuda-mlir's own launcher; launch them from a "
+            "numba_cuda_callable instead, or compile without debug")
+    if bool(getattr(result, "cooperative", False)):
+        raise ValueError(
+            f"{label}: the numba-cuda-mlir kernel synchronises its grid "
+            "(cooperative launch), which numba_cuda_kernel does not launch "
+            "for numba-cuda-mlir yet; launch it from a numba_cuda_callable, "
+            "or use a numba-cuda kernel")
+    metadata = getattr(result, "metadata", None) or {}
+    cubin, entry = metadata.get("cubin"), metadata.get("func_name")
+    if not cubin or not entry:
+        raise ValueError(
+            f"{label}: numba-cuda-mlir produced no cubin for the kernel (was "
+            "it compiled with output='ltoir' or lto=True?); numba_cuda_kernel "
+            "loads cubins: compile without LTO")
+    capability = _capability_of_chip(options.get("chip"))
+    if capability is None:
+        raise ValueError(
+            f"{label}: cannot tell which GPU numba-cuda-mlir compiled for "
+            f"(chip={options.get('chip')!r})")
+    return CompiledKernel(bytes(cubin), str(entry), capability, result)
+
+
+def function_on(compiled: CompiledKernel, ordinal: int, shared_mem: int,
+                label: str) -> int:
+    """The CUfunction of `compiled` in device `ordinal`'s primary context."""
+    from numba import cuda
+
+    from . import _core
+    capability = tuple(cuda.gpus[ordinal].compute_capability)
+    if capability != compiled.capability:
+        raise ValueError(
+            f"{label}: the numba-cuda-mlir kernel was compiled for compute "
+            f"capability {compiled.capability}, but device {ordinal} has "
+            f"{capability}; numbax compiles numba-cuda-mlir kernels for one "
+            "capability per process: use devices of one kind (e.g. "
+            "CUDA_VISIBLE_DEVICES), or a numba-cuda kernel")
+    return _core.kernel_function(compiled.kernel_handle(), ordinal, shared_mem)
+
+
+# -- numba_cuda_callable: numbax's stream in numba-cuda-mlir launches -------
+
+_bridge_lock = threading.Lock()
+_bridge_note = "not installed"
+_bridge_done = False  # decided (installed, or found unverified) once
+# The stream of the numba-cuda-mlir launch this thread is making (as an
+# int), read by the array-interface sync below.
+_launching = threading.local()
+
+
+def _stream_int(stream) -> Any:
+    """numba-cuda's Stream objects (numbax's stream is one) as their raw
+    handle, which numba-cuda-mlir's launcher accepts; anything else as is."""
+    numba_driver = sys.modules.get("numba.cuda.cudadrv.driver")
+    cls = getattr(numba_driver, "Stream", None)
+    if isinstance(cls, type) and isinstance(stream, cls):
+        handle = getattr(stream, "handle", None)
+        return int(handle) if handle is not None else 0
+    return stream
+
+
+def install_launch_bridge() -> str:
+    """Lets func pass numbax's stream to numba-cuda-mlir launches, without a
+    host synchronisation per launch. Idempotent; a no-op until the user
+    imported numba_cuda_mlir, and on releases not verified.
+
+    Two changes to numba-cuda-mlir's Python launch path, both narrow:
+
+    * ``MLIRDispatcher.configure``: a numba-cuda ``Stream`` (numbax's stream
+      object, or any ``numba.cuda`` stream) is replaced by its raw handle.
+      numba-cuda-mlir recognises only its own stream class and refuses
+      numba-cuda's.
+    * ``_sync_cuda_array_interface_stream``: numba-cuda-mlir synchronises the
+      stream named in each array's ``__cuda_array_interface__`` before every
+      launch, even when that is the launch's own stream. numbax's arrays name
+      XLA's stream, so every launch waited on the host for XLA's work. The
+      sync is skipped only when the array's stream is the launch's stream
+      (the interface's rule: work on one stream is already ordered).
+    """
+    global _bridge_note, _bridge_done
+    if _bridge_done:  # called on every trace of a callable: stay cheap
+        return _bridge_note
+    descriptor = sys.modules.get(_DESCRIPTOR)
+    if descriptor is None:
+        return "off until numba_cuda_mlir is imported"
+    with _bridge_lock:
+        if _bridge_done:
+            return _bridge_note
+        _bridge_done = True
+        dispatcher_cls = descriptor.MLIRDispatcher
+        found = version()
+        if not _verified(found):
+            _bridge_note = (f"off: numba-cuda-mlir {found} is not verified "
+                            "(0.6.x is)")
+            return _bridge_note
+        marshaller = getattr(descriptor, "_ArgMarshaller", None)
+        sync = getattr(descriptor, "_sync_cuda_array_interface_stream", None)
+        if marshaller is None or sync is None or not hasattr(
+                marshaller, "_call_impl"):
+            _bridge_note = "off: numba-cuda-mlir's launch path differs"
+            return _bridge_note
+        original_configure = dispatcher_cls.configure
+
+        def configure(self, griddim, blockdim, stream=None, sharedmem=None,
+                      cluster=None):
+            return original_configure(self, griddim, blockdim,
+                                      _stream_int(stream), sharedmem, cluster)
+
+        configure.__numbax_bridge__ = True  # type: ignore[attr-defined]
+        configure.__wrapped__ = original_configure  # type: ignore[attr-defined]
+        dispatcher_cls.configure = configure
+
+        original_call_impl = marshaller._call_impl
+
+        def _call_impl(self, *args):
+            # The sync runs while arguments are prepared, before the launch:
+            # publish the launch's stream for the whole call.
+            previous = getattr(_launching, "stream", None)
+            _launching.stream = self._launch_stream
+            try:
+                return original_call_impl(self, *args)
+            finally:
+                _launching.stream = previous
+
+        _call_impl.__wrapped__ = original_call_impl  # type: ignore[attr-defined]
+        marshaller._call_impl = _call_impl
+
+        def _sync_unless_same_stream(arg):
+            if _same_stream(arg, getattr(_launching, "stream", None)):
+                return None
+            return sync(arg)
+
+        _sync_unless_same_stream.__wrapped__ = sync  # type: ignore[attr-defined]
+        descriptor._sync_cuda_array_interface_stream = (  # type: ignore[attr-defined]
+            _sync_unless_same_stream)
+        _bridge_note = f"on (numba-cuda-mlir {found})"
+        return _bridge_note
+
+
+def _same_stream(arg, launch_stream) -> bool:
+    """Whether `arg`'s array-interface stream is the launch's stream."""
+    if launch_stream is None or isinstance(launch_stream, bool):
+        return False
+    try:
+        launch = int(launch_stream)
+        stream = arg.__cuda_array_interface__.get("stream")
+    except Exception:  # noqa: BLE001 - unknown objects: keep the sync
+        return False
+    # 1 and 2 name the legacy and per-thread default streams; 0 is not
+    # allowed in the interface. A nonzero handle equal to the launch's is
+    # the same stream.
+    return stream is not None and stream not in (1, 2) and int(stream) == launch

@@ -1,0 +1,356 @@
+"""numba-cuda-mlir support without a GPU (numbax._mlir, docs/compilers.md).
+
+numba-cuda-mlir has no simulator, so its kernels only run in the gpu tests
+(tests/test_compilers.py). What needs no GPU is checked here: numbax works,
+and never imports it, when it is absent or unused; its kernels are
+recognised, accepted and refused with clear errors; the parameter layout
+numbax packs is the one numba-cuda-mlir's own lowering gives the kernel;
+the launch bridge turns numbax's stream into one its launcher takes and
+skips only the synchronisation of the launch's own stream. Several checks
+run in a subprocess: to observe imports, or to use the real numba-cuda
+classes the simulator replaces.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import numbax
+from numbax import _core, _mlir
+from conftest import SIMULATOR
+
+ROOT = Path(__file__).resolve().parents[1]
+HAVE_MLIR = _mlir.version() is not None
+needs_mlir = pytest.mark.skipif(
+    not HAVE_MLIR, reason="numba-cuda-mlir is not installed (optional)")
+
+
+def run_python(code: str, *, simulator: bool, timeout: int = 300):
+    env = dict(os.environ)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    env["JAX_PLATFORMS"] = "cpu"
+    if simulator:
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "tests"), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
+                          cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+# -- optional: numbax without numba-cuda-mlir ---------------------------------
+
+def test_numbax_works_and_never_imports_it_when_absent():
+    # numba_cuda_mlir made unimportable, as on a machine without it: ops of
+    # numba-cuda kernels work, the bridge stays off, nothing imports it.
+    out = run_python("""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "numba_cuda_mlir":
+                    raise ImportError("blocked by the test")
+        sys.meta_path.insert(0, Block())
+        import jax, jax.numpy as jnp, numpy as np
+        from numba import cuda
+        import numbax
+        from numbax import _mlir
+
+        @cuda.jit
+        def double(x, out):
+            i = cuda.grid(1)
+            if i < x.shape[0]:
+                out[i] = 2 * x[i]
+
+        op = numbax.numba_cuda_kernel(
+            double, jax.ShapeDtypeStruct((8,), jnp.float32), launch_dims=8)
+        x = np.arange(8, dtype=np.float32)
+        assert np.array_equal(np.asarray(jax.jit(op)(x)), 2 * x)
+
+        def func(x, out, stream):
+            double[1, 8, stream](x, out)
+        cop = numbax.numba_cuda_callable(
+            func, outs=jax.ShapeDtypeStruct((8,), jnp.float32))
+        assert np.array_equal(np.asarray(jax.jit(cop)(x)), 2 * x)
+
+        assert not _mlir.is_kernel(double) and not _mlir.is_kernel(func)
+        print("bridge:", _mlir.install_launch_bridge())
+        print("imported:", sorted(m for m in sys.modules
+                                  if m.startswith("numba_cuda_mlir")))
+    """, simulator=True)
+    assert "bridge: off until numba_cuda_mlir is imported" in out
+    assert "imported: []" in out
+
+
+def test_status_says_absent_or_names_the_version(monkeypatch):
+    monkeypatch.setattr(_mlir, "version", lambda: None)
+    assert _mlir.status().startswith("not installed")
+    assert "no simulator" in _mlir.status()
+    monkeypatch.setattr(_mlir, "version", lambda: "0.6.0")
+    assert _mlir.status().startswith("0.6.0 (")
+    monkeypatch.setattr(_mlir, "version", lambda: "0.9.1")
+    assert "not verified" in _mlir.status()
+
+
+def test_info_reports_it():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-m", "numbax", "info"], cwd=ROOT,
+                          env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    expected = _mlir.version() or "not installed"
+    assert re.search(rf"^numba-cuda-mlir\s+{re.escape(expected)}",
+                     proc.stdout, re.M), proc.stdout
+    # info reads the version from metadata: importing it takes seconds.
+    assert "numba_cuda_mlir" not in proc.stderr
+
+
+# -- its kernels in numbax ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mlir_cuda():
+    if not HAVE_MLIR:
+        pytest.skip("numba-cuda-mlir is not installed (optional)")
+    from numba_cuda_mlir import cuda
+    return cuda
+
+
+@pytest.fixture(scope="module")
+def mlir_kernels(mlir_cuda):
+    cuda = mlir_cuda
+
+    @cuda.jit
+    def double(x, out):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            out[i] = 2 * x[i]
+
+    @cuda.jit(device=True)
+    def helper(x):
+        return x + 1
+
+    return double, helper
+
+
+def test_recognised_by_type(mlir_kernels):
+    double, helper = mlir_kernels
+    assert _mlir.is_kernel(double) and _mlir.is_kernel(helper)
+    from numba import cuda
+
+    @cuda.jit
+    def numba_kernel(x):
+        pass
+
+    for other in (numba_kernel, double.py_func, type(double), None, 3):
+        assert not _mlir.is_kernel(other), other
+
+
+def test_numba_cuda_kernel_accepts_it(mlir_kernels):
+    double, _ = mlir_kernels
+    op = numbax.numba_cuda_kernel(
+        double, jax.ShapeDtypeStruct((8,), jnp.float32), launch_dims=8)
+    assert op._mlir
+    assert "double" in repr(op)
+    # Same op for the same arguments (interned), as for numba-cuda kernels.
+    assert op is numbax.numba_cuda_kernel(
+        double, jax.ShapeDtypeStruct((8,), jnp.float32), launch_dims=8)
+    # Same checks: the arity of the kernel against inputs + outputs.
+    with pytest.raises(TypeError, match="double"):
+        op(jnp.zeros(8), jnp.zeros(8))
+
+
+def test_device_function_refused(mlir_kernels):
+    _, helper = mlir_kernels
+    with pytest.raises(TypeError, match="device function"):
+        numbax.numba_cuda_kernel(
+            helper, jax.ShapeDtypeStruct((8,), jnp.float32), launch_dims=8)
+
+
+def test_refusal_names_both_compilers():
+    with pytest.raises(TypeError, match="numba_cuda_mlir.cuda.jit"):
+        numbax.numba_cuda_kernel(
+            lambda x: x, jax.ShapeDtypeStruct((8,), jnp.float32),
+            launch_dims=8)
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the CPU backend's error")
+def test_on_the_cpu_it_says_there_is_no_simulator(mlir_kernels):
+    double, _ = mlir_kernels
+    op = numbax.numba_cuda_kernel(
+        double, jax.ShapeDtypeStruct((8,), jnp.float32), launch_dims=8)
+    with pytest.raises(NotImplementedError,
+                       match=r"numba_cuda_kernel\(\S*double\).*no CPU simulator"
+                             r".*run the op on a GPU"):
+        jax.jit(op)(jnp.zeros(8, jnp.float32))
+
+
+def test_argument_types_are_its_own_c_arrays(mlir_kernels):
+    from numba_cuda_mlir.numba_cuda import types
+    tys = _mlir.argtypes([((4, 3), np.float32), ((5,), np.int64)], 0)
+    assert tys == (types.Array(types.float32, 2, "C"),
+                   types.Array(types.int64, 1, "C"))
+    # vmapped: the batch axis is not the kernel's
+    assert _mlir.argtypes([((7, 4, 3), np.float64)], 7) == (
+        types.Array(types.float64, 2, "C"),)
+
+
+def test_def_kernel_refuses_a_bare_kernel(mlir_kernels):
+    double, _ = mlir_kernels
+    op = numbax.XLACustomKernel("test_mlir_bare")
+    with pytest.raises(TypeError, match="not a generator.*numba_cuda_kernel"):
+        op.def_kernel("gpu", double, backend="numba_cuda_mlir")
+    # A generator returning an op of the kernel is what it takes.
+    op.def_kernel("gpu", lambda *, outs: numbax.numba_cuda_kernel(
+        double, outs, launch_dims=outs.shape[0]), backend="numba_cuda_mlir")
+
+
+# -- the parameter layout, checked against numba-cuda-mlir's own lowering ----
+
+@needs_mlir
+def test_packed_words_match_the_lowered_kernel_signature():
+    # numba-cuda-mlir lowers a kernel through MLIR to an llvm.func whose
+    # parameters are what cuLaunchKernel must be given. Its compiler asks the
+    # GPU and CUDA toolkit for the target, which this CPU machine has not:
+    # the subprocess pins sm_90 to run the frontend and MLIR pipeline only
+    # (no PTX). Then every array's parameters are compared with the words
+    # numbax packs (csrc/kernel_args.cc, memref ABI).
+    out = run_python("""
+        import re, sys
+        try:
+            from numba_cuda_mlir import cuda, tools, mlir_lowering
+            from numba_cuda_mlir.compiler import _compile_only
+            from numba_cuda_mlir.descriptor import mlir_target
+            from numba_cuda_mlir.lowering_utilities import context
+            from numba_cuda_mlir.mlir_optimization import get_base_pipeline
+            from numba_cuda_mlir._mlir.passmanager import PassManager
+            from numba_cuda_mlir.numba_cuda import types
+        except ImportError as exc:
+            print("SKIP internals moved:", exc); sys.exit(0)
+        tools._cached_cc = (9, 0)
+        tools.get_max_ptx_version = lambda: None
+        mlir_lowering.get_max_ptx_version = lambda: None
+
+        @cuda.jit
+        def kernel(a, b, c, out):
+            i = cuda.grid(1)
+            if i < out.shape[0]:
+                out[i] = a[i] + b[i, 0] + c[0, 0, i]
+
+        ranks = (1, 2, 3, 1)
+        sig = tuple(types.Array(types.float32, r, "C") for r in ranks)
+        mlir_target.ensure_initialized()
+        cres = _compile_only(kernel, sig)
+        with context.get_context():
+            module = cres.metadata["mlir_module"]
+            PassManager.parse(get_base_pipeline()).run(module.operation)
+            text = str(module)
+        m = re.search(r"llvm\\.func @\\w*kernel\\w*\\(([^)]*)\\)", text)
+        params = [p.split(":")[1].strip() for p in m.group(1).split(",")]
+        print("PARAMS", " ".join(params))
+    """, simulator=False)
+    if out.startswith("SKIP"):
+        pytest.skip(out)
+    params = out.split("PARAMS", 1)[1].split()
+    ranks, address = (1, 2, 3, 1), 0x7F0000100000
+    expected_kinds, words = [], []
+    for rank in ranks:
+        shape = [3 + rank] * rank
+        packed = _core.pack_array_for_test(_mlir.MEMREF_ABI, address, shape, 4)
+        words.append(packed)
+        # allocated and aligned pointers, then offset, sizes, strides: i64
+        expected_kinds += ["!llvm.ptr", "!llvm.ptr"] + ["i64"] * (1 + 2 * rank)
+        assert packed[:3] == [address, address, 0]
+        assert packed[3:3 + rank] == shape
+        # C-contiguous strides in elements, innermost 1
+        assert packed[3 + rank:][-1] == 1
+    assert params == expected_kinds
+    assert sum(map(len, words)) == len(params)
+    # Numba's layout would put 2 extra words per array: the kernel would
+    # read shapes as pointers.
+    numba_words = _core.pack_array_for_test(0, address, [5], 4)
+    assert len(numba_words) == len(words[0]) + 2
+
+
+def test_pack_array_for_test_refuses_an_unknown_abi():
+    with pytest.raises(ValueError, match="abi"):
+        _core.pack_array_for_test(7, 0, [1], 4)
+
+
+# -- numbax's stream in numba-cuda-mlir launches (the launch bridge) ---------
+
+@needs_mlir
+def test_launch_bridge_takes_numbax_stream_and_keeps_foreign_syncs():
+    # Outside the simulator: numbax's stream is a real numba-cuda Stream,
+    # which the simulator replaces. Nothing here reaches a GPU: configure
+    # builds the launcher without one, and the sync is observed before it
+    # would need the driver.
+    out = run_python("""
+        import numbax
+        from numbax import _mlir
+        from numba.cuda.cudadrv import driver as numba_driver
+        from numba_cuda_mlir import cuda, descriptor
+
+        @cuda.jit
+        def fill(x):
+            i = cuda.grid(1)
+            if i < x.shape[0]:
+                x[i] = 1
+
+        numbax_stream = object.__new__(numba_driver.Stream)
+        numbax_stream.handle, numbax_stream.external = 0x1234, True
+        try:
+            fill[128, 32, numbax_stream]
+            print("before: accepted")
+        except TypeError as exc:
+            print("before: refused:", exc)
+
+        print("bridge:", _mlir.install_launch_bridge())
+        launcher = fill[128, 32, numbax_stream]
+        print("launch stream:", hex(launcher._launch_stream))
+
+        class Array:  # a device array whose interface names `stream`
+            def __init__(self, stream):
+                self.__cuda_array_interface__ = {
+                    "shape": (4,), "typestr": "<f4", "data": (0x10000, False),
+                    "version": 3, "strides": None, "stream": stream}
+
+        sync = descriptor._sync_cuda_array_interface_stream
+        _mlir._launching.stream = 0x1234
+        sync(Array(0x1234))  # the launch's own stream: no sync
+        print("same stream: skipped")
+        try:
+            sync(Array(0x5678))  # another stream: numba-cuda-mlir syncs it
+            print("other stream: skipped")
+        except Exception as exc:  # no driver here: the sync was attempted
+            print("other stream: synced (", type(exc).__name__, ")")
+    """, simulator=False)
+    assert "before: refused: Unsupported stream type" in out, out
+    assert "bridge: on (numba-cuda-mlir 0.6" in out, out
+    assert "launch stream: 0x1234" in out, out
+    assert "same stream: skipped" in out, out
+    assert "other stream: synced" in out, out
+
+
+def test_same_stream_rule():
+    class A:
+        def __init__(self, stream):
+            self.__cuda_array_interface__ = {"stream": stream}
+
+    assert _mlir._same_stream(A(0x99), 0x99)
+    assert not _mlir._same_stream(A(0x99), 0x98)
+    assert not _mlir._same_stream(A(None), 0x99)
+    # 1 and 2 are the default streams' aliases: never assumed the same
+    assert not _mlir._same_stream(A(1), 1)
+    assert not _mlir._same_stream(A(0x99), None)
+    assert not _mlir._same_stream(object(), 0x99)
