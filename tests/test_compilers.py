@@ -212,12 +212,23 @@ def test_callable_passes_numbax_stream(k, rng, monkeypatch, capture):
     n = 1000
     op = jax.jit(_callable(k, "launch_affine", n, capture=capture))
     syncs = _count_host_syncs(monkeypatch) if is_mlir(k) else []
+    numbax.reset_bridge_counters()
     for _ in range(4):  # capture: the first call runs plainly, then replays
         x = random_array(rng, (n,), np.float32)
         got = np.asarray(op(x, poisoned(n)))
         np.testing.assert_allclose(got, 2 * x + 1, rtol=1e-6)
     # numbax's stream is the arrays' stream: no host sync per launch.
     assert syncs == [], f"{len(syncs)} host synchronisations"
+    c = numbax.bridge_counters()
+    fallbacks = {key: v for key, v in c.items()
+                 if key.startswith("fallback_") and v}
+    if not capture:
+        # The first launch is the compiler's own; later ones are packed in
+        # C++ (numba-cuda-mlir's arrays as memrefs).
+        assert c["fast_launches"] == 3, c
+        assert fallbacks == {"fallback_new_plan": 1}, fallbacks
+    else:
+        assert set(fallbacks) <= {"fallback_new_plan"}, fallbacks
 
 
 def test_callable_chain_on_numbax_stream(k, rng, monkeypatch):

@@ -178,7 +178,8 @@ def test_device_function_refused(mlir_kernels):
 
 
 def test_refusal_names_both_compilers():
-    with pytest.raises(TypeError, match="numba_cuda_mlir.cuda.jit"):
+    with pytest.raises(TypeError,
+                       match="@cuda.jit, from numba.cuda or numba_cuda_mlir"):
         numbax.numba_cuda_kernel(
             lambda x: x, jax.ShapeDtypeStruct((8,), jnp.float32),
             launch_dims=8)
@@ -354,3 +355,159 @@ def test_same_stream_rule():
     assert not _mlir._same_stream(A(1), 1)
     assert not _mlir._same_stream(A(0x99), None)
     assert not _mlir._same_stream(object(), 0x99)
+
+
+# -- the fast path's memref packing, without a GPU ----------------------------
+# numbax's C++ launch hook on a stand-in launcher, in a dry run (it records
+# what it would send to cuLaunchKernel): a plan whose arrays are packed 'M'
+# (numba-cuda-mlir's memrefs) replays with memref words, as _fast_plan
+# builds them for numba-cuda-mlir's launcher.
+
+class _Ptr:
+    def __init__(self, value):
+        self.value = value
+
+
+class _DeviceArray:
+    """What numbax's hook reads from a device array."""
+
+    def __init__(self, ptr, shape, strides, dtype=np.dtype(np.float32)):
+        self.ptr, self.shape, self.strides, self.dtype = ptr, shape, strides, dtype
+        self.ndim = len(shape)
+
+    @property
+    def device_ctypes_pointer(self):
+        return _Ptr(self.ptr)
+
+
+STREAM = 0x7000
+
+
+@pytest.fixture
+def dry_hook():
+    from numbax import _fast_launch
+    _core.clear_launch_plans()
+    _core.set_fast_launch_dry_run(True)
+    numbax.reset_bridge_counters()
+    state = {"launched": [], "packing": None}
+
+    class Launcher:  # stands in for numba-cuda-mlir's _ArgMarshaller
+        _launch_stream = STREAM
+
+        def __call__(self, *args):
+            state["launched"].append(args)
+
+    def check(cfg, args, ours, device):
+        for value, slot in zip(args, ours):
+            if slot == _fast_launch.OTHER and type(value) not in _mlir._SCALARS:
+                return "foreign_argument", True, _mlir._marshaller_stream(cfg)
+        return None, True, _mlir._marshaller_stream(cfg)
+
+    def plan(cfg, args, ours, device):
+        return (0xBEEF, (3, 1, 1), (64, 1, 1), 0, False, state["packing"],
+                object(), {"sig": 1}, [])
+
+    Launcher.__call__ = _core.make_launch_hook(
+        Launcher.__dict__["__call__"], check, plan)
+    a = _DeviceArray(0x10000, (8,), (4,))
+    b = _DeviceArray(0x20000, (4, 3), (12, 4))
+    buffers = [(0x10000, "float32", (8,)), (0x20000, "float32", (4, 3))]
+
+    def run(func):
+        return _core.call_as_numbax(func, (a, b), buffers, STREAM, 0, True)
+
+    yield Launcher, a, b, run, state
+    _core.set_fast_launch_dry_run(False)
+    _core.clear_launch_plans()
+
+
+def test_fast_path_packs_memrefs(dry_hook):
+    Launcher, a, b, run, state = dry_hook
+    cfg = Launcher()
+    state["packing"] = "MMid"
+    launch = lambda: cfg(a, b, 7, 0.5)  # noqa: E731
+    run(launch)  # the first launch is the compiler's own
+    assert len(state["launched"]) == 1
+    run(launch)
+    assert len(state["launched"]) == 1
+    counters = numbax.bridge_counters()
+    assert counters["fast_launches"] == 1, counters
+    last = _core.last_fast_launch()
+    assert last["function"] == 0xBEEF and last["stream"] == STREAM
+    f64 = int(np.array([0.5], np.float64).view(np.int64)[0])
+    assert last["words"] == [
+        0x10000, 0x10000, 0, 8, 1,              # a: memref, stride 1 element
+        0x20000, 0x20000, 0, 4, 3, 3, 1,        # b: sizes, strides in elements
+        7, f64]
+
+
+def test_fast_path_never_mixes_the_two_layouts(dry_hook):
+    # A plan packing one array each way is malformed: the launch stays the
+    # compiler's, counted as numbax's plan error.
+    Launcher, a, b, run, state = dry_hook
+    cfg = Launcher()
+    state["packing"] = "AM"
+    for _ in range(3):
+        run(lambda: cfg(a, b))
+    assert len(state["launched"]) == 3
+    counters = numbax.bridge_counters()
+    assert counters["fast_launches"] == 0
+    assert counters["fallback_plan_error"] == 3, counters
+
+
+class _Planners:
+    has_planners = False
+
+
+class _Dispatcher:
+    targetoptions = {"debug": False}
+    _requires_launch_config = False
+    _literal_arg_positions = frozenset()
+
+
+class _Marshaller:
+    def __init__(self, **overrides):
+        self._dispatcher = _Dispatcher()
+        self._extensions = []
+        self._launch_config = None
+        self._available_launch_config = {"grid": (1, 1, 1),
+                                          "block": (32, 1, 1),
+                                          "sharedmem": None, "cluster": None}
+        self._launch_stream = STREAM
+        self.__dict__.update(overrides)
+
+
+@needs_mlir
+def test_fast_check_refuses_what_it_does_not_replay(mlir_cuda):
+    ok = _Marshaller()
+    assert _mlir._fast_check(ok, (1, 2.0), (0, -1), 0) == (None, True, STREAM)
+    # A view of a buffer (its layout is numba-cuda's computation), a host
+    # array, a bool (its parameter width is the compiler's choice).
+    assert _mlir._fast_check(ok, (1,), (-2,), 0)[0] == "foreign_argument"
+    assert _mlir._fast_check(ok, (np.zeros(2),), (-1,), 0)[0] == \
+        "foreign_argument"
+    assert _mlir._fast_check(ok, (True,), (-1,), 0)[0] == "foreign_argument"
+    debug = _Marshaller()
+    debug._dispatcher.targetoptions = {"debug": True}
+    for cfg in (_Marshaller(_extensions=[object()]),
+                _Marshaller(_launch_config={"grid": (1, 1, 1)}),
+                _Marshaller(_available_launch_config={
+                    "grid": (1, 1, 1), "block": (1, 1, 1), "sharedmem": None,
+                    "cluster": (2, 1, 1)}),
+                debug):
+        assert _mlir._fast_check(cfg, (), (), 0)[0] == "unsupported_kernel"
+    # Its own stream objects are read through their handle.
+    class Stream:
+        handle = 0x4242
+    assert _mlir._marshaller_stream(_Marshaller(_launch_stream=Stream())) \
+        == 0x4242
+
+
+def test_bench_has_its_rows_and_skips_them_without_a_gpu():
+    from numbax.bench import impls, run
+    rows = {i.name: i for i in impls.all_impls(impls.Env(on_gpu=False))}
+    for name in ("numbax_kernel_mlir", "numbax_callable_mlir"):
+        assert name in run.NAMES
+        with pytest.raises(impls.Unavailable) as info:
+            rows[name].make(16)
+        assert info.value.status == "skipped"

@@ -309,7 +309,153 @@ def install_launch_bridge() -> str:
         descriptor._sync_cuda_array_interface_stream = (  # type: ignore[attr-defined]
             _sync_unless_same_stream)
         _bridge_note = f"on (numba-cuda-mlir {found})"
+        _bridge_note += _install_fast_launch(marshaller)
         return _bridge_note
+
+
+def _install_fast_launch(marshaller) -> str:
+    """numbax's C++ launch hook (csrc/fast_launch.h) on numba-cuda-mlir's
+    configured launcher: after its first launch of a (configuration, device,
+    argument types) plan, launches from func are packed in C++ (arrays as
+    memrefs) and sent to cuLaunchKernel, as numba-cuda's are. What the plan
+    builders below refuse goes through numba-cuda-mlir's launch."""
+    from . import _core, _numba
+    if _numba.simulator_enabled():
+        return "; fast path off in the simulator"
+    original = marshaller.__dict__.get("__call__")
+    if original is None:
+        return "; fast path off (its launcher has no __call__)"
+    if type(original).__name__ != "LaunchHook":
+        marshaller.__call__ = _core.make_launch_hook(
+            original, _fast_check, _fast_plan)
+    # NUMBAX_FAST_LAUNCH and fast_launch=False still apply, per call site.
+    return "; fast path on"
+
+
+def _marshaller_stream(cfg) -> int:
+    stream = getattr(cfg, "_launch_stream", None)
+    if stream is None:
+        return 0
+    if isinstance(stream, int):
+        return stream
+    try:
+        return int(getattr(stream, "handle", stream))
+    except Exception:  # noqa: BLE001 - an object numbax cannot read
+        return 0
+
+
+def _launch_is_plain(cfg) -> bool:
+    """No launch-time machinery numbax would skip: extensions, planners,
+    launch-config or literal specialisation, clusters, debug."""
+    dispatcher = getattr(cfg, "_dispatcher", None)
+    if dispatcher is None or getattr(cfg, "_extensions", None):
+        return False
+    if getattr(cfg, "_launch_config", None) is not None:
+        return False
+    config = getattr(cfg, "_available_launch_config", None) or {}
+    if config.get("cluster") is not None:
+        return False
+    options = getattr(dispatcher, "targetoptions", {}) or {}
+    if options.get("debug") or options.get("extensions"):
+        return False
+    if getattr(dispatcher, "_requires_launch_config", False) or getattr(
+            dispatcher, "_literal_arg_positions", ()):
+        return False
+    descriptor = sys.modules.get(_DESCRIPTOR)
+    planners = getattr(descriptor, "_planner_registry", None)
+    return planners is not None and not planners.has_planners
+
+
+def _fast_check(cfg, args, ours, device):
+    """Before numba-cuda-mlir's first launch of a plan: may it be fast?
+    (reason or None, remember the verdict, the launch's stream)."""
+    del device
+    from ._fast_launch import OTHER
+    stream = _marshaller_stream(cfg)
+    if not _launch_is_plain(cfg):
+        return "unsupported_kernel", True, stream
+    for value, slot in zip(args, ours):
+        if slot == OTHER and type(value) not in _SCALARS:
+            return "foreign_argument", True, stream
+        if slot < OTHER:  # a view: its layout is numba-cuda's guess
+            return "foreign_argument", True, stream
+    return None, True, stream
+
+
+# Scalars whose numba-cuda-mlir type depends on the Python type alone and
+# whose parameter is an 8-byte word (or its low bytes): ints and floats.
+_INTS = (int, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+         np.uint32, np.uint64)
+_SCALARS = frozenset(_INTS + (float, np.float32, np.float64))
+
+
+def _scalar_packing(ty, value) -> str | None:
+    from numba_cuda_mlir.numba_cuda import types
+    if isinstance(ty, types.Integer) and type(value) in _INTS:
+        return "i"
+    if ty == types.float64 and type(value) in _SCALARS:
+        return "d"
+    if ty == types.float32 and type(value) in _SCALARS:
+        return "f"
+    return None
+
+
+def _fast_plan(cfg, args, ours, device):
+    """After numba-cuda-mlir's successful first launch: the plan tuple C++
+    replays (fast_launch.cc, ParsePlan), or why it cannot."""
+    del device
+    from numba_cuda_mlir.numba_cuda import types
+    from numba_cuda_mlir.numba_cuda.typing.typeof import typeof
+    dispatcher = cfg._dispatcher
+    try:
+        argtypes = tuple(typeof(a) for a in args)
+    except Exception:  # noqa: BLE001 - a value it types another way
+        return "foreign_argument"
+    compiled = dispatcher.overloads.get(argtypes)
+    if compiled is None or len(argtypes) != len(args):
+        return "plan_error"  # its dispatch chose otherwise: keep it
+    metadata = getattr(compiled, "metadata", None) or {}
+    if metadata.get("cubin") is None or metadata.get("func_name") is None:
+        return "unsupported_kernel"
+    packing = []
+    for ty, value, slot in zip(argtypes, args, ours):
+        if slot >= 0:
+            if (not isinstance(ty, types.Array) or ty.layout != "C"
+                    or ty.ndim != value.ndim):
+                return "plan_error"
+            packing.append("M")
+            continue
+        how = _scalar_packing(ty, value)
+        if how is None:
+            return "foreign_argument"
+        packing.append(how)
+    if _stream_capturing(_marshaller_stream(cfg)):
+        # Loading the library is a driver call a capture must not see; the
+        # plan is recorded on a later launch outside capture.
+        return "plan_error"
+    kernel = getattr(compiled, "_numbax_kernel", None)
+    if kernel is None:
+        options = getattr(dispatcher, "targetoptions", {}) or {}
+        kernel = CompiledKernel(
+            bytes(metadata["cubin"]), str(metadata["func_name"]),
+            _capability_of_chip(options.get("chip")) or (0, 0), compiled)
+        compiled._numbax_kernel = kernel
+    config = cfg._available_launch_config
+    grid = tuple(int(v) for v in config["grid"])
+    block = tuple(int(v) for v in config["block"])
+    shared = config.get("sharedmem") or 0
+    return (kernel.kernel_handle(), grid, block, int(shared),
+            bool(getattr(compiled, "cooperative", False)), "".join(packing),
+            (compiled, kernel), dispatcher.overloads, cfg._callbacks)
+
+
+def _stream_capturing(stream: int) -> bool:
+    try:
+        from cuda.bindings import driver
+        err, status = driver.cuStreamIsCapturing(driver.CUstream(stream))
+        return int(err) != 0 or int(status) != 0
+    except Exception:  # noqa: BLE001 - unsure: treat as capturing
+        return True
 
 
 def _same_stream(arg, launch_stream) -> bool:

@@ -867,8 +867,8 @@ def numba_cuda_kernel(
     if not _is_dispatcher(kernel):
         raise TypeError(
             "numba_cuda_kernel: kernel must be a Numba CUDA kernel (a function "
-            "decorated with numba.cuda.jit or numba_cuda_mlir.cuda.jit), got "
-            f"{type(kernel).__name__}; wrap plain Python launch code with "
+            "decorated with @cuda.jit, from numba.cuda or numba_cuda_mlir), "
+            f"got {type(kernel).__name__}; wrap plain Python launch code with "
             "numba_cuda_callable instead")
     if _is_device_function(kernel):
         raise TypeError(
