@@ -511,3 +511,9 @@ def test_bench_has_its_rows_and_skips_them_without_a_gpu():
         with pytest.raises(impls.Unavailable) as info:
             rows[name].make(16)
         assert info.value.status == "skipped"
+
+
+def test_a_dtype_it_cannot_type_names_the_op(mlir_kernels):
+    with pytest.raises(TypeError, match=r"my_op: numba-cuda-mlir has no type "
+                                        r"for dtype \|V8.*cast the array"):
+        _mlir.argtypes([((3,), np.dtype("V8"))], 0, "my_op")

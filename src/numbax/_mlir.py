@@ -94,7 +94,7 @@ def no_simulator_error(label: str) -> NotImplementedError:
         "(XLACustomKernel.def_kernel('cpu', ...))")
 
 
-def argtypes(avals, batch: int) -> tuple:
+def argtypes(avals, batch: int, label: str = "numba_cuda_kernel") -> tuple:
     """numba-cuda-mlir's types of C-contiguous arrays of `avals` (the leading
     axis dropped when `batch`), as numbax passes its buffers."""
     from numba_cuda_mlir.numba_cuda import types
@@ -102,8 +102,14 @@ def argtypes(avals, batch: int) -> tuple:
     tys = []
     for shape, dtype in avals:
         ndim = len(shape) - (1 if batch else 0)
-        tys.append(types.Array(numpy_support.from_dtype(np.dtype(dtype)), ndim,
-                               "C"))
+        try:
+            element = numpy_support.from_dtype(np.dtype(dtype))
+        except Exception as exc:  # noqa: BLE001 - its error names no op
+            raise TypeError(
+                f"{label}: numba-cuda-mlir has no type for dtype "
+                f"{np.dtype(dtype)} ({exc}); cast the array to a dtype it "
+                "supports, or use a numba-cuda kernel") from exc
+        tys.append(types.Array(element, ndim, "C"))
     return tuple(tys)
 
 
@@ -182,6 +188,12 @@ def compile(kernel, tys: tuple, label: str) -> CompiledKernel:
             "for numba-cuda-mlir yet; launch it from a numba_cuda_callable, "
             "or use a numba-cuda kernel")
     metadata = getattr(result, "metadata", None) or {}
+    unsupported = _needs_its_loader(kernel, metadata)
+    if unsupported:
+        raise ValueError(
+            f"{label}: the numba-cuda-mlir kernel {unsupported}, which its own "
+            "launcher sets up when it loads the kernel; launch it from a "
+            "numba_cuda_callable instead")
     cubin, entry = metadata.get("cubin"), metadata.get("func_name")
     if not cubin or not entry:
         raise ValueError(
@@ -194,6 +206,17 @@ def compile(kernel, tys: tuple, label: str) -> CompiledKernel:
             f"{label}: cannot tell which GPU numba-cuda-mlir compiled for "
             f"(chip={options.get('chip')!r})")
     return CompiledKernel(bytes(cubin), str(entry), capability, result)
+
+
+def _needs_its_loader(dispatcher, metadata) -> str | None:
+    """What a kernel needs that numba-cuda-mlir's launcher does when it
+    loads the cubin, and numbax's load would not: None if nothing."""
+    if getattr(dispatcher, "_module_setup_callbacks", None) or getattr(
+            dispatcher, "_module_teardown_callbacks", None):
+        return "links code with module setup callbacks"
+    if metadata.get("needs_nrt"):
+        return "uses the NRT runtime (allocates arrays)"
+    return None
 
 
 def function_on(compiled: CompiledKernel, ordinal: int, shared_mem: int,
@@ -411,17 +434,27 @@ def _fast_plan(cfg, args, ours, device):
         argtypes = tuple(typeof(a) for a in args)
     except Exception:  # noqa: BLE001 - a value it types another way
         return "foreign_argument"
-    compiled = dispatcher.overloads.get(argtypes)
-    if compiled is None or len(argtypes) != len(args):
-        return "plan_error"  # its dispatch chose otherwise: keep it
+    # The overload its launch just chose: the first compiled one that takes
+    # these types, in its overloads' order (descriptor.py, _compile_impl).
+    reusable = getattr(dispatcher, "_can_reuse_overload", None)
+    compiled = sig_args = None
+    for candidate, result in tuple(dispatcher.overloads.items()):
+        if reusable is not None and len(candidate) == len(argtypes) and all(
+                reusable(s, r) for s, r in zip(candidate, argtypes)):
+            compiled, sig_args = result, candidate
+            break
+    if compiled is None or sig_args is None:
+        return "plan_error"  # its dispatch works otherwise: keep it
     metadata = getattr(compiled, "metadata", None) or {}
-    if metadata.get("cubin") is None or metadata.get("func_name") is None:
+    if (metadata.get("cubin") is None or metadata.get("func_name") is None
+            or _needs_its_loader(dispatcher, metadata)):
         return "unsupported_kernel"
     packing = []
-    for ty, value, slot in zip(argtypes, args, ours):
+    for ty, value, slot in zip(sig_args, args, ours):
         if slot >= 0:
-            if (not isinstance(ty, types.Array) or ty.layout != "C"
-                    or ty.ndim != value.ndim):
+            # Any layout: a memref carries its strides, numbax passes the
+            # buffer's own (C-contiguous).
+            if not isinstance(ty, types.Array) or ty.ndim != value.ndim:
                 return "plan_error"
             packing.append("M")
             continue

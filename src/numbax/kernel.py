@@ -379,7 +379,7 @@ class NumbaCudaKernel:
     # -- GPU: the plan C++ launches from ----------------------------------
     def _argtypes(self, avals, batch):
         if self._mlir:
-            return _mlir.argtypes(avals, batch)
+            return _mlir.argtypes(avals, batch, self._label)
         from numba import types
         tys = []
         for shape, dtype in avals:
