@@ -517,3 +517,28 @@ def test_a_dtype_it_cannot_type_names_the_op(mlir_kernels):
     with pytest.raises(TypeError, match=r"my_op: numba-cuda-mlir has no type "
                                         r"for dtype \|V8.*cast the array"):
         _mlir.argtypes([((3,), np.dtype("V8"))], 0, "my_op")
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"debug": True, "opt": False},
+     "kernels compiled with debug=True report errors through numba-cuda-mlir's "
+     "own launcher; launch them from a numba_cuda_callable"),
+    ({"lto": True},
+     "the numba-cuda-mlir kernel is compiled with lto=True .*numba_cuda_kernel "
+     "loads cubins"),
+])
+def test_kernels_it_cannot_load_are_refused_before_compiling(
+        mlir_cuda, options, message):
+    # Refused from the kernel's options alone: no compile (and no GPU).
+    @mlir_cuda.jit(**options)
+    def kernel(x, out):
+        i = mlir_cuda.grid(1)
+        if i < x.shape[0]:
+            out[i] = x[i]
+
+    op = numbax.numba_cuda_kernel(
+        kernel, jax.ShapeDtypeStruct((8,), jnp.float32), launch_dims=8)
+    tys = _mlir.argtypes([((8,), np.float32)] * 2, 0)
+    with pytest.raises(ValueError, match=r"numba_cuda_kernel\(\S*kernel\): "
+                                         + message):
+        _mlir.compile(kernel, tys, op._label)

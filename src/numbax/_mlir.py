@@ -169,18 +169,33 @@ def _capability_of_chip(chip: str | None) -> tuple[int, int] | None:
 def compile(kernel, tys: tuple, label: str) -> CompiledKernel:
     """Compiles `kernel` for `tys` through numba-cuda-mlir, for the compute
     capability of the current device (as numba-cuda-mlir chooses it)."""
-    try:
-        result = kernel.compile(tys)
-    except Exception as exc:
-        raise type(exc)(
-            f"{label}: numba-cuda-mlir could not compile the kernel for "
-            f"argument types {tys}: {exc}") from exc
+    # What the kernel's options already say is refused before compiling
+    # (which takes seconds, and a GPU).
     options = getattr(kernel, "targetoptions", {}) or {}
     if options.get("debug"):
         raise ValueError(
             f"{label}: kernels compiled with debug=True report errors through "
             "numba-cuda-mlir's own launcher; launch them from a "
             "numba_cuda_callable instead, or compile without debug")
+    if options.get("lto"):
+        raise ValueError(
+            f"{label}: the numba-cuda-mlir kernel is compiled with lto=True "
+            "(LTO-IR, linked by its own launcher); numba_cuda_kernel loads "
+            "cubins: compile without lto, or launch it from a "
+            "numba_cuda_callable")
+    unsupported = _needs_its_loader(kernel, {})
+    if unsupported:
+        raise ValueError(
+            f"{label}: the numba-cuda-mlir kernel {unsupported}, which its own "
+            "launcher sets up when it loads the kernel; launch it from a "
+            "numba_cuda_callable instead")
+    try:
+        result = kernel.compile(tys)
+    except Exception as exc:
+        raise type(exc)(
+            f"{label}: numba-cuda-mlir could not compile the kernel for "
+            f"argument types {tys}: {exc}") from exc
+    options = getattr(kernel, "targetoptions", {}) or {}  # now with its chip
     if bool(getattr(result, "cooperative", False)):
         raise ValueError(
             f"{label}: the numba-cuda-mlir kernel synchronises its grid "
