@@ -218,6 +218,40 @@ def test_def_kernel_refuses_a_bare_kernel(mlir_kernels):
 
 # -- the parameter layout, checked against numba-cuda-mlir's own lowering ----
 
+# Runs numba-cuda-mlir's front end and MLIR pipeline on the CPU: its
+# compiler asks the GPU and CUDA toolkit for the target, which this machine
+# has not, so sm_90 is pinned (no PTX is produced). `lower(kernel, sig)`
+# returns the parameter types of the kernel's llvm.func.
+_LOWER = """
+import sys
+try:
+    from numba_cuda_mlir import cuda, tools, mlir_lowering
+    from numba_cuda_mlir.compiler import _compile_only
+    from numba_cuda_mlir.descriptor import mlir_target
+    from numba_cuda_mlir.lowering_utilities import context
+    from numba_cuda_mlir.mlir_optimization import get_base_pipeline
+    from numba_cuda_mlir._mlir.passmanager import PassManager
+    from numba_cuda_mlir.numba_cuda import types
+except ImportError as exc:
+    print("SKIP internals moved:", exc); sys.exit(0)
+tools._cached_cc = (9, 0)
+tools.get_max_ptx_version = lambda: None
+mlir_lowering.get_max_ptx_version = lambda: None
+mlir_target.ensure_initialized()
+
+def lower(kernel, sig):
+    cres = _compile_only(kernel, sig)
+    with context.get_context():
+        module = cres.metadata["mlir_module"]
+        PassManager.parse(get_base_pipeline()).run(module.operation)
+        text = str(module)
+    (line,) = [line for line in text.splitlines()
+               if "llvm.func" in line and "gpu.kernel" in line]
+    params = line[line.index("(") + 1:line.index(")")]
+    return [p.split(":")[1].strip() for p in params.split(",")]
+"""
+
+
 @needs_mlir
 def test_packed_words_match_the_lowered_kernel_signature():
     # numba-cuda-mlir lowers a kernel through MLIR to an llvm.func whose
@@ -226,22 +260,7 @@ def test_packed_words_match_the_lowered_kernel_signature():
     # the subprocess pins sm_90 to run the frontend and MLIR pipeline only
     # (no PTX). Then every array's parameters are compared with the words
     # numbax packs (csrc/kernel_args.cc, memref ABI).
-    out = run_python("""
-        import re, sys
-        try:
-            from numba_cuda_mlir import cuda, tools, mlir_lowering
-            from numba_cuda_mlir.compiler import _compile_only
-            from numba_cuda_mlir.descriptor import mlir_target
-            from numba_cuda_mlir.lowering_utilities import context
-            from numba_cuda_mlir.mlir_optimization import get_base_pipeline
-            from numba_cuda_mlir._mlir.passmanager import PassManager
-            from numba_cuda_mlir.numba_cuda import types
-        except ImportError as exc:
-            print("SKIP internals moved:", exc); sys.exit(0)
-        tools._cached_cc = (9, 0)
-        tools.get_max_ptx_version = lambda: None
-        mlir_lowering.get_max_ptx_version = lambda: None
-
+    out = run_python(_LOWER + textwrap.dedent("""
         @cuda.jit
         def kernel(a, b, c, out):
             i = cuda.grid(1)
@@ -250,16 +269,8 @@ def test_packed_words_match_the_lowered_kernel_signature():
 
         ranks = (1, 2, 3, 1)
         sig = tuple(types.Array(types.float32, r, "C") for r in ranks)
-        mlir_target.ensure_initialized()
-        cres = _compile_only(kernel, sig)
-        with context.get_context():
-            module = cres.metadata["mlir_module"]
-            PassManager.parse(get_base_pipeline()).run(module.operation)
-            text = str(module)
-        m = re.search(r"llvm\\.func @\\w*kernel\\w*\\(([^)]*)\\)", text)
-        params = [p.split(":")[1].strip() for p in m.group(1).split(",")]
-        print("PARAMS", " ".join(params))
-    """, simulator=False)
+        print("PARAMS", " ".join(lower(kernel, sig)))
+    """), simulator=False)
     if out.startswith("SKIP"):
         pytest.skip(out)
     params = out.split("PARAMS", 1)[1].split()
@@ -542,3 +553,38 @@ def test_kernels_it_cannot_load_are_refused_before_compiling(
     with pytest.raises(ValueError, match=r"numba_cuda_kernel\(\S*kernel\): "
                                          + message):
         _mlir.compile(kernel, tys, op._label)
+
+
+@needs_mlir
+def test_the_gpu_tests_kernels_pass_its_front_end():
+    # tests/test_compilers.py runs only on a GPU: here its kernels, as
+    # numba-cuda-mlir compiles them, are typed and lowered on the CPU for
+    # the argument types numbax gives them, and each lowered signature has
+    # 3 + 2*rank parameters per array, the words numbax packs.
+    out = run_python(_LOWER + textwrap.dedent("""
+        import numpy as np
+        import two_compilers
+        from numbax import _mlir
+        k = two_compilers.load("numba_cuda_mlir")
+        f32, i64 = np.dtype(np.float32), np.dtype(np.int64)
+        calls = {
+            "affine": [((9,), f32)] * 2,
+            "add": [((9,), f32)] * 3,
+            "scale_rows": [((4, 5), f32), ((5,), f32), ((4, 5), f32)],
+            "box3": [((2, 3, 4), f32)] * 2,
+            "sum_and_diff": [((9,), f32)] * 4,
+            "scale_in_place": [((9,), f32)] * 2,
+        }
+        calls["affine_int64"] = [((9,), i64)] * 2
+        for name, avals in calls.items():
+            kernel = getattr(k, name.split("_int64")[0])
+            params = lower(kernel, _mlir.argtypes(avals, 0))
+            want = sum(3 + 2 * len(shape) for shape, _ in avals)
+            print(name, len(params), want)
+    """), simulator=False)
+    if out.startswith("SKIP"):
+        pytest.skip(out)
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    assert len(rows) == 7, out
+    for name, got, want in rows:
+        assert got == want, f"{name}: {got} parameters, numbax packs {want}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
+import sys
 from typing import Any
 
 # This compiler's module, bound by load() before the kernels compile (they
@@ -29,6 +30,9 @@ def load(compiler: str):
         f"two_compilers_{compiler}", pathlib.Path(__file__))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # Registered as a module: compilers and pickling find kernels' modules
+    # through sys.modules.
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     module.cuda = cuda_module  # type: ignore[attr-defined]
     module.jit_all()  # type: ignore[attr-defined]
