@@ -588,3 +588,40 @@ def test_the_gpu_tests_kernels_pass_its_front_end():
     assert len(rows) == 7, out
     for name, got, want in rows:
         assert got == want, f"{name}: {got} parameters, numbax packs {want}"
+
+
+def test_one_library_per_compiled_kernel_loaded_once(monkeypatch):
+    # Every trace and program of one compiled kernel shares one CUDA library,
+    # loaded on first use; a load error names the driver call.
+    pytest.importorskip("cuda.bindings")
+    from cuda.bindings import driver
+    loads, lookups = [], []
+
+    class Result:
+        pass
+
+    def load(code, *options):
+        loads.append((code, options))
+        return driver.CUresult.CUDA_SUCCESS, "library"
+
+    def get_kernel(library, name):
+        lookups.append((library, name))
+        return driver.CUresult.CUDA_SUCCESS, 0xC0DE
+
+    monkeypatch.setattr(driver, "cuLibraryLoadData", load)
+    monkeypatch.setattr(driver, "cuLibraryGetKernel", get_kernel)
+    result = Result()
+    first = _mlir._loadable(result, b"cubin", "_Z6kernel", (9, 0))
+    assert _mlir._loadable(result, b"cubin", "_Z6kernel", (9, 0)) is first
+    assert first.kernel_handle() == 0xC0DE == first.kernel_handle()
+    assert loads == [(b"cubin", (None, None, 0, None, None, 0))]
+    assert lookups == [("library", b"_Z6kernel")]
+
+    monkeypatch.setattr(driver, "cuLibraryLoadData", lambda *a: (
+        driver.CUresult.CUDA_ERROR_INVALID_IMAGE, None))
+    monkeypatch.setattr(driver, "cuGetErrorName", lambda err: (
+        driver.CUresult.CUDA_SUCCESS, b"CUDA_ERROR_INVALID_IMAGE"))
+    other = _mlir._loadable(Result(), b"bad", "_Z1k", (9, 0))
+    with pytest.raises(RuntimeError,
+                       match="cuLibraryLoadData failed: CUDA_ERROR_INVALID_IMAGE"):
+        other.kernel_handle()

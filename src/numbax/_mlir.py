@@ -220,7 +220,23 @@ def compile(kernel, tys: tuple, label: str) -> CompiledKernel:
         raise ValueError(
             f"{label}: cannot tell which GPU numba-cuda-mlir compiled for "
             f"(chip={options.get('chip')!r})")
-    return CompiledKernel(bytes(cubin), str(entry), capability, result)
+    return _loadable(result, cubin, entry, capability)
+
+
+def _loadable(result, cubin, entry, capability) -> CompiledKernel:
+    """The CompiledKernel of numba-cuda-mlir's compile result, one per
+    result: every trace, program and fast plan of one compiled kernel shares
+    its library (loaded once, never unloaded)."""
+    with _loadable_lock:
+        kernel = getattr(result, "_numbax_kernel", None)
+        if not isinstance(kernel, CompiledKernel):
+            kernel = CompiledKernel(bytes(cubin), str(entry), capability,
+                                    result)
+            result._numbax_kernel = kernel
+        return kernel
+
+
+_loadable_lock = threading.Lock()
 
 
 def _needs_its_loader(dispatcher, metadata) -> str | None:
@@ -481,13 +497,9 @@ def _fast_plan(cfg, args, ours, device):
         # Loading the library is a driver call a capture must not see; the
         # plan is recorded on a later launch outside capture.
         return "plan_error"
-    kernel = getattr(compiled, "_numbax_kernel", None)
-    if kernel is None:
-        options = getattr(dispatcher, "targetoptions", {}) or {}
-        kernel = CompiledKernel(
-            bytes(metadata["cubin"]), str(metadata["func_name"]),
-            _capability_of_chip(options.get("chip")) or (0, 0), compiled)
-        compiled._numbax_kernel = kernel
+    options = getattr(dispatcher, "targetoptions", {}) or {}
+    kernel = _loadable(compiled, metadata["cubin"], metadata["func_name"],
+                       _capability_of_chip(options.get("chip")) or (0, 0))
     config = cfg._available_launch_config
     grid = tuple(int(v) for v in config["grid"])
     block = tuple(int(v) for v in config["block"])
