@@ -566,7 +566,7 @@ def test_the_gpu_tests_kernels_pass_its_front_end():
         import two_compilers
         from numbax import _mlir
         k = two_compilers.load("numba_cuda_mlir")
-        f32, i64 = np.dtype(np.float32), np.dtype(np.int64)
+        f32 = np.dtype(np.float32)
         calls = {
             "affine": [((9,), f32)] * 2,
             "add": [((9,), f32)] * 3,
@@ -575,17 +575,21 @@ def test_the_gpu_tests_kernels_pass_its_front_end():
             "sum_and_diff": [((9,), f32)] * 4,
             "scale_in_place": [((9,), f32)] * 2,
         }
-        calls["affine_int64"] = [((9,), i64)] * 2
+        for dtype in (np.float64, np.int32, np.int64):  # test_kernel_elementwise
+            calls[f"affine:{np.dtype(dtype)}"] = [((9,), np.dtype(dtype))] * 2
         for name, avals in calls.items():
-            kernel = getattr(k, name.split("_int64")[0])
+            kernel = getattr(k, name.split(":")[0])
             params = lower(kernel, _mlir.argtypes(avals, 0))
             want = sum(3 + 2 * len(shape) for shape, _ in avals)
             print(name, len(params), want)
+        from numbax.bench import kernels_mlir  # the bench rows' kernel
+        params = lower(kernels_mlir.affine, _mlir.argtypes([((9,), f32)] * 2, 0))
+        print("bench.affine", len(params), 10)
     """), simulator=False)
     if out.startswith("SKIP"):
         pytest.skip(out)
     rows = [line.split() for line in out.splitlines() if line.strip()]
-    assert len(rows) == 7, out
+    assert len(rows) == 10, out
     for name, got, want in rows:
         assert got == want, f"{name}: {got} parameters, numbax packs {want}"
 

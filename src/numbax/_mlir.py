@@ -134,6 +134,10 @@ class CompiledKernel:
         self._library: Any = None
         self._lock = threading.Lock()
 
+    @property
+    def loaded(self) -> bool:
+        return self._kernel is not None
+
     def kernel_handle(self) -> int:
         """The CUkernel (context-independent), loading the cubin once."""
         with self._lock:
@@ -493,13 +497,16 @@ def _fast_plan(cfg, args, ours, device):
         if how is None:
             return "foreign_argument"
         packing.append(how)
-    if _stream_capturing(_marshaller_stream(cfg)):
-        # Loading the library is a driver call a capture must not see; the
-        # plan is recorded on a later launch outside capture.
-        return "plan_error"
     options = getattr(dispatcher, "targetoptions", {}) or {}
     kernel = _loadable(compiled, metadata["cubin"], metadata["func_name"],
                        _capability_of_chip(options.get("chip")) or (0, 0))
+    if not kernel.loaded and _stream_capturing(_marshaller_stream(cfg)):
+        # Loading the library is a driver call a capture must not see. A
+        # capture-mode op's first call runs plainly, on another stream: its
+        # plan loads the library, and plans recorded while capturing find it
+        # loaded. Only a kernel first launched under capture stays on
+        # numba-cuda-mlir's launch.
+        return "plan_error"
     config = cfg._available_launch_config
     grid = tuple(int(v) for v in config["grid"])
     block = tuple(int(v) for v in config["block"])
