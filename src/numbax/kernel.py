@@ -803,8 +803,9 @@ def numba_cuda_kernel(
 
     The kernel's arguments are the inputs, then the outputs (all arrays).
     It is compiled for the argument types when traced; each call then packs
-    the arguments in Numba's kernel ABI and launches on XLA's stream from
-    C++, with no Python and no GIL, and XLA may capture it in CUDA graphs.
+    the arguments in the compiler's kernel ABI (numba-cuda's, or
+    numba-cuda-mlir's memrefs) and launches on XLA's stream from C++, with
+    no Python and no GIL, and XLA may capture it in CUDA graphs.
 
     Launch configuration: ``grid`` and ``block`` (int or up to 3 ints), or
     ``launch_dims`` (1-3 extents; 1-D blocks of ``min(threads_per_block, n)``,
@@ -821,7 +822,9 @@ def numba_cuda_kernel(
 
     Args:
       kernel: a ``@cuda.jit`` kernel (a Numba CUDA dispatcher, not a device
-        function). Its arguments are the op's inputs, then its outputs.
+        function), of numba-cuda or of numba-cuda-mlir (GPU only: it has no
+        simulator; docs/compilers.md). Its arguments are the op's inputs,
+        then its outputs.
       outs: a ``jax.ShapeDtypeStruct`` or a sequence/pytree of them; the
         result has the same structure.
       grid: blocks per grid, an int or 1-3 ints; with ``block``.
