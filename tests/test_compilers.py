@@ -149,14 +149,36 @@ def test_kernel_vmap(k, rng):
     b = random_array(rng, (n,), np.float32)  # unbatched: broadcast
     got = jax.jit(jax.vmap(op, in_axes=(0, None)))(a, b)
     np.testing.assert_allclose(got, a + b[None, :], rtol=1e-6)
+    # The kernel reads only grid axis x: the batch runs in one launch, with
+    # either compiler (numba-cuda-mlir's read from its optimised MLIR).
     decision = op.vmap_fold(jax.ShapeDtypeStruct((n,), jnp.float32),
                             jax.ShapeDtypeStruct((n,), jnp.float32))
-    if is_mlir(k):
-        # The batched kernel is generated as a numba-cuda kernel: a
-        # numba-cuda-mlir kernel runs once per slice, and says so.
-        assert not decision.folds and "numba-cuda-mlir" in decision.reason
-    else:
-        assert decision.folds, decision
+    assert decision.folds and decision.axis == "z", decision
+    # More slices than one launch takes along z: chunks of 65535.
+    big = 65535 + 7
+    a = random_array(rng, (big, 4), np.float32)
+    op4 = numbax.numba_cuda_kernel(
+        k.add, jax.ShapeDtypeStruct((4,), jnp.float32), launch_dims=4,
+        vmap_method="broadcast_all")
+    got = jax.jit(jax.vmap(op4, in_axes=(0, None)))(a, b[:4])
+    np.testing.assert_allclose(got, a + b[None, :4], rtol=1e-6)
+
+
+def test_kernel_vmap_per_slice_when_it_reads_the_free_axis(k, rng):
+    # box3 reads blockIdx.y through cuda.grid(3), and its launch leaves only
+    # y free: every slice is a launch of its own.
+    shape, batch = (5, 7, 9), 3
+    op = numbax.numba_cuda_kernel(
+        k.box3, jax.ShapeDtypeStruct(shape, jnp.float32), launch_dims=shape,
+        vmap_method="broadcast_all")
+    decision = op.vmap_fold(jax.ShapeDtypeStruct(shape, jnp.float32))
+    assert not decision.folds and "reads grid axis y" in decision.reason, \
+        decision
+    x = random_array(rng, (batch,) + shape, np.float32)
+    i, j, kk = np.indices(shape)
+    got = jax.jit(jax.vmap(op))(x)
+    np.testing.assert_allclose(got, x + (i * 100 + j * 10 + kk)[None],
+                               rtol=1e-6)
 
 
 def test_kernel_export_round_trip(k, rng):

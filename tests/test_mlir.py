@@ -239,12 +239,17 @@ tools.get_max_ptx_version = lambda: None
 mlir_lowering.get_max_ptx_version = lambda: None
 mlir_target.ensure_initialized()
 
-def lower(kernel, sig):
+def lower_text(kernel, sig):
+    # The pipeline numba-cuda-mlir's optimize() runs first; it keeps the
+    # result as metadata["mlir_module_optimized"], which numbax reads.
     cres = _compile_only(kernel, sig)
     with context.get_context():
         module = cres.metadata["mlir_module"]
         PassManager.parse(get_base_pipeline()).run(module.operation)
-        text = str(module)
+        return str(module)
+
+def lower(kernel, sig):
+    text = lower_text(kernel, sig)
     (line,) = [line for line in text.splitlines()
                if "llvm.func" in line and "gpu.kernel" in line]
     params = line[line.index("(") + 1:line.index(")")]
@@ -552,7 +557,7 @@ def test_kernels_it_cannot_load_are_refused_before_compiling(
     tys = _mlir.argtypes([((8,), np.float32)] * 2, 0)
     with pytest.raises(ValueError, match=r"numba_cuda_kernel\(\S*kernel\): "
                                          + message):
-        _mlir.compile(kernel, tys, op._label)
+        _mlir.compile_kernel(kernel, tys, op._label)
 
 
 @needs_mlir
@@ -629,3 +634,84 @@ def test_one_library_per_compiled_kernel_loaded_once(monkeypatch):
     with pytest.raises(RuntimeError,
                        match="cuLibraryLoadData failed: CUDA_ERROR_INVALID_IMAGE"):
         other.kernel_handle()
+
+
+# -- vmap in one launch: what numba-cuda-mlir's MLIR reads --------------------
+
+def test_axes_read_by_mlir_rule():
+    read = _mlir.axes_read_by_mlir
+    assert read("%0 = nvvm.read.ptx.sreg.ctaid.x : i32") == (frozenset({0}), None)
+    assert read("nvvm.read.ptx.sreg.ctaid.x nvvm.read.ptx.sreg.nctaid.z")[0] \
+        == frozenset({0, 2})
+    assert read("%1 = gpu.block_id  y")[0] == frozenset({1})
+    # Clusters index blocks too: every axis.
+    assert read("nvvm.read.ptx.sreg.clusterid.x")[0] == frozenset({0, 1, 2})
+    # Inline PTX reading %ctaid.z.
+    assert read('llvm.inline_asm "mov.u32 $0, %ctaid.z;"')[0] == frozenset({2})
+    # libdevice and intrinsics are known; other declared code is not.
+    text = ("llvm.func @__nv_sinf(f32) -> f32\n"
+            "llvm.func @llvm.nvvm.barrier0()\n"
+            "llvm.func @kernel(%arg0: !llvm.ptr) attributes {gpu.kernel} {\n")
+    assert read(text) == (frozenset(), None)
+    axes, why = read(text + "llvm.func @my_extern(i32) -> i32\n")
+    assert axes is None and "my_extern" in why
+
+
+@needs_mlir
+def test_batched_kernel_builds_and_reads_as_the_rule_says():
+    # Lowered on the CPU (_LOWER): which axes each kernel reads, and the
+    # generated batched kernel (slice = blockIdx.z) around a numba-cuda-mlir
+    # kernel: it compiles, takes rank+1 memrefs, and reads z itself.
+    out = run_python(_LOWER + textwrap.dedent("""
+        import numpy as np
+        import two_compilers
+        from numbax import _mlir
+        k = two_compilers.load("numba_cuda_mlir")
+        f32 = np.dtype(np.float32)
+        one = _mlir.argtypes([((9,), f32)] * 3, 0)
+        axes, why = _mlir.axes_read_by_mlir(lower_text(k.add, one))
+        print("add", sorted(axes), why)
+        three = _mlir.argtypes([((2, 3, 4), f32)] * 2, 0)
+        axes, why = _mlir.axes_read_by_mlir(lower_text(k.box3, three))
+        print("box3", sorted(axes), why)
+        batched = _mlir.make_batched_kernel(k.add, 3, (False, True), 2)
+        sig = _mlir.argtypes([((5, 9), f32)] * 3, 0)
+        text = lower_text(batched, sig)
+        axes, why = _mlir.axes_read_by_mlir(text)
+        (line,) = [l for l in text.splitlines()
+                   if "llvm.func" in l and "gpu.kernel" in l]
+        print("batched", sorted(axes), why, line.count("%arg"))
+    """), simulator=False)
+    if out.startswith("SKIP"):
+        pytest.skip(out)
+    assert "add [0] None" in out, out
+    assert "box3 [0, 1, 2] None" in out, out
+    # 3 arrays of rank 2: 3 * (3 + 2*2) parameters
+    assert "batched [0, 2] None 21" in out, out
+
+
+def test_vmap_fold_decision_reads_the_compiled_module(mlir_kernels,
+                                                      monkeypatch):
+    # The op's vmap decision for a numba-cuda-mlir kernel comes from the
+    # compiled module's reads (compile stubbed: it needs a GPU).
+    double, _ = mlir_kernels
+    texts = iter(["nvvm.read.ptx.sreg.ctaid.x nvvm.read.ptx.sreg.ntid.x",
+                  "nvvm.read.ptx.sreg.ctaid.x nvvm.read.ptx.sreg.ctaid.z "
+                  "nvvm.read.ptx.sreg.nctaid.y"])
+
+    class Result:
+        def __init__(self):
+            self.metadata = {"mlir_module_optimized": next(texts)}
+
+    monkeypatch.setattr(_mlir, "compile_kernel", lambda kernel, tys, label:
+                        _mlir.CompiledKernel(b"", "k", (9, 0), Result()))
+    spec = jax.ShapeDtypeStruct((300,), jnp.float32)
+    folds = numbax.numba_cuda_kernel(double, spec, launch_dims=300,
+                                     vmap_method="expand_dims")
+    decision = folds.vmap_fold(spec)
+    assert decision.folds and decision.axis == "z", decision
+    per_slice = numbax.numba_cuda_kernel(double, spec, launch_dims=300,
+                                         vmap_method="broadcast_all")
+    decision = per_slice.vmap_fold(spec)
+    assert not decision.folds and "reads grid axis z/y" in decision.reason, \
+        decision

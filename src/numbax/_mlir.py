@@ -23,6 +23,7 @@ only exist once the user imported it, so recognising one needs only
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 from typing import Any
@@ -170,7 +171,7 @@ def _capability_of_chip(chip: str | None) -> tuple[int, int] | None:
     return int(digits[:-1]), int(digits[-1])
 
 
-def compile(kernel, tys: tuple, label: str) -> CompiledKernel:
+def compile_kernel(kernel, tys: tuple, label: str) -> CompiledKernel:
     """Compiles `kernel` for `tys` through numba-cuda-mlir, for the compute
     capability of the current device (as numba-cuda-mlir chooses it)."""
     # What the kernel's options already say is refused before compiling
@@ -269,6 +270,87 @@ def function_on(compiled: CompiledKernel, ordinal: int, shared_mem: int,
             "capability per process: use devices of one kind (e.g. "
             "CUDA_VISIBLE_DEVICES), or a numba-cuda kernel")
     return _core.kernel_function(compiled.kernel_handle(), ordinal, shared_mem)
+
+
+# -- vmap in one launch (_fold.py's rule, read from its MLIR) ----------------
+
+# Block indices and counts as the MLIR module reads them once lowered to
+# NVVM (numba-cuda-mlir keeps that text as metadata["mlir_module_optimized"]),
+# or still in the gpu dialect.
+_NVVM_SREG = re.compile(
+    r"nvvm\.read\.ptx\.sreg\.(n?ctaid|cluster\w*|n?clusterid)(\.[xyz])?")
+_GPU_IDS = re.compile(
+    r"gpu\.(block_id|grid_dim|cluster_id|cluster_dim|cluster_block_id)\s+([xyz])")
+_LLVM_DECL = re.compile(r"^\s*llvm\.func\s+@([\w.$]+)\(")
+# Declarations whose code reads no block index: libdevice, LLVM intrinsics,
+# printf and assert.
+_KNOWN_DECLS = ("__nv_", "llvm.", "vprintf", "__assertfail")
+
+
+def axes_read_by_mlir(text: str) -> tuple[frozenset | None, str | None]:
+    """(grid axes whose block index or count the module reads, None), or
+    (None, why not). Device functions are inlined into the kernel's module,
+    so it holds every read; a call into code it only declares cannot be
+    followed."""
+    from . import _fold
+    read: set = set()
+    for m in _NVVM_SREG.finditer(text):
+        if m.group(1) in ("ctaid", "nctaid") and m.group(2):
+            read.add("xyz".index(m.group(2)[1]))
+        else:
+            read.update((0, 1, 2))
+    for m in _GPU_IDS.finditer(text):
+        if m.group(1) in ("block_id", "grid_dim"):
+            read.add("xyz".index(m.group(2)))
+        else:
+            read.update((0, 1, 2))
+    read |= _fold.axes_read_by_ptx(text)  # inline PTX (asm strings)
+    external = []
+    for line in text.splitlines():
+        decl = _LLVM_DECL.match(line)
+        if (decl and not line.rstrip().endswith("{")
+                and not decl.group(1).startswith(_KNOWN_DECLS)):
+            external.append(decl.group(1))
+    external.sort()
+    if external:
+        return None, f"it calls code numbax cannot read ({', '.join(external)})"
+    return frozenset(read), None
+
+
+def axes_read_by_compiled(compiled: CompiledKernel, kernel
+                          ) -> tuple[frozenset | None, str | None]:
+    """axes_read_by_mlir of a compiled kernel's optimised module."""
+    options = getattr(kernel, "targetoptions", {}) or {}
+    if options.get("link"):
+        return None, "it links external code"
+    metadata = getattr(compiled.compile_result, "metadata", None) or {}
+    text = metadata.get("mlir_module_optimized")
+    if not isinstance(text, str) or not text:
+        return None, "numba-cuda-mlir kept no optimised MLIR module"
+    return axes_read_by_mlir(text)
+
+
+def make_batched_kernel(kernel, num_args: int, broadcast: tuple, axis: int):
+    """_fold.make_batched_kernel for a numba-cuda-mlir kernel: the same
+    generated kernel, compiled by numba-cuda-mlir around the kernel's body
+    as a device function (inlined into it)."""
+    from numba_cuda_mlir import cuda
+
+    from . import _fold
+    py_func = kernel.py_func
+    options = getattr(kernel, "targetoptions", {}) or {}
+    # Only what changes results: the batched kernel must compute exactly
+    # what the kernel does per slice.
+    same = {k: options[k] for k in ("fastmath",) if options.get(k)}
+    body = cuda.jit(device=True, **same)(py_func)
+    scope = {"cuda": cuda, "body": body}
+    exec(compile(_fold.batched_source(num_args, broadcast, axis),
+                 f"<numbax batched {getattr(py_func, '__qualname__', '')}>",
+                 "exec"), scope)
+    batched = scope["batched"]
+    batched.__qualname__ = (
+        getattr(py_func, "__qualname__", "kernel") + ".batched")
+    return cuda.jit(**same)(batched)
 
 
 # -- numba_cuda_callable: numbax's stream in numba-cuda-mlir launches -------

@@ -280,13 +280,11 @@ class NumbaCudaKernel:
         decision = self._static_fold()
         if decision is None:
             grid, _, _ = self._launch()
-            if self._mlir:
-                # The batched kernel (_fold.py) is generated as a numba-cuda
-                # kernel calling this one: numba-cuda-mlir's cannot be called so.
-                self._fold_decisions[argtypes] = decision = _fold.fallback(
-                    "numba-cuda-mlir kernels launch once per slice")
-                return decision
-            if _numba.simulator_enabled():
+            if self._mlir:  # no simulator: read its compiled MLIR
+                compiled = compiled or self._compile(argtypes)
+                cooperative = bool(compiled.cooperative)
+                read, why = _mlir.axes_read_by_compiled(compiled, self.kernel)
+            elif _numba.simulator_enabled():
                 cooperative = False
                 read, why = _fold.axes_read_by_python(self._py_func)
             else:
@@ -304,7 +302,9 @@ class NumbaCudaKernel:
         key = (num_args, broadcast, decision.axis)
         kernel = self._batched_kernels.get(key)
         if kernel is None:
-            kernel = _fold.make_batched_kernel(
+            make = (_mlir.make_batched_kernel if self._mlir
+                    else _fold.make_batched_kernel)
+            kernel = make(
                 self.kernel, num_args, broadcast,
                 _fold.AXIS_NAMES.index(decision.axis))
             self._batched_kernels[key] = kernel
@@ -389,7 +389,7 @@ class NumbaCudaKernel:
 
     def _compile(self, argtypes):
         if self._mlir:
-            return _mlir.compile(self.kernel, argtypes, self._label)
+            return _mlir.compile_kernel(self.kernel, argtypes, self._label)
         try:
             compiled = self.kernel.compile(argtypes)
         except Exception as exc:
@@ -481,7 +481,9 @@ class NumbaCudaKernel:
         fold_axis = -1
         if batched is not None:
             try:
-                compiled = batched.compile(self._argtypes(all_avals, 0))
+                tys = self._argtypes(all_avals, 0)
+                compiled = (_mlir.compile_kernel(batched, tys, self._label)
+                            if self._mlir else batched.compile(tys))
                 fold_axis = _fold.AXIS_NAMES.index(decision.axis)
             except Exception as exc:
                 self._fold_decisions[argtypes] = _fold.fallback(
