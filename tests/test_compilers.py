@@ -300,3 +300,33 @@ def test_custom_kernel_def_kernel(k, rng):
     got = jax.jit(lambda x: op(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype),
                                backend=k.__name__))(x)
     np.testing.assert_allclose(got, 2 * x + 1, rtol=1e-6)
+
+
+# -- mixing: both compilers in one func and one program -----------------------
+
+def test_one_func_launches_both_compilers_in_order(rng):
+    nb, ml = kernels("numba_cuda"), kernels("numba_cuda_mlir")
+    n = 2000
+
+    def func(x, poison, out, stream):
+        blocks = (n + 127) // 128
+        nb.affine[blocks, 128, stream](x, out)    # out = 2x + 1
+        ml.affine[blocks, 128, stream](out, out)  # out = 2 out + 1
+        nb.affine[blocks, 128, stream](out, out)
+
+    op = jax.jit(numbax.numba_cuda_callable(
+        func, outs=jax.ShapeDtypeStruct((n,), jnp.float32),
+        input_output_aliases={1: 0}))
+    kernel_op = numbax.numba_cuda_kernel(
+        ml.add, jax.ShapeDtypeStruct((n,), jnp.float32), launch_dims=n)
+    numbax.reset_bridge_counters()
+    for _ in range(3):
+        x = random_array(rng, (n,), np.float32)
+        got = np.asarray(op(x, poisoned(n)))
+        np.testing.assert_allclose(got, 2 * (2 * (2 * x + 1) + 1) + 1,
+                                   rtol=1e-5)
+        both = jax.jit(lambda x: kernel_op(op(x, poisoned(n)), x))(x)
+        np.testing.assert_allclose(both, got + x, rtol=1e-5)
+    c = numbax.bridge_counters()
+    assert c["fallback_plan_error"] == 0 and c["fallback_numba_error"] == 0, c
+    assert c["fast_launches"] > 0, c
