@@ -12,8 +12,10 @@ kernels in two places:
   an MLIR memref (``csrc/kernel_args.h``, ``ArrayAbi::kMemref``): allocated
   pointer, aligned pointer, offset, sizes, strides in elements.
 * ``numba_cuda_callable``: func may pass numbax's ``stream`` to a
-  numba-cuda-mlir launch, and launches on that stream do not synchronise
-  the host (see ``install_launch_bridge``).
+  numba-cuda-mlir launch; launches on that stream do not synchronise the
+  host, and take numbax's C++ fast path (``install_launch_bridge``).
+* ``jax.vmap``: the batch runs in one launch where the kernel's optimised
+  MLIR shows it never reads the free grid axis (``axes_read_by_mlir``).
 
 Nothing here imports ``numba_cuda_mlir`` unless the user did: its import
 takes seconds, and numbax works without it. A kernel object of its type can
@@ -197,9 +199,13 @@ def compile_kernel(kernel, tys: tuple, label: str) -> CompiledKernel:
     try:
         result = kernel.compile(tys)
     except Exception as exc:
-        raise type(exc)(
-            f"{label}: numba-cuda-mlir could not compile the kernel for "
-            f"argument types {tys}: {exc}") from exc
+        message = (f"{label}: numba-cuda-mlir could not compile the kernel "
+                   f"for argument types {tys}: {exc}")
+        try:
+            named = type(exc)(message)
+        except Exception:  # noqa: BLE001 - an exception type of its own
+            raise exc from None
+        raise named from exc
     options = getattr(kernel, "targetoptions", {}) or {}  # now with its chip
     if bool(getattr(result, "cooperative", False)):
         raise ValueError(
