@@ -239,7 +239,9 @@ struct Plan {
   unsigned shared_mem = 0;
   bool cooperative = false;
   std::string packing;  // per argument: A array, i int, b bool, f float32,
-                        // d float64, c complex64, z complex128
+                        // d float64, c complex64, z complex128, M array of
+                        // a numba-cuda-mlir kernel (an MLIR memref)
+  ArrayAbi abi = ArrayAbi::kNumba;  // kMemref when packing has an M
 
   ~Plan() {
     Py_XDECREF(cfg);
@@ -309,8 +311,12 @@ bool ParsePlan(PyObject* t, Plan* plan) {
   }
   plan->packing = p;
   for (char c : plan->packing) {
-    if (!std::strchr("Aibfdcz", c)) return false;
+    if (!std::strchr("AibfdczM", c)) return false;
   }
+  // One kernel, one compiler: Numba's arrays and memrefs never mix.
+  const bool memref = plan->packing.find('M') != std::string::npos;
+  if (memref && plan->packing.find('A') != std::string::npos) return false;
+  plan->abi = memref ? ArrayAbi::kMemref : ArrayAbi::kNumba;
   plan->function = reinterpret_cast<cuda::CUfunction>(function);
   plan->shared_mem = static_cast<unsigned>(shared_mem);
   plan->cooperative = cooperative != 0;
@@ -645,10 +651,10 @@ PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
   }
 
   thread_local KernelArgs packed;
-  packed.Reset();
+  packed.Reset(plan->abi);
   for (Py_ssize_t i = 1; i < n; ++i) {
     const char how = plan->packing[static_cast<size_t>(i - 1)];
-    if (how == 'A') {
+    if (how == 'A' || how == 'M') {
       const int slot = slots[static_cast<size_t>(i - 1)];
       if (slot <= kViewC) {
         const ViewInfo& v = views[static_cast<size_t>(i - 1)];

@@ -2,7 +2,20 @@
 
 namespace numbax {
 
-void KernelArgs::Reset() { words_.clear(); }
+void KernelArgs::Reset(ArrayAbi abi) {
+  words_.clear();
+  abi_ = abi;
+}
+
+void KernelArgs::AddMemrefHeader(void* data, const int64_t* dims,
+                                 int64_t rank) {
+  const int64_t address =
+      static_cast<int64_t>(reinterpret_cast<intptr_t>(data));
+  words_.push_back(address);  // allocated pointer
+  words_.push_back(address);  // aligned pointer
+  words_.push_back(0);        // offset, in elements
+  for (int64_t i = 0; i < rank; ++i) words_.push_back(dims[i]);
+}
 
 void KernelArgs::AddHeader(void* data, const int64_t* dims, int64_t rank,
                            size_t itemsize) {
@@ -18,11 +31,17 @@ void KernelArgs::AddHeader(void* data, const int64_t* dims, int64_t rank,
 
 void KernelArgs::AddArray(void* data, const int64_t* dims, int64_t rank,
                           size_t itemsize) {
-  AddHeader(data, dims, rank, itemsize);
-  // C-contiguous strides in bytes, innermost last.
+  const bool memref = abi_ == ArrayAbi::kMemref;
+  if (memref) {
+    AddMemrefHeader(data, dims, rank);
+  } else {
+    AddHeader(data, dims, rank, itemsize);
+  }
+  // C-contiguous strides, innermost last: in bytes for Numba, in elements
+  // for a memref.
   const size_t first_stride = words_.size();
   words_.resize(first_stride + static_cast<size_t>(rank));
-  int64_t stride = static_cast<int64_t>(itemsize);
+  int64_t stride = memref ? 1 : static_cast<int64_t>(itemsize);
   for (int64_t i = rank - 1; i >= 0; --i) {
     words_[first_stride + static_cast<size_t>(i)] = stride;
     stride *= dims[i];
@@ -32,6 +51,12 @@ void KernelArgs::AddArray(void* data, const int64_t* dims, int64_t rank,
 void KernelArgs::AddStridedArray(void* data, const int64_t* dims,
                                  const int64_t* strides, int64_t rank,
                                  size_t itemsize) {
+  if (abi_ == ArrayAbi::kMemref) {
+    AddMemrefHeader(data, dims, rank);
+    const int64_t size = itemsize ? static_cast<int64_t>(itemsize) : 1;
+    for (int64_t i = 0; i < rank; ++i) words_.push_back(strides[i] / size);
+    return;
+  }
   AddHeader(data, dims, rank, itemsize);
   for (int64_t i = 0; i < rank; ++i) words_.push_back(strides[i]);
 }
@@ -95,8 +120,9 @@ bool AddBatchChunk(const BufferView& view, int64_t batch, int64_t start,
 }
 
 bool SliceParams::Pack(const std::vector<BufferView>& buffers, int64_t batch,
-                       const std::vector<uint8_t>& broadcast, size_t* bad) {
-  args_.Reset();
+                       const std::vector<uint8_t>& broadcast, ArrayAbi abi,
+                       size_t* bad) {
+  args_.Reset(abi);
   moving_.clear();
   for (size_t i = 0; i < buffers.size(); ++i) {
     const BufferView& view = buffers[i];
@@ -109,10 +135,16 @@ bool SliceParams::Pack(const std::vector<BufferView>& buffers, int64_t batch,
     // AddBatchSlice checked dims[0] == batch >= 1 for a per-slice buffer.
     if (!reuse && batch > 1) {
       const size_t stride = view.nbytes / static_cast<size_t>(view.dims[0]);
-      const size_t word = first + 4;  // meminfo, parent, nitems, itemsize
+      const uintptr_t base = reinterpret_cast<uintptr_t>(view.data);
       if (stride != 0 && view.data != nullptr) {
-        moving_.push_back(
-            {word, reinterpret_cast<uintptr_t>(view.data), stride});
+        if (abi == ArrayAbi::kMemref) {
+          // The allocated and the aligned pointer (ArrayWords).
+          moving_.push_back({first, base, stride});
+          moving_.push_back({first + 1, base, stride});
+        } else {
+          // After meminfo, parent, nitems, itemsize: the data pointer.
+          moving_.push_back({first + 4, base, stride});
+        }
       }
     }
   }

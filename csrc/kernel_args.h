@@ -3,6 +3,11 @@
 // Numba passes each array argument as 5 + 2*ndim separate 8-byte parameters:
 // meminfo (0), parent (0), nitems, itemsize, data pointer, shape[ndim] and
 // strides[ndim] in bytes. numbax's buffers are C-contiguous.
+//
+// numba-cuda-mlir lowers each array to an MLIR memref instead, expanded by
+// MLIR's LLVM lowering into 3 + 2*ndim parameters: allocated pointer, aligned
+// pointer, offset in elements, sizes[ndim] and strides[ndim] in elements.
+// KernelArgs packs either, chosen per parameter list (Reset).
 #pragma once
 
 #include <cstddef>
@@ -13,18 +18,33 @@
 
 namespace numbax {
 
+// Which compiler's array parameters a kernel expects. The values are part
+// of numbax._core.LaunchPlan's `abi` field: keep them stable.
+enum class ArrayAbi : int {
+  kNumba = 0,   // numba-cuda: 5 + 2*rank words, strides in bytes
+  kMemref = 1,  // numba-cuda-mlir: 3 + 2*rank words, strides in elements
+};
+
+// The number of parameter words one array of `rank` takes under `abi`.
+inline int64_t ArrayWords(ArrayAbi abi, int64_t rank) {
+  return (abi == ArrayAbi::kMemref ? 3 : 5) + 2 * rank;
+}
+
 class KernelArgs {
  public:
-  // Starts a new parameter list; keeps capacity, so steady-state packing
-  // allocates nothing.
-  void Reset();
+  // Starts a new parameter list whose arrays are packed in `abi`; keeps
+  // capacity, so steady-state packing allocates nothing.
+  void Reset(ArrayAbi abi = ArrayAbi::kNumba);
+  ArrayAbi abi() const { return abi_; }
 
   // Appends one array. `data` may differ from view.data (a slice of a
   // batched buffer); `dims`/`rank` describe the array the kernel sees.
   void AddArray(void* data, const int64_t* dims, int64_t rank, size_t itemsize);
 
   // Appends one array with explicit byte strides (a view: a slice or a
-  // reshape of a buffer), as Numba packs it.
+  // reshape of a buffer), as Numba packs it (a memref gets them in elements:
+  // every stride must then be a multiple of itemsize, as any array view's
+  // is).
   void AddStridedArray(void* data, const int64_t* dims, const int64_t* strides,
                        int64_t rank, size_t itemsize);
 
@@ -48,7 +68,11 @@ class KernelArgs {
   // words before its strides.
   void AddHeader(void* data, const int64_t* dims, int64_t rank,
                  size_t itemsize);
+  // allocated pointer, aligned pointer, offset (0: numbax passes the
+  // array's own start as both pointers), sizes[rank].
+  void AddMemrefHeader(void* data, const int64_t* dims, int64_t rank);
 
+  ArrayAbi abi_ = ArrayAbi::kNumba;
   std::vector<int64_t> words_;
   std::vector<void*> params_;
 };
@@ -94,8 +118,9 @@ class SliceParams {
   // Packs slice 0 of every buffer of a batch of `batch` slices (slice 0
   // for good for a `broadcast` input). Returns false, with `*bad` set to
   // the first buffer that cannot be sliced so (see AddBatchSlice).
+  // Arrays are packed in `abi` (a memref moves both of its pointers).
   bool Pack(const std::vector<BufferView>& buffers, int64_t batch,
-            const std::vector<uint8_t>& broadcast, size_t* bad);
+            const std::vector<uint8_t>& broadcast, ArrayAbi abi, size_t* bad);
 
   // Points every per-slice buffer at slice `index` (0 <= index < batch).
   void Select(int64_t index);

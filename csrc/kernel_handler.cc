@@ -51,7 +51,7 @@ ffi::Error LaunchFolded(const KernelSite& site, const cuda::Driver& driver,
   thread_local KernelArgs packed;
   for (int64_t start = 0; start < plan.batch; start += plan.max_slices) {
     const int64_t count = std::min(plan.max_slices, plan.batch - start);
-    packed.Reset();
+    packed.Reset(plan.abi);
     for (size_t i = 0; i < buffers.size(); ++i) {
       const bool reuse = i < plan.broadcast.size() && plan.broadcast[i];
       if (!AddBatchChunk(buffers[i], plan.batch, start, count, reuse,
@@ -163,7 +163,7 @@ ffi::Error LaunchPerSlice(KernelSite& site, const cuda::Driver& driver,
   }
   thread_local SliceParams slices;
   size_t bad = 0;
-  if (!slices.Pack(buffers, plan.batch, plan.broadcast, &bad)) {
+  if (!slices.Pack(buffers, plan.batch, plan.broadcast, plan.abi, &bad)) {
     return Fail(site, "buffer " + std::to_string(bad) + " (rank " +
                           std::to_string(buffers[bad].rank) +
                           ") does not hold " + std::to_string(plan.batch) +
@@ -233,7 +233,7 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
     return LaunchPerSlice(*site, *driver, device, function, stream, buffers);
   }
   thread_local KernelArgs packed;
-  packed.Reset();
+  packed.Reset(plan.abi);
   for (const BufferView& b : buffers) {
     packed.AddArray(b.data, b.dims, b.rank, LookupDType(b.dtype)->itemsize);
   }

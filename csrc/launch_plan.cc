@@ -39,7 +39,11 @@ std::string MakePlan(const std::vector<uint64_t>& functions, int64_t num_inputs,
                      const std::vector<int64_t>& block, int64_t shared_mem,
                      bool cooperative, bool empty_launch, int64_t batch,
                      const std::vector<bool>& broadcast, int fold_axis,
-                     int64_t max_slices, LaunchPlan* plan) {
+                     int64_t max_slices, int abi, LaunchPlan* plan) {
+  if (abi != static_cast<int>(ArrayAbi::kNumba) &&
+      abi != static_cast<int>(ArrayAbi::kMemref)) {
+    return "abi must be 0 (numba-cuda) or 1 (numba-cuda-mlir memrefs)";
+  }
   if (fold_axis != -1 && fold_axis != 1 && fold_axis != 2) {
     return "fold_axis must be -1, 1 or 2";
   }
@@ -69,6 +73,7 @@ std::string MakePlan(const std::vector<uint64_t>& functions, int64_t num_inputs,
   for (bool b : broadcast) plan->broadcast.push_back(b ? 1 : 0);
   plan->fold_axis = fold_axis;
   plan->max_slices = max_slices;
+  plan->abi = static_cast<ArrayAbi>(abi);
   return "";
 }
 
@@ -91,12 +96,12 @@ void BindLaunchPlan(nb::module_& m) {
              int64_t num_outputs, std::vector<int64_t> grid,
              std::vector<int64_t> block, int64_t shared_mem, bool cooperative,
              bool empty_launch, int64_t batch, std::vector<bool> broadcast,
-             int fold_axis, int64_t max_slices) {
+             int fold_axis, int64_t max_slices, int abi) {
             LaunchPlan plan;
             const std::string error =
                 MakePlan(functions, num_inputs, num_outputs, grid, block,
                          shared_mem, cooperative, empty_launch, batch,
-                         broadcast, fold_axis, max_slices, &plan);
+                         broadcast, fold_axis, max_slices, abi, &plan);
             if (!error.empty()) {
               throw nb::value_error(("LaunchPlan: " + error).c_str());
             }
@@ -106,7 +111,7 @@ void BindLaunchPlan(nb::module_& m) {
           nb::arg("num_inputs"), nb::arg("num_outputs"), nb::arg("grid"),
           nb::arg("block"), nb::arg("shared_mem"), nb::arg("cooperative"),
           nb::arg("empty_launch"), nb::arg("batch"), nb::arg("broadcast"),
-          nb::arg("fold_axis"), nb::arg("max_slices"))
+          nb::arg("fold_axis"), nb::arg("max_slices"), nb::arg("abi"))
       .def_prop_ro("owner", [](const PyLaunchPlan& p) { return p.owner; })
       .def_prop_ro("functions",
                    [](const PyLaunchPlan& p) {
@@ -140,7 +145,10 @@ void BindLaunchPlan(nb::module_& m) {
       .def_prop_ro("fold_axis",
                    [](const PyLaunchPlan& p) { return p.plan.fold_axis; })
       .def_prop_ro("max_slices",
-                   [](const PyLaunchPlan& p) { return p.plan.max_slices; });
+                   [](const PyLaunchPlan& p) { return p.plan.max_slices; })
+      .def_prop_ro("abi", [](const PyLaunchPlan& p) {
+        return static_cast<int>(p.plan.abi);
+      });
 }
 
 PyObject* ReadLaunchPlan(PyObject* object, LaunchPlan* plan,

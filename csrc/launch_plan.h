@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda_driver.h"
+#include "kernel_args.h"
 
 namespace nanobind {
 class module_;
@@ -42,6 +43,9 @@ struct LaunchPlan {
   // above max_slices (CUDA's limit on that axis) take several launches.
   int fold_axis = -1;
   int64_t max_slices = 65535;
+  // How the kernel takes its array parameters: Numba's ABI, or MLIR memrefs
+  // for a numba-cuda-mlir kernel.
+  ArrayAbi abi = ArrayAbi::kNumba;
 };
 
 // Registers numbax._core.LaunchPlan on the extension module.

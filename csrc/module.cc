@@ -189,6 +189,23 @@ NB_MODULE(_core, m) {
       "The Numba layout the fast launch path computes for a view ('' where "
       "it leaves the launch to Numba); for tests.");
   m.def(
+      "pack_array_for_test",
+      [](int abi, uint64_t address, std::vector<int64_t> shape,
+         size_t itemsize) {
+        if (abi != static_cast<int>(numbax::ArrayAbi::kNumba) &&
+            abi != static_cast<int>(numbax::ArrayAbi::kMemref)) {
+          throw nb::value_error("abi is 0 (numba-cuda) or 1 (memref)");
+        }
+        numbax::KernelArgs args;
+        args.Reset(static_cast<numbax::ArrayAbi>(abi));
+        args.AddArray(reinterpret_cast<void*>(address), shape.data(),
+                      static_cast<int64_t>(shape.size()), itemsize);
+        return args.words();
+      },
+      nb::arg("abi"), nb::arg("address"), nb::arg("shape"), nb::arg("itemsize"),
+      "The parameter words numba_cuda_kernel packs for one C-contiguous "
+      "array in `abi` (LaunchPlan.abi); for tests.");
+  m.def(
       "pack_scalar",
       [](const std::string& how, nb::object value) {
         if (how.size() != 1) throw nb::value_error("how is one character");

@@ -15,7 +15,7 @@ def _fields(**overrides):
                   num_outputs=1, grid=(3, 2, 1), block=(128, 1, 1),
                   shared_mem=4096, cooperative=True, empty_launch=False,
                   batch=5, broadcast=[False, True], fold_axis=1,
-                  max_slices=65535)
+                  max_slices=65535, abi=0)
     fields.update(overrides)
     return fields
 
@@ -35,6 +35,9 @@ def test_fields_read_back_as_given():
     assert plan.broadcast == [False, True]
     assert plan.fold_axis == 1
     assert plan.max_slices == 65535
+    assert plan.abi == 0
+    # numba-cuda-mlir kernels: arrays packed as MLIR memrefs (kernel_args.h)
+    assert _core.LaunchPlan(**_fields(abi=1)).abi == 1
 
 
 def test_every_field_is_required():
@@ -64,6 +67,8 @@ def test_unknown_field_and_positional_arguments_fail():
     ("shared_mem", -1, "negative launch parameter"),
     ("num_outputs", -1, "negative launch parameter"),
     ("shared_mem", 2**32, "shared_mem does not fit in 32 bits"),
+    ("abi", 2, "abi must be 0 .numba-cuda. or 1"),
+    ("abi", -1, "abi must be 0 .numba-cuda. or 1"),
 ])
 def test_values_no_launch_can_take_fail(name, value, message):
     with pytest.raises(ValueError, match=message):

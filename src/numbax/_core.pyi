@@ -16,7 +16,7 @@ class LaunchPlan:
     What one numba_cuda_kernel launch needs, built by numbax at XLA's instantiate stage and read by the C++ handler on every call. Keyword arguments only.
     """
 
-    def __init__(self, *, owner: object, functions: Sequence[int], num_inputs: int, num_outputs: int, grid: Sequence[int], block: Sequence[int], shared_mem: int, cooperative: bool, empty_launch: bool, batch: int, broadcast: Sequence[bool], fold_axis: int, max_slices: int) -> None: ...
+    def __init__(self, *, owner: object, functions: Sequence[int], num_inputs: int, num_outputs: int, grid: Sequence[int], block: Sequence[int], shared_mem: int, cooperative: bool, empty_launch: bool, batch: int, broadcast: Sequence[bool], fold_axis: int, max_slices: int, abi: int) -> None: ...
 
     @property
     def owner(self) -> object: ...
@@ -57,6 +57,9 @@ class LaunchPlan:
     @property
     def max_slices(self) -> int: ...
 
+    @property
+    def abi(self) -> int: ...
+
 def set_python_hooks(resolve: object, device_array: object, host_array: object, device_stream: object, host_stream: object, format_exception: object) -> None: ...
 
 def set_call_guard(pairs: object | None) -> None:
@@ -87,6 +90,11 @@ def note_simulator_launch() -> bool:
 def numba_layout(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> str:
     """
     The Numba layout the fast launch path computes for a view ('' where it leaves the launch to Numba); for tests.
+    """
+
+def pack_array_for_test(abi: int, address: int, shape: Sequence[int], itemsize: int) -> list[int]:
+    """
+    The parameter words numba_cuda_kernel packs for one C-contiguous array in `abi` (LaunchPlan.abi); for tests.
     """
 
 def pack_scalar(how: str, value: object) -> object:

@@ -171,6 +171,11 @@ def collect_info() -> dict[str, Any]:
         info["fast_launch"] = _fast_launch.status()
     except Exception as exc:  # noqa: BLE001
         info["fast_launch"] = f"unknown ({_error(exc)})"
+    # The optional second compiler: read from its metadata, never imported
+    # here (its import takes seconds).
+    from numbax import _mlir
+    info["numba_cuda_mlir"] = {"version": _mlir.version(),
+                               "status": _mlir.status()}
     return info
 
 
@@ -257,7 +262,8 @@ def _format_version(value: str | None) -> str:
 
 def format_info(info: dict[str, Any], problems: Sequence[Problem]) -> str:
     lines = []
-    width = 2 + max([12, *(len(k) for k in info["jax_plugins"])])
+    width = 2 + max([len("numba-cuda-mlir"),
+                     *(len(k) for k in info["jax_plugins"])])
 
     def row(key: str, value: str) -> None:
         lines.append(f"{key:<{width}}{value}")
@@ -301,6 +307,8 @@ def format_info(info: dict[str, Any], problems: Sequence[Problem]) -> str:
     else:
         row("CUDA driver", "not found (libcuda.so.1 does not load)")
     row("fast launch", info.get("fast_launch", "unknown"))
+    row("numba-cuda-mlir",
+        info.get("numba_cuda_mlir", {}).get("status", "unknown"))
     set_env = {k: v for k, v in info["env"].items() if v is not None}
     if set_env:
         row("environment", " ".join(f"{k}={v}" for k, v in set_env.items()))

@@ -224,6 +224,16 @@ class XLACustomKernel:
             raise TypeError(
                 f"{self!r}: kernel_generator must be callable, got "
                 f"{type(kernel_generator).__name__}: {kernel_generator!r}")
+        from .kernel import _is_dispatcher
+        if _is_dispatcher(kernel_generator):
+            # A kernel is callable too, but calling it with the op's
+            # keyword arguments fails far from here.
+            raise TypeError(
+                f"{self!r}: kernel_generator is a @cuda.jit kernel "
+                f"({type(kernel_generator).__name__}), not a generator; pass "
+                "a function of the static keyword arguments and outs that "
+                "returns numbax.numba_cuda_kernel(kernel, outs, ...) (numba-cuda "
+                "and numba-cuda-mlir kernels alike)")
         if not isinstance(backend, str) or not backend:
             raise TypeError(
                 f"{self!r}: backend must be a non-empty string, got {backend!r}")

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 
-from . import (_batching, _checks, _compat, _core, _fast_launch, _fold,
+from . import (_batching, _checks, _compat, _core, _fast_launch, _fold, _mlir,
                _nested_vmap, _numba, _registry, _signatures)
 
 # Per rank: 1-D launches use threads_per_block instead.
@@ -109,6 +109,8 @@ def launch_config(launch_dims, threads_per_block):
 
 
 def _is_dispatcher(kernel) -> bool:
+    if _mlir.is_kernel(kernel):  # numba-cuda-mlir's (_mlir.py)
+        return True
     try:
         from numba.cuda.dispatcher import CUDADispatcher
         if isinstance(kernel, CUDADispatcher):
@@ -238,6 +240,7 @@ class NumbaCudaKernel:
         self._fold_decisions: dict = {}
         self._batched_kernels: dict = {}
         self.__name__ = getattr(kernel, "__name__", "numba_cuda_kernel")
+        self._mlir = _mlir.is_kernel(kernel)  # launched with memref params
         self._identity = self._value_identity()
         # JAX hashes the op (a primitive parameter) on every eager bind.
         self._hash = id(self) if self._identity is None else hash(
@@ -303,7 +306,11 @@ class NumbaCudaKernel:
         decision = self._static_fold()
         if decision is None:
             grid, _, _ = self._launch()
-            if _numba.simulator_enabled():
+            if self._mlir:  # no simulator: read its compiled MLIR
+                compiled = compiled or self._compile(argtypes)
+                cooperative = bool(compiled.cooperative)
+                read, why = _mlir.axes_read_by_compiled(compiled, self.kernel)
+            elif _numba.simulator_enabled():
                 cooperative = False
                 read, why = _fold.axes_read_by_python(self._py_func)
             else:
@@ -321,7 +328,9 @@ class NumbaCudaKernel:
         key = (num_args, broadcast, decision.axis)
         kernel = self._batched_kernels.get(key)
         if kernel is None:
-            kernel = _fold.make_batched_kernel(
+            make = (_mlir.make_batched_kernel if self._mlir
+                    else _fold.make_batched_kernel)
+            kernel = make(
                 self.kernel, num_args, broadcast,
                 _fold.AXIS_NAMES.index(decision.axis))
             self._batched_kernels[key] = kernel
@@ -395,6 +404,8 @@ class NumbaCudaKernel:
 
     # -- GPU: the plan C++ launches from ----------------------------------
     def _argtypes(self, avals, batch):
+        if self._mlir:
+            return _mlir.argtypes(avals, batch, self._label)
         from numba import types
         tys = []
         for shape, dtype in avals:
@@ -403,6 +414,8 @@ class NumbaCudaKernel:
         return tuple(tys)
 
     def _compile(self, argtypes, n_in=None):
+        if self._mlir:
+            return _mlir.compile_kernel(self.kernel, argtypes, self._label)
         # A kernel compiled for explicit signatures: the version Numba's own
         # launch would pick, or a TypeError (never another type's code).
         compiled = _signatures.select(self.kernel, argtypes, self._label,
@@ -503,7 +516,9 @@ class NumbaCudaKernel:
         fold_axis = -1
         if batched is not None:
             try:
-                compiled = batched.compile(self._argtypes(all_avals, 0))
+                tys = self._argtypes(all_avals, 0)
+                compiled = (_mlir.compile_kernel(batched, tys, self._label)
+                            if self._mlir else batched.compile(tys))
                 fold_axis = _fold.AXIS_NAMES.index(decision.axis)
             except Exception as exc:
                 self._fold_decisions[argtypes] = _fold.fallback(
@@ -527,6 +542,8 @@ class NumbaCudaKernel:
             handles: dict = {}
             for ordinal in range(len(cuda.gpus)):
                 functions.append(
+                    _mlir.function_on(compiled, ordinal, op.shared_mem,
+                                      op._label) if op._mlir else
                     op._function_on(compiled, grid, block, ordinal, handles))
             # By keyword: a field that C++ (csrc/launch_plan.h) and this
             # call do not agree on fails here, at construction.
@@ -537,7 +554,7 @@ class NumbaCudaKernel:
                 cooperative=bool(compiled.cooperative),
                 empty_launch=bool(empty or batch < 0), batch=int(batch),
                 broadcast=[bool(b) for b in broadcast], fold_axis=fold_axis,
-                max_slices=max_slices)
+                max_slices=max_slices, abi=_mlir.MEMREF_ABI if op._mlir else 0)
 
         return _registry.KernelEntry(key, plan, op_ref)
 
@@ -655,6 +672,8 @@ class NumbaCudaKernel:
     # -- CPU: the same launch through Numba's simulator -------------------
     def _simulator_launcher(self, avals, out_shapes, batch, broadcast):
         """The function the CPU handler calls: the launch(es) in the simulator."""
+        if self._mlir:
+            raise _mlir.no_simulator_error(self._label)
         grid, block, empty = self._launch()
         n_in = len(avals)
         all_avals = list(avals) + [(tuple(s), np.dtype(d)) for s, d in out_shapes]
@@ -837,8 +856,9 @@ def numba_cuda_kernel(
 
     The kernel's arguments are the inputs, then the outputs (all arrays).
     It is compiled for the argument types when traced; each call then packs
-    the arguments in Numba's kernel ABI and launches on XLA's stream from
-    C++, with no Python and no GIL, and XLA may capture it in CUDA graphs.
+    the arguments in the compiler's kernel ABI (numba-cuda's, or
+    numba-cuda-mlir's memrefs) and launches on XLA's stream from C++, with
+    no Python and no GIL, and XLA may capture it in CUDA graphs.
 
     Launch configuration: ``grid`` and ``block`` (int or up to 3 ints), or
     ``launch_dims`` (1-3 extents; 1-D blocks of ``min(threads_per_block, n)``,
@@ -856,7 +876,9 @@ def numba_cuda_kernel(
 
     Args:
       kernel: a ``@cuda.jit`` kernel (a Numba CUDA dispatcher, not a device
-        function). Its arguments are the op's inputs, then its outputs.
+        function), of numba-cuda or of numba-cuda-mlir (GPU only: it has no
+        simulator; docs/compilers.md). Its arguments are the op's inputs,
+        then its outputs.
       outs: a ``jax.ShapeDtypeStruct`` or a sequence/pytree of them; the
         result has the same structure.
       grid: blocks per grid, an int or 1-3 ints; with ``block``.
@@ -905,8 +927,9 @@ def numba_cuda_kernel(
     if not _is_dispatcher(kernel):
         raise TypeError(
             "numba_cuda_kernel: kernel must be a Numba CUDA kernel (a function "
-            f"decorated with @cuda.jit), got {type(kernel).__name__}; wrap "
-            "plain Python launch code with numba_cuda_callable instead")
+            "decorated with @cuda.jit, from numba.cuda or numba_cuda_mlir), "
+            f"got {type(kernel).__name__}; wrap plain Python launch code with "
+            "numba_cuda_callable instead")
     if _is_device_function(kernel):
         raise TypeError(
             "numba_cuda_kernel: kernel is a device function "

@@ -266,7 +266,8 @@ TEST(SliceParams, EverySliceMatchesAFreshPacking) {
   const std::vector<uint8_t> broadcast = {0, 1, 0};
   numbax::SliceParams slices;
   size_t bad = 99;
-  ASSERT_TRUE(slices.Pack(buffers, 5, broadcast, &bad));
+  ASSERT_TRUE(
+      slices.Pack(buffers, 5, broadcast, numbax::ArrayAbi::kNumba, &bad));
   void** params = slices.params();
   for (int64_t s : {0, 3, 1, 4, 2}) {  // any order: each Select is absolute
     slices.Select(s);
@@ -290,6 +291,42 @@ TEST(SliceParams, EverySliceMatchesAFreshPacking) {
   EXPECT_EQ(w[9 + 7 + 4], Word(0x30000 + 4 * 14));
 }
 
+TEST(SliceParams, MemrefSlicesMoveBothPointers) {
+  // numba-cuda-mlir's arrays carry the address twice (allocated, aligned):
+  // a slice that moved only one would read one slice and write another.
+  const std::vector<int64_t> x_dims = {4, 3}, w_dims = {1, 3},
+                             out_dims = {4, 5};
+  const std::vector<numbax::BufferView> buffers = {
+      View(0x10000, xla::ffi::DataType::F32, x_dims, 4),
+      View(0x20000, xla::ffi::DataType::F32, w_dims, 4),  // broadcast
+      View(0x30000, xla::ffi::DataType::S32, out_dims, 4),
+  };
+  const std::vector<uint8_t> broadcast = {0, 1, 0};
+  numbax::SliceParams slices;
+  size_t bad = 99;
+  ASSERT_TRUE(
+      slices.Pack(buffers, 4, broadcast, numbax::ArrayAbi::kMemref, &bad));
+  for (int64_t s : {3, 0, 2, 1}) {
+    slices.Select(s);
+    KernelArgs fresh;
+    fresh.Reset(numbax::ArrayAbi::kMemref);
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      ASSERT_TRUE(
+          numbax::AddBatchSlice(buffers[i], 4, s, broadcast[i] != 0, &fresh));
+    }
+    EXPECT_EQ(slices.args().words(), fresh.words()) << "slice " << s;
+  }
+  slices.Select(3);
+  const Words& w = slices.args().words();
+  // x: 3 + 2 * 1 words; its two pointers at slice 3 (3 floats a slice).
+  EXPECT_EQ(w[0], Word(0x10000 + 3 * 12));
+  EXPECT_EQ(w[1], Word(0x10000 + 3 * 12));
+  EXPECT_EQ(w[5], Word(0x20000));
+  EXPECT_EQ(w[6], Word(0x20000));
+  EXPECT_EQ(w[10], Word(0x30000 + 3 * 20));
+  EXPECT_EQ(w[11], Word(0x30000 + 3 * 20));
+}
+
 TEST(SliceParams, RefusesABufferThatIsNotTheBatch) {
   const std::vector<int64_t> good = {4, 2}, short_dims = {3, 2};
   const std::vector<numbax::BufferView> buffers = {
@@ -298,10 +335,10 @@ TEST(SliceParams, RefusesABufferThatIsNotTheBatch) {
   };
   numbax::SliceParams slices;
   size_t bad = 99;
-  EXPECT_FALSE(slices.Pack(buffers, 4, {0, 0}, &bad));
+  EXPECT_FALSE(slices.Pack(buffers, 4, {0, 0}, numbax::ArrayAbi::kNumba, &bad));
   EXPECT_EQ(bad, 1u);
   // A broadcast buffer is read at slice 0 only, whatever its extent.
-  EXPECT_TRUE(slices.Pack(buffers, 4, {0, 1}, &bad));
+  EXPECT_TRUE(slices.Pack(buffers, 4, {0, 1}, numbax::ArrayAbi::kNumba, &bad));
 }
 
 }  // namespace

@@ -146,6 +146,41 @@ def _numbax_callable(env: Env, capture: bool, fast_launch: bool = True):
 
 
 # ---------------------------------------------------------------------------
+# numbax with numba-cuda-mlir's compiler: the same kernel and launches.
+
+def _mlir_kernel(env: Env):
+    """kernels_mlir.affine, or Unavailable: GPU only (it has no simulator),
+    and an optional dependency."""
+    _require_gpu(env)
+    from .. import _mlir
+    if _mlir.version() is None:
+        raise Unavailable("n/a", "numba-cuda-mlir is not installed")
+    from .kernels_mlir import affine
+    return affine
+
+
+def _numbax_mlir_kernel(env: Env):
+    def make(n):
+        import numbax
+        return numbax.numba_cuda_kernel(_mlir_kernel(env), _spec(n),
+                                        launch_dims=n,
+                                        threads_per_block=THREADS_PER_BLOCK)
+    return make
+
+
+def _numbax_mlir_callable(env: Env):
+    def make(n):
+        import numbax
+        kernel = _mlir_kernel(env)
+
+        def launch(x, y, stream):  # as _launcher, numbax's stream passed on
+            kernel[(x.size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK,
+                   THREADS_PER_BLOCK, stream](x, y)
+        return numbax.numba_cuda_callable(launch, _spec(n))
+    return make
+
+
+# ---------------------------------------------------------------------------
 # jax.experimental.buffer_callback + Numba's foreign-array interop.
 
 def _buffer_callback(env: Env, command_buffer: bool):
@@ -204,6 +239,10 @@ def all_impls(env: Env) -> list[Impl]:
              _numbax_callable(env, False, fast_launch=False), VS_PLAIN, False),
         Impl("numbax_capture", "numbax callable capture",
              _numbax_callable(env, True), VS_CMD_BUFFER, True),
+        Impl("numbax_kernel_mlir", "numbax kernel (numba-cuda-mlir)",
+             _numbax_mlir_kernel(env), VS_CMD_BUFFER, False),
+        Impl("numbax_callable_mlir", "numbax callable (numba-cuda-mlir)",
+             _numbax_mlir_callable(env), VS_PLAIN, False),
         Impl("buffer_callback", "buffer_callback", _buffer_callback(env, False),
              VS_PLAIN, False),
         Impl("buffer_callback_cmdbuf", "buffer_callback (cmd-buffer)",

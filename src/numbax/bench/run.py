@@ -27,7 +27,8 @@ from typing import Any
 from .mode import EXIT_NO_GPU, SIMULATOR_NOTE
 
 NAMES = ["native", "native_cmdbuf", "numbax_kernel", "numbax_callable",
-         "numbax_callable_numba", "numbax_capture", "buffer_callback", "buffer_callback_cmdbuf",
+         "numbax_callable_numba", "numbax_capture", "numbax_kernel_mlir",
+         "numbax_callable_mlir", "buffer_callback", "buffer_callback_cmdbuf",
          "pure_callback"]
 BASELINES = ["native", "native_cmdbuf"]
 SIMULATOR_ENV = {"JAX_PLATFORMS": "cpu", "NUMBA_ENABLE_CUDASIM": "1"}
