@@ -153,14 +153,19 @@ def test_list_of_a_signatures_runs_the_version_numba_picks(dtype, rng):
     op = numbax.numba_cuda_kernel(
         two_a_signatures, jax.ShapeDtypeStruct((N,), dtype), launch_dims=N)
     x = rng.standard_normal(N).astype(dtype)
+    # A few units in the last place of |3x| (the GPU fuses x * 3 - 1 into one
+    # rounding, numpy rounds twice; near x = 1/3 that is a large relative
+    # error). The other version's code on these buffers is off by far more.
+    tol = dict(rtol=1e-6, atol=16 * np.finfo(dtype).eps * 3 * np.abs(x).max())
     with jax.enable_x64(dtype == np.float64):
         got = np.asarray(jax.jit(op)(x))
-        np.testing.assert_allclose(got, x * 3 - 1, rtol=1e-6)
-        np.testing.assert_allclose(np.asarray(op(x)), x * 3 - 1, rtol=1e-6)
+        np.testing.assert_allclose(got, x * 3 - 1, **tol)
+        np.testing.assert_allclose(np.asarray(op(x)), x * 3 - 1, **tol)
         # Under vmap, folded into one launch or not, the same numbers.
         xs = np.stack([x, -x, 2 * x])
+        tol["atol"] *= 2
         np.testing.assert_allclose(np.asarray(jax.vmap(op)(xs)), xs * 3 - 1,
-                                   rtol=1e-6)
+                                   **tol)
     if SIMULATOR:
         return
     # The version numbax launches is the one Numba's own dispatch resolves

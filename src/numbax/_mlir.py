@@ -420,6 +420,7 @@ def install_launch_bridge() -> str:
                 marshaller, "_call_impl"):
             _bridge_note = "off: numba-cuda-mlir's launch path differs"
             return _bridge_note
+        _type_numba_cuda_arrays()
         original_configure = dispatcher_cls.configure
 
         def configure(self, griddim, blockdim, stream=None, sharedmem=None,
@@ -457,6 +458,27 @@ def install_launch_bridge() -> str:
         _bridge_note = f"on (numba-cuda-mlir {found})"
         _bridge_note += _install_fast_launch(marshaller)
         return _bridge_note
+
+
+def _type_numba_cuda_arrays() -> None:
+    """numba-cuda-mlir types numba-cuda's device arrays (numbax's arrays and
+    their views, as func receives them) through the CUDA Array Interface.
+
+    Its typeof takes any object's ``_numba_type_`` first, and a numba-cuda
+    array's is numba-cuda's own Array type, which numba-cuda-mlir's compiler
+    refuses ("invalid type in signature: expected a type instance"). The
+    interface gives the type in its own namespace, and its launcher reads
+    the interface's pointer already."""
+    try:
+        from numba.cuda.cudadrv.devicearray import DeviceNDArrayBase
+    except ImportError:  # Numba's simulator: no device arrays to type
+        return
+    from numba_cuda_mlir.numba_cuda.typing import typeof as mlir_typeof
+
+    @mlir_typeof.typeof_impl.register(DeviceNDArrayBase)
+    def _typeof_numba_cuda_array(val, c):
+        return mlir_typeof._typeof_cuda_array_interface(
+            val.__cuda_array_interface__, c, val.dtype)
 
 
 def _install_fast_launch(marshaller) -> str:
