@@ -6,9 +6,10 @@
 # CUDA are installed then), else on the CPU through Numba's CUDA simulator.
 #
 #   bash scripts/demo.sh
-#   NUMBAX_OFFLINE=1 bash scripts/demo.sh   # a machine without PyPI access:
-#       the venv sees the system's packages, wheels come from .whl/ only
-#       (a numbax wheel there is used as is; scripts/gpu_bundle.sh)
+#   NUMBAX_OFFLINE=1 bash scripts/demo.sh   # a machine without PyPI access
+#       (a GPU image with JAX and Numba): no venv; what its Python lacks
+#       comes from .whl/ (scripts/gpu_bundle.sh) into build/demo-site, on
+#       PYTHONPATH; a numbax wheel there is used as is
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -33,24 +34,40 @@ PY
 )
 
 if [ "$offline" = 1 ]; then
-  [ -x .venv/bin/python ] || "$PY" -m venv --system-site-packages .venv
-  pip_args=(--no-index --find-links .whl)
+  # The machine's own Python, with its packages (a venv made from it would
+  # not see them when it is itself a venv).
+  site=build/demo-site
+  rm -rf "$site" && mkdir -p "$site"
+  export PYTHONPATH="$(pwd)/$site${PYTHONPATH:+:$PYTHONPATH}"
+  python() { "$PY" "$@"; }
+  pip_args=(--no-index --find-links .whl --target "$site")
 else
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  . .venv/bin/activate
   pip_args=()
 fi
-. .venv/bin/activate
 pip_install() { python -m pip install -q --disable-pip-version-check "${pip_args[@]}" "$@"; }
 
-echo "== setting up .venv ($([ "$cuda_major" -gt 0 ] && echo "GPU, CUDA $cuda_major" || echo "no GPU: the CPU simulator"))"
+echo "== setting up $([ "$offline" = 1 ] && echo "$site" || echo .venv) ($([ "$cuda_major" -gt 0 ] && echo "GPU, CUDA $cuda_major" || echo "no GPU: the CPU simulator"))"
 t0=$(date +%s)
 if [ "$offline" = 1 ]; then
   # What the system lacks or has too new (numpy 2.5 breaks numba-cuda 0.30):
-  # carried as wheels, or as unpacked wheels packed with xz
-  # (scripts/gpu_bundle.sh), which unpack into the venv as pip would.
-  site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  # carried as wheels, or as unpacked wheels packed with xz, which unpack
+  # as pip would install them.
   for t in .whl/*.tar.xz; do [ -f "$t" ] && tar -C "$site" -xJf "$t"; done
-  pip_install "numpy<2.5" "jax>=0.8.1,<0.13" numba numba-cuda cuda-bindings ml_dtypes
+  python - <<'PY'
+import importlib.metadata as md
+for d in ("jax", "jaxlib", "numba", "numba-cuda", "cuda-bindings", "ml_dtypes", "numpy"):
+    try:
+        print(f"   {d} {md.version(d)}")
+    except md.PackageNotFoundError:
+        raise SystemExit(f"demo.sh: {d} is not installed, and NUMBAX_OFFLINE=1 installs "
+                         "nothing from PyPI: install it, or run without NUMBAX_OFFLINE")
+import numpy
+if tuple(int(p) for p in numpy.__version__.split(".")[:2]) >= (2, 5):
+    raise SystemExit("demo.sh: numpy %s is too new for numba-cuda 0.30: carry numpy<2.5 "
+                     "in .whl/ (scripts/gpu_bundle.sh)" % numpy.__version__)
+PY
 else
   jax_pin=$(pin jax) jaxv=${jax_pin#jax==}
   gpu=()

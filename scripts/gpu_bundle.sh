@@ -35,19 +35,22 @@ headers=$(python3 scripts/lib/ffi_headers.py "${MISMATCH_JAXLIB:-0.12.0.1}")
 NUMBAX_XLA_FFI_INCLUDE_DIR=$headers PYTHON="$PY" DIST=build/gpu-dist-mismatch WHEEL_ONLY=1 \
   bash scripts/build_wheel.sh > /dev/null
 cp build/gpu-dist-mismatch/numbax-*manylinux*.whl .whl/mismatch/
-# pack NAME==VERSION: its wheel for the GPU's Python, as .whl/NAME.tar.xz.
+# pack NAME==VERSION: its wheel for the GPU's Python, as .whl/NAME-cpXY.tar.xz
+# (kept from an earlier run when its version file matches).
 pack() {
-  local tmp
+  local tmp out=".whl/${1%%=*}-cp${ver/./}.tar.xz"
+  if [ -f "$out" ] && [ "$(cat "$out.version" 2>/dev/null)" = "$1" ]; then return 0; fi
   tmp=$(mktemp -d)
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$ver" \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$tmp" "$1"
   mkdir "$tmp/tree"
   (cd "$tmp/tree" && python3 -m zipfile -e "$tmp"/*.whl .)
-  tar -C "$tmp/tree" -cf - . | xz -9 -T2 > ".whl/${1%%=*}-cp${ver/./}.tar.xz"
+  tar -C "$tmp/tree" -cf - . | xz -9 -T2 > "$out"
+  echo "$1" > "$out.version"
   rm -rf "$tmp"
 }
-rm -f .whl/numpy-* .whl/numba_cuda_mlir-* .whl/numba-cuda-mlir-*
+[ "${WITH_MLIR:-0}" = 1 ] || rm -f .whl/numba-cuda-mlir-*
 pack "$(grep -E '^numpy==' requirements-dev.txt | sed 's/\s*#.*//')"
 [ "${WITH_MLIR:-0}" = 1 ] && pack "numba-cuda-mlir==${MLIR_VERSION:-0.6.0}"
 ls -la .whl
