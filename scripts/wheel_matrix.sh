@@ -95,6 +95,13 @@ run_row() {
     echo "jax $jax_v, Python $want: install failed (see $WORK/pip-$jax_v.log)" > "$WORK/result-$jax_v"
     return 1
   fi
+  # The full rows also check numbax's numba-cuda-mlir support that needs no
+  # GPU (tests/test_mlir.py; its own dependencies are numba-cuda's).
+  if [ "$scope" = full ] && ! "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+      --no-deps "numba-cuda-mlir==${MLIR_VERSION:-0.6.0}" >> "$WORK/pip-$jax_v.log" 2>&1; then
+    echo "jax $jax_v: numba-cuda-mlir install failed (see $WORK/pip-$jax_v.log)" > "$WORK/result-$jax_v"
+    return 1
+  fi
   # No compiler or build tool in the venv: the wheel is all numbax needs.
   for tool in cmake ninja; do
     if [ -e "$venv/bin/$tool" ]; then

@@ -715,3 +715,46 @@ def test_vmap_fold_decision_reads_the_compiled_module(mlir_kernels,
     decision = per_slice.vmap_fold(spec)
     assert not decision.folds and "reads grid axis z/y" in decision.reason, \
         decision
+
+
+@needs_mlir
+def test_configure_answers_repeats_with_what_numba_cuda_mlir_would_return():
+    # numbax answers `kernel[grid, block, stream]` repeats before
+    # numba-cuda-mlir's configure (about 9 us of Python): always the launcher
+    # its own configure returns for the same arguments, also after its cache
+    # was cleared or the dispatcher gained an extension.
+    out = run_python("""
+        import warnings
+        warnings.simplefilter("ignore")
+        from numba_cuda_mlir import cuda
+        import numbax._mlir as m
+
+        @cuda.jit
+        def k(x, y):
+            i = cuda.grid(1)
+
+        own = type(k).configure
+        assert m.install_launch_bridge().startswith("on")
+        assert type(k).configure is not own
+        a = k[16, 256, 0]
+        assert k[16, 256, 0] is a and own(k, 16, 256, 0) is a
+        assert k[(16, 1, 1), 256, 0] is own(k, (16, 1, 1), 256, 0)
+        assert k[16, 128, 0] is not a
+        k._clear_configure_cache()
+        b = k[16, 256, 0]
+        assert b is not a and k[16, 256, 0] is b and own(k, 16, 256, 0) is b
+
+        class Extension:
+            def prepare_args(self, ty, val, **kwargs):
+                return ty, val
+
+        k.extensions.append(Extension())
+        c = k[16, 256, 0]
+        assert c is not b and own(k, 16, 256, 0) is c
+        k.extensions.clear()
+        assert k[16, 256, 0] is own(k, 16, 256, 0)
+        # Unhashable arguments go to numba-cuda-mlir's configure as given.
+        assert k[[16], [256], 0] is own(k, [16], [256], 0)
+        print("ok")
+    """, simulator=False)
+    assert out.strip().endswith("ok")
