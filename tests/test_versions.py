@@ -5,6 +5,7 @@ The versions are faked: the matrix of real JAX versions runs in CI
 """
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -135,8 +136,8 @@ def test_info_problem_line_for_an_old_jax():
     assert "jax 0.7.2 is too old" in problems[0].what
     text = cli.format_info(dict(info, numbax="0.1.0", numbax_path="p", python="3.11",
                                 jax_plugins={}, env={}), problems)
-    assert "XLA FFI API   0.2 compiled into numbax, the headers of jaxlib 0.8.1; " \
-           "the running jaxlib provides 0.1" in text
+    assert re.search(r"XLA FFI API +0\.2 compiled into numbax, the headers of "
+                     r"jaxlib 0\.8\.1; the running jaxlib provides 0\.1", text)
     assert "problems found: 1" in text and f"fix: pip install -U 'jax>={MIN}'" in text
 
 
