@@ -96,3 +96,49 @@ def test_clear_caches_drops_every_entry_and_ops_still_run():
         np.asarray(f(jnp.ones((2, N), jnp.float32))), 2.0)
     np.testing.assert_array_equal(
         np.asarray(op(jnp.ones(N, jnp.float32))), 2.0)
+
+
+@cuda.jit
+def times_ten(x, out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = x[i] * 10
+
+
+@pytest.mark.parametrize("drop", ["evicted", "cleared"])
+def test_a_program_compiled_alone_runs_its_op_after_a_twin_and_a_drop(
+        small_bounds, drop, rng):
+    # Op `a` is lowered while it alone has its name (a plain key), a second
+    # op takes the same name, then a's entry is dropped (by the bound, or by
+    # clear_caches). The plain key now fits two functions; the program
+    # compiled here still means a's and must run it (it was refused as
+    # ambiguous), never b's.
+    spec = jax.ShapeDtypeStruct((N,), jnp.float32)
+    a = numbax.numba_cuda_kernel(plus_one, spec, launch_dims=N, name="late_twin")
+    x = rng.standard_normal(N).astype(np.float32)
+    lowered = jax.jit(a).lower(x)
+    b = numbax.numba_cuda_kernel(times_ten, spec, launch_dims=N, name="late_twin")
+    np.testing.assert_allclose(jax.jit(b)(x), x * 10, rtol=1e-6)
+    if drop == "evicted":
+        for n in range(1, 9):  # more keys than the bound: a's goes
+            other = numbax.numba_cuda_kernel(
+                plus_one, jax.ShapeDtypeStruct((n,), jnp.float32), launch_dims=n)
+            jax.jit(other)(x[:n])
+    else:
+        numbax.clear_caches()
+    np.testing.assert_allclose(lowered.compile()(x), x + 1, rtol=1e-6)
+    # And b's own programs still run b.
+    np.testing.assert_allclose(jax.jit(b)(x + 1), (x + 1) * 10, rtol=1e-6)
+
+
+def test_a_foreign_plain_key_of_a_shared_name_is_still_refused():
+    # The remembered keys are this process's own: a plain key traced
+    # nowhere here, whose name two live functions share, stays ambiguous.
+    spec = jax.ShapeDtypeStruct((N,), jnp.float32)
+    a = numbax.numba_cuda_kernel(plus_one, spec, launch_dims=N, name="foreign_twin")
+    b = numbax.numba_cuda_kernel(times_ten, spec, launch_dims=N, name="foreign_twin")
+    group = next(g for g in _registry._groups if g.startswith("foreign_twin/"))
+    key = f"{group}/in=float32[{N}];batch=0"
+    with pytest.raises(KeyError, match="is ambiguous in this process"):
+        _registry._lookup(key, "cuda", "kernel")
+    del a, b

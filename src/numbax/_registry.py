@@ -264,6 +264,12 @@ class Member:
     # Weak references to the ops created for this function: a kernel op
     # builds its launch plan (or simulator launcher) from the call spec.
     ops: list = field(default_factory=list)
+    # hash() of the plain (unmarked) keys this member traced here whose
+    # entries were evicted or cleared since, most recent last: once another
+    # function joins the group such a key no longer names one function, yet
+    # a program compiled here before still means this one (_lookup).
+    # Bounded: past it, the oldest such programs are refused as ambiguous.
+    dropped: "OrderedDict[int, None]" = field(default_factory=OrderedDict)
 
     def live_op(self):
         for ref in reversed(self.ops):
@@ -299,10 +305,31 @@ def _store(key: str, entry: Any, memo_key: tuple | None = None) -> None:
         _memo[memo_key] = key
         _memo_of_key[key] = memo_key
     while len(_entries) > max(1, MAX_ENTRIES):
-        old, _ = _entries.popitem(last=False)
+        old, old_entry = _entries.popitem(last=False)
+        _note_dropped(old, old_entry)
         memo_of_old = _memo_of_key.pop(old, None)
         if memo_of_old is not None:
             _memo.pop(memo_of_old, None)
+
+
+#: How many dropped plain keys each member remembers (a hash each).
+MAX_DROPPED = 65536
+
+
+def _note_dropped(key: str, entry: Any) -> None:
+    """Remembers (with _lock held) that the entry of `key`, a plain key
+    traced here, was dropped: the member that traced it still serves it
+    after another function joins its group."""
+    parsed = split_key(key)
+    if parsed is None or parsed[2] is not None:
+        return  # marked keys name their member themselves
+    member = _groups.get(parsed[0], {}).get(getattr(entry, "func_id", 0))
+    if member is None:
+        return
+    member.dropped[hash(key)] = None
+    member.dropped.move_to_end(hash(key))
+    while len(member.dropped) > MAX_DROPPED:
+        member.dropped.popitem(last=False)
 
 
 def _touch(key: str) -> None:
@@ -315,6 +342,8 @@ def clear_entries() -> None:
     kernel ops keep (numbax.clear_caches()): each is rebuilt from its key
     when a program needs it. Ops and their groups stay registered."""
     with _lock:
+        for key, entry in _entries.items():
+            _note_dropped(key, entry)
         _entries.clear()
         _memo.clear()
         _memo_of_key.clear()
@@ -603,6 +632,11 @@ def _lookup(key: str, platform: str, kind: str = "callable"):
     if not live:
         raise _missing(key, kind, _describe_others(group_key))
     if len(live) > 1:
+        # A program compiled here while one function had the group, whose
+        # entry was dropped since: that function, not a guess.
+        traced = [m for m in live if hash(key) in m.dropped]
+        if len(traced) == 1:
+            return _build_entry(key, group_key, call, traced[0], kind, platform)
         names = ", ".join(sorted({repr(m.func_ref()) for m in live}))
         raise KeyError(
             f"numbax op key '{key}' is ambiguous in this process: "
