@@ -112,7 +112,7 @@ def argtypes(avals, batch: int, label: str = "numba_cuda_kernel") -> tuple:
                 f"{label}: numba-cuda-mlir has no type for dtype "
                 f"{np.dtype(dtype)} ({exc}); cast the array to a dtype it "
                 "supports, or use a numba-cuda kernel") from exc
-        tys.append(types.Array(element, ndim, "C"))
+        tys.append(types.Array(element, ndim, "C"))  # type: ignore[attr-defined]  # numba-cuda-mlir's own typing
     return tuple(tys)
 
 
@@ -616,7 +616,7 @@ _SCALARS = frozenset(_INTS + (float, np.float32, np.float64))
 
 def _scalar_packing(ty, value) -> str | None:
     from numba_cuda_mlir.numba_cuda import types
-    if isinstance(ty, types.Integer) and type(value) in _INTS:
+    if isinstance(ty, types.Integer) and type(value) in _INTS:  # type: ignore[attr-defined]  # numba-cuda-mlir's own typing
         return "i"
     if ty == types.float64 and type(value) in _SCALARS:
         return "d"
@@ -656,7 +656,7 @@ def _fast_plan(cfg, args, ours, device):
         if slot >= 0:
             # Any layout: a memref carries its strides, numbax passes the
             # buffer's own (C-contiguous).
-            if not isinstance(ty, types.Array) or ty.ndim != value.ndim:
+            if not isinstance(ty, types.Array) or ty.ndim != value.ndim:  # type: ignore[attr-defined]  # numba-cuda-mlir's own typing
                 return "plan_error"
             packing.append("M")
             continue
