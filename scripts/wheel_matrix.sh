@@ -8,7 +8,10 @@
 #
 #   bash scripts/wheel_matrix.sh [--wheel PATH] [ROW...] [-- pytest args]
 #
-# ROW is JAX_VERSION:SCOPE[:PYTHON], SCOPE full or subset, PYTHON a version
+# ROW is JAX_VERSION:SCOPE[:PYTHON]; SCOPE is all (every test file), full
+# (all but HEAVY), subset, or subset+heavy (SUBSET and HEAVY): the default
+# rows run every test file at least once, the slowest on a row of the other
+# lane so that the two lanes take about the same time. PYTHON a version
 # (3.12) found as pythonX.Y on PATH or under ~/.pyenv/versions (default: the
 # PYTHON variable, else python3). Default rows: see DEFAULT_ROWS. The rows
 # run two at a time (this machine has 2 cores; the full row is the long
@@ -19,10 +22,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEFAULT_PY=${PYTHON:-python3}
-DEFAULT_ROWS=("0.10.2:full:3.11" "0.8.1:subset:3.11" "0.11.2:subset:3.12"
+DEFAULT_ROWS=("0.10.2:full:3.11" "0.8.1:subset:3.11" "0.11.2:subset+heavy:3.12"
               "0.12.0.1:subset:3.13")
 SUBSET=(tests/test_callable.py tests/test_kernel.py tests/test_custom_kernel.py
         tests/test_export.py tests/test_versions.py)
+# Slow files (fresh processes, fault loops) that need no
+# particular JAX: run on the newest-JAX Python 3.12 row instead of the full.
+HEAVY=(tests/test_export_keys.py tests/test_faults.py)
 WORK=${NUMBAX_MATRIX_DIR:-/tmp/numbax-matrix}
 
 wheel="" rows=() pytest_args=()
@@ -97,7 +103,9 @@ run_row() {
   fi
   # The full rows also check numbax's numba-cuda-mlir support that needs no
   # GPU (tests/test_mlir.py; its own dependencies are numba-cuda's).
-  if [ "$scope" = full ] && ! "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+  local mlir=0
+  case "$scope" in full|all) mlir=1 ;; esac
+  if [ "$mlir" = 1 ] && ! "$venv/bin/python" -m pip install -q --disable-pip-version-check \
       --no-deps "numba-cuda-mlir==${MLIR_VERSION:-0.6.0}" >> "$WORK/pip-$jax_v.log" 2>&1; then
     echo "jax $jax_v: numba-cuda-mlir install failed (see $WORK/pip-$jax_v.log)" > "$WORK/result-$jax_v"
     return 1
@@ -108,8 +116,13 @@ run_row() {
       echo "jax $jax_v: unexpected: $tool in the test venv" > "$WORK/result-$jax_v"; return 1
     fi
   done
-  files=(tests)
-  [ "$scope" = subset ] && files=("${SUBSET[@]}")
+  case "$scope" in
+    all) files=(tests) ;;
+    full) files=(tests); for f in "${HEAVY[@]}"; do files+=(--ignore "$f"); done ;;
+    subset) files=("${SUBSET[@]}") ;;
+    subset+heavy) files=("${SUBSET[@]}" "${HEAVY[@]}") ;;
+    *) echo "jax $jax_v: unknown scope '$scope'" > "$WORK/result-$jax_v"; return 1 ;;
+  esac
   # From the checkout: numbax lives under src/, never on sys.path here, so
   # every `import numbax` (the tests' subprocesses too) is the installed wheel.
   set +e
@@ -137,7 +150,7 @@ lane() {
 }
 full=() rest=()
 for row in "${rows[@]}"; do
-  case "$row" in *:full*) full+=("$row") ;; *) rest+=("$row") ;; esac
+  case "$row" in *:full*|*:all*) full+=("$row") ;; *) rest+=("$row") ;; esac
 done
 pids=()
 [ ${#full[@]} -gt 0 ] && { lane "${full[@]}" & pids+=($!); }
