@@ -5,8 +5,9 @@
 #   clang-format, the docs site), bounded fuzzing of the call-frame
 #   decoding, and the Python tests on JAX's CPU backend through Numba's CUDA
 #   simulator, run on numbax's release wheel in fresh venvs at both ends of
-#   the supported range (scripts/wheel_matrix.sh: the full suite on one row,
-#   a subset on the others), two at a time beside the C++ and lint steps.
+#   the supported range (scripts/wheel_matrix.sh: every test file on one row
+#   or another, a subset on each), two at a time beside the C++ and lint
+#   steps.
 # GPU tests: scripts/gpu_check.sh on a GPU machine.
 #
 #   bash scripts/test.sh [-- pytest args for every matrix row]

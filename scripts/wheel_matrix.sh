@@ -27,7 +27,7 @@ DEFAULT_ROWS=("0.10.2:full:3.11" "0.8.1:subset:3.11" "0.11.2:subset+heavy:3.12"
 SUBSET=(tests/test_callable.py tests/test_kernel.py tests/test_custom_kernel.py
         tests/test_export.py tests/test_versions.py)
 # Slow files (fresh processes, fault loops) that need no
-# particular JAX: run on the newest-JAX Python 3.12 row instead of the full.
+# particular JAX: run on the Python 3.12 row (jax 0.11.2), not the full one.
 HEAVY=(tests/test_export_keys.py tests/test_faults.py)
 WORK=${NUMBAX_MATRIX_DIR:-/tmp/numbax-matrix}
 
