@@ -674,6 +674,14 @@ def _scalar_run(kernel, x, a_b, fast):
         fast_launch=fast))(x))
 
 
+def _message(fn) -> str:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001
+        return str(exc)
+    return ""
+
+
 def _outcome(fn):
     try:
         return ("ok", fn())
@@ -1031,7 +1039,13 @@ def vmap_fold_matches_call_on_odd_inputs():
         elif call[0] == fold[0] == "err" and call[1] != fold[1]:
             bad.append(f"{label}: call {call[1]} vs vmap_fold {fold[1]}")
         elif fold[0] == "err" and fold[1] not in ("TypeError", "ValueError"):
-            bad.append(f"{label}: raw {fold[1]}")
+            # A kernel Numba cannot type for these arrays: Numba's own
+            # TypingError, raised at trace time with the op named first,
+            # is the documented contract (docs/errors.md).
+            msg = _message(lambda: op.vmap_fold(*args))
+            if not (fold[1] == "TypingError" and "numba_cuda_kernel(" in msg
+                    and "could not compile" in msg):
+                bad.append(f"{label}: raw {fold[1]}")
     d = op.vmap_fold(jax.ShapeDtypeStruct((N,), jnp.float32))
     assert hasattr(d, "folds"), d
     assert not bad, " | ".join(bad[:4])
