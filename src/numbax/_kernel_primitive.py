@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 
-from . import _batching, _checks, _compat, _nested_vmap, _registry
+from . import _batching, _checks, _compat, _nested_vmap, _registry, _targets
 
 numbax_kernel_p = _compat.eager_primitive("numbax_kernel")
 
@@ -32,10 +32,10 @@ def _lower(ctx, *args, op, out_shapes, batch, broadcast, platform):
     if platform == "cuda":
         outs = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_out]
         key = op._gpu_key(avals, outs, batch, broadcast)
-        target = _registry.KERNEL_TARGET
+        target = _targets.KERNEL_TARGET
     else:
         key = op._simulator_key(avals, out_shapes, batch, broadcast)
-        target = _registry.CALLABLE_TARGET
+        target = _targets.CALLABLE_TARGET
     if (getattr(ctx.module_context.lowering_parameters, "for_export", False)
             and _registry.is_ambiguous(key)):
         raise _registry.ambiguous_export_error(op._label, key, op.name)

@@ -9,7 +9,7 @@ import numpy as np
 from jax.custom_batching import custom_vmap
 
 from . import (_checks, _fast_launch, _inputcheck, _mlir_launch, _numba,
-               _registry)
+               _registry, _targets)
 
 
 class NumbaCudaCallable:
@@ -95,8 +95,8 @@ class NumbaCudaCallable:
                                    len(self.scratch_specs), stream=True))
             self._arities_checked.add(nargs)
         key = self._key(inputs)
-        target = (_registry.CAPTURE_TARGET if self.capture
-                  else _registry.CALLABLE_TARGET)
+        target = (_targets.CAPTURE_TARGET if self.capture
+                  else _targets.CALLABLE_TARGET)
         # ffi_call's own 'expand_dims' batching gives an unbatched aliased
         # operand a size-1 axis ('legacy_vectorized': none), which XLA's
         # verifier then refuses against the batched output; numbax's
