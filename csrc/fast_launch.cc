@@ -11,13 +11,10 @@
 
 #include "cuda_driver.h"
 #include "kernel_args.h"
+#include "launch_args.h"
 
 namespace numbax {
 namespace {
-
-// Scalars are packed into the low bytes of 8-byte words (PackScalar).
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-              "the fast launch path packs scalars for little-endian hosts");
 
 constexpr const char* kReasonNames[kFallbackReasonCount] = {
     "disabled",     "simulator",         "other_thread",
@@ -32,22 +29,8 @@ std::atomic<int64_t> g_active_calls{0};
 
 void Count(int reason) { ++FastCounters().fallbacks[reason]; }
 
-// Dry runs (tests only, see SetDryRun): the last launch, as it would reach
-// the driver.
-bool g_dry_run = false;
-struct DryLaunch {
-  uintptr_t function = 0;
-  unsigned grid[3] = {0, 0, 0};
-  unsigned block[3] = {0, 0, 0};
-  unsigned shared_mem = 0;
-  bool cooperative = false;
-  uintptr_t stream = 0;
-  std::vector<int64_t> words;
-};
-DryLaunch& LastDryLaunch() {
-  static auto* last = new DryLaunch();
-  return *last;
-}
+// Where dry runs record (SetDryLaunchRecord); nullptr: launches are real.
+DryLaunch* g_dry_run = nullptr;
 
 int ReasonFromName(PyObject* name) {
   const char* s =
@@ -60,142 +43,6 @@ int ReasonFromName(PyObject* name) {
     if (std::strcmp(s, kReasonNames[i]) == 0) return i;
   }
   return kFallbackPlanError;
-}
-
-// What a launch's argument types look like to Numba's dispatcher: an array
-// numbax handed to func, or a view of one, is (layout, dtype, rank), exactly
-// Numba's array type; anything else its Python type (the plan builder
-// accepts only scalar types whose Numba type depends on the type alone; a
-// Python int must fit int64).
-constexpr uint64_t kArrayTag = uint64_t{1} << 63;
-
-uint64_t ArrayCode(char layout, ffi::DataType dtype, int64_t rank) {
-  return kArrayTag |
-         (static_cast<uint64_t>(static_cast<unsigned char>(layout)) << 40) |
-         (static_cast<uint64_t>(dtype) << 8) | static_cast<uint64_t>(rank);
-}
-
-// How a launch argument is passed, per position: slot >= 0 is buffer
-// `slot`'s own array; kViewC/F/A a view of a buffer with that Numba layout
-// (its geometry in the launch's ViewInfo); kOther anything else.
-constexpr int kOther = -1;
-constexpr int kViewC = -2;
-constexpr int kViewF = -3;
-constexpr int kViewA = -4;
-
-// A slice or reshape of one of the call's buffers, as Numba would pack it.
-struct ViewInfo {
-  void* data = nullptr;
-  int64_t rank = 0;
-  size_t itemsize = 0;
-  int64_t dims[kMaxRank];
-  int64_t strides[kMaxRank];
-};
-
-PyObject* Interned(const char* s) {
-  PyObject* o = PyUnicode_InternFromString(s);
-  if (!o) PyErr_Clear();
-  return o;  // kept for the process
-}
-
-bool ReadDims(PyObject* t, int64_t* out, int64_t* rank) {
-  if (!t || !PyTuple_Check(t) || PyTuple_GET_SIZE(t) > kMaxRank) return false;
-  *rank = PyTuple_GET_SIZE(t);
-  for (Py_ssize_t i = 0; i < *rank; ++i) {
-    PyObject* v = PyTuple_GET_ITEM(t, i);
-    if (!PyLong_Check(v)) return false;
-    int overflow = 0;
-    out[i] = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (overflow || (out[i] == -1 && PyErr_Occurred())) return false;
-  }
-  return true;
-}
-
-// Recognises `a` as a view (a slice or reshape) of one of the call's
-// buffers: a Numba device array of the same type as numbax's, whose every
-// byte lies inside one buffer of the same dtype. Fills `view` and `code`
-// (the array's Numba type, as ArrayCode) and returns its kView* kind, or
-// kOther. Reads only plain attributes and the data pointer, as Numba's
-// packing does; any surprise means kOther, and the launch goes to Numba.
-int RecogniseView(PyObject* a, const ActiveCall& call, ViewInfo* view,
-                  uint64_t* code) {
-  const std::vector<BufferView>& buffers = *call.buffers;
-  if (buffers.empty()) return kOther;
-  // numbax's arrays are a DeviceNDArray subclass; Numba makes some views of
-  // them (squeeze, view) as plain DeviceNDArrays, its base.
-  PyTypeObject* own = Py_TYPE(call.arrays[0]);
-  if (Py_TYPE(a) != own &&
-      (Py_TYPE(a) != own->tp_base || own->tp_base == &PyBaseObject_Type)) {
-    return kOther;
-  }
-  static PyObject* s_shape = Interned("shape");
-  static PyObject* s_strides = Interned("strides");
-  static PyObject* s_dtype = Interned("dtype");
-  static PyObject* s_pointer = Interned("device_ctypes_pointer");
-  static PyObject* s_value = Interned("value");
-  if (!s_shape || !s_strides || !s_dtype || !s_pointer || !s_value) {
-    return kOther;
-  }
-  int kind = kOther;
-  int64_t strides_rank = -1;
-  PyObject* shape = PyObject_GetAttr(a, s_shape);
-  PyObject* strides = shape ? PyObject_GetAttr(a, s_strides) : nullptr;
-  PyObject* dtype = strides ? PyObject_GetAttr(a, s_dtype) : nullptr;
-  PyObject* pointer = dtype ? PyObject_GetAttr(a, s_pointer) : nullptr;
-  PyObject* value = pointer ? PyObject_GetAttr(pointer, s_value) : nullptr;
-  uintptr_t data = 0;
-  bool ok = value && ReadDims(shape, view->dims, &view->rank) &&
-            ReadDims(strides, view->strides, &strides_rank) &&
-            strides_rank == view->rank;
-  if (ok && value != Py_None) {
-    data = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(value));
-    ok = !PyErr_Occurred();
-  }
-  ok = ok && data != 0;
-  for (size_t j = 0; ok && j < buffers.size(); ++j) {
-    const BufferView& b = buffers[j];
-    const DTypeInfo* info = LookupDType(b.dtype);
-    const uintptr_t base = reinterpret_cast<uintptr_t>(b.data);
-    if (!info || base == 0 || data < base || data >= base + b.nbytes) continue;
-    // The extent of the view: its lowest and highest byte, overflow-checked.
-    const int64_t itemsize = static_cast<int64_t>(info->itemsize);
-    int64_t lo = 0, hi = itemsize, elements = 1;
-    bool fits = true;
-    for (int64_t d = 0; fits && d < view->rank; ++d) {
-      int64_t reach;
-      if (view->dims[d] <= 0 ||
-          __builtin_mul_overflow(view->dims[d] - 1, view->strides[d], &reach) ||
-          __builtin_add_overflow(reach < 0 ? lo : hi, reach,
-                                 reach < 0 ? &lo : &hi) ||
-          __builtin_mul_overflow(elements, view->dims[d], &elements)) {
-        fits = false;
-      }
-    }
-    const int64_t offset = static_cast<int64_t>(data - base);
-    if (!fits || offset + lo < 0 ||
-        offset + hi > static_cast<int64_t>(b.nbytes)) {
-      continue;
-    }
-    PyObject* own_dtype = PyObject_GetAttr(call.arrays[j], s_dtype);
-    const bool same_dtype = own_dtype == dtype;
-    Py_XDECREF(own_dtype);
-    if (!same_dtype) continue;
-    const char layout =
-        NumbaArrayLayout(view->dims, view->strides, view->rank, itemsize);
-    if (layout == 0) break;
-    view->data = reinterpret_cast<void*>(data);
-    view->itemsize = info->itemsize;
-    *code = ArrayCode(layout, b.dtype, view->rank);
-    kind = layout == 'C' ? kViewC : layout == 'F' ? kViewF : kViewA;
-    break;
-  }
-  Py_XDECREF(shape);
-  Py_XDECREF(strides);
-  Py_XDECREF(dtype);
-  Py_XDECREF(pointer);
-  Py_XDECREF(value);
-  if (PyErr_Occurred()) PyErr_Clear();
-  return kind;
 }
 
 struct PlanKey {
@@ -379,62 +226,6 @@ void StorePlan(const PlanKey& key, std::shared_ptr<Plan> plan) {
   slot = std::move(plan);
 }
 
-// Appends one scalar as an 8-byte word: cuLaunchKernel reads the parameter's
-// own size from its start, i.e. the low bytes (little-endian), which is how
-// ctypes truncates an int to a narrower C type too.
-bool PackScalar(char how, PyObject* value, KernelArgs* packed) {
-  int64_t word = 0;
-  switch (how) {
-    case 'i': {
-      unsigned long long v = PyLong_AsUnsignedLongLongMask(value);
-      if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
-        return false;
-      }
-      std::memcpy(&word, &v, sizeof v);
-      break;
-    }
-    case 'b': {
-      int t = PyObject_IsTrue(value);
-      if (t < 0) return false;
-      word = t;
-      break;
-    }
-    case 'f':
-    case 'd': {
-      double d = PyFloat_AsDouble(value);
-      if (d == -1.0 && PyErr_Occurred()) return false;
-      if (how == 'f') {
-        float f = static_cast<float>(d);
-        std::memcpy(&word, &f, sizeof f);
-      } else {
-        std::memcpy(&word, &d, sizeof d);
-      }
-      break;
-    }
-    case 'c':
-    case 'z': {
-      Py_complex c = PyComplex_AsCComplex(value);
-      if (c.real == -1.0 && PyErr_Occurred()) return false;
-      int64_t imag = 0;
-      if (how == 'c') {
-        float re = static_cast<float>(c.real), im = static_cast<float>(c.imag);
-        std::memcpy(&word, &re, sizeof re);
-        std::memcpy(&imag, &im, sizeof im);
-      } else {
-        std::memcpy(&word, &c.real, sizeof c.real);
-        std::memcpy(&imag, &c.imag, sizeof c.imag);
-      }
-      packed->AddWord(word);
-      packed->AddWord(imag);
-      return true;
-    }
-    default:
-      return false;
-  }
-  packed->AddWord(word);
-  return true;
-}
-
 PyObject* NewTuple(PyObject* const* items, Py_ssize_t n) {
   PyObject* t = PyTuple_New(n);
   if (!t) return nullptr;
@@ -576,41 +367,11 @@ PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
   key.device = call->device;
   key.codes.clear();
   slots.clear();
-  if (views.size() < static_cast<size_t>(n)) views.resize(n);
   const std::vector<BufferView>& buffers = *call->buffers;
-  for (Py_ssize_t i = 1; i < n; ++i) {
-    PyObject* a = args[i];
-    int slot = kOther;
-    for (size_t j = 0; j < buffers.size(); ++j) {
-      if (call->arrays[j] == a) {
-        slot = static_cast<int>(j);
-        break;
-      }
-    }
-    if (slot >= 0) {
-      const BufferView& v = buffers[static_cast<size_t>(slot)];
-      slots.push_back(slot);
-      key.codes.push_back(ArrayCode('C', v.dtype, v.rank));
-      continue;
-    }
-    uint64_t code = 0;
-    slot = RecogniseView(a, *call, &views[static_cast<size_t>(i - 1)], &code);
-    slots.push_back(slot);
-    if (slot != kOther) {
-      key.codes.push_back(code);
-      continue;
-    }
-    if (PyLong_CheckExact(a)) {
-      // Numba types an int that does not fit int64 as uint64 (or refuses
-      // it): such a value is not the type the plan was recorded for.
-      int overflow = 0;
-      PyLong_AsLongLongAndOverflow(a, &overflow);
-      if (overflow != 0) {
-        Count(kFallbackForeignArgument);
-        return CallOriginal(hook, args, nargsf, kwnames);
-      }
-    }
-    key.codes.push_back(reinterpret_cast<uintptr_t>(Py_TYPE(a)));
+  if (!ReadLaunchArguments(args + 1, n - 1, buffers, call->arrays, &slots,
+                           &views, &key.codes)) {
+    Count(kFallbackForeignArgument);
+    return CallOriginal(hook, args, nargsf, kwnames);
   }
 
   PlanMap& plans = Plans();
@@ -652,37 +413,17 @@ PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
 
   thread_local KernelArgs packed;
   packed.Reset(plan->abi);
-  for (Py_ssize_t i = 1; i < n; ++i) {
-    const char how = plan->packing[static_cast<size_t>(i - 1)];
-    if (how == 'A' || how == 'M') {
-      const int slot = slots[static_cast<size_t>(i - 1)];
-      if (slot <= kViewC) {
-        const ViewInfo& v = views[static_cast<size_t>(i - 1)];
-        packed.AddStridedArray(v.data, v.dims, v.strides, v.rank, v.itemsize);
-        continue;
-      }
-      if (slot < 0) {  // cannot happen: the key says which are arrays
-        Count(kFallbackPlanError);
-        return CallOriginal(hook, args, nargsf, kwnames);
-      }
-      const BufferView& v = buffers[static_cast<size_t>(slot)];
-      const DTypeInfo* info = LookupDType(v.dtype);
-      if (!info) {
-        Count(kFallbackPlanError);
-        return CallOriginal(hook, args, nargsf, kwnames);
-      }
-      packed.AddArray(v.data, v.dims, v.rank, info->itemsize);
-    } else if (!PackScalar(how, args[i], &packed)) {
-      // A value Numba's packing would refuse too: let it say so.
-      PyErr_Clear();
-      Count(kFallbackForeignArgument);
-      return CallOriginal(hook, args, nargsf, kwnames);
-    }
+  const PackResult packing = PackLaunchArguments(
+      plan->packing, args + 1, n - 1, slots, views, buffers, &packed);
+  if (packing != PackResult::kPacked) {
+    Count(packing == PackResult::kForeignArgument ? kFallbackForeignArgument
+                                                  : kFallbackPlanError);
+    return CallOriginal(hook, args, nargsf, kwnames);
   }
 
   const Plan& p = *plan;
   if (g_dry_run) {
-    DryLaunch& d = LastDryLaunch();
+    DryLaunch& d = *g_dry_run;
     d.function = reinterpret_cast<uintptr_t>(p.function);
     std::memcpy(d.grid, p.grid, sizeof d.grid);
     std::memcpy(d.block, p.block, sizeof d.block);
@@ -816,100 +557,9 @@ bool NoteSimulatorLaunch() {
   return true;
 }
 
-PyObject* PackScalarForTest(char how, PyObject* value) {
-  KernelArgs packed;
-  if (!PackScalar(how, value, &packed)) {
-    if (!PyErr_Occurred()) {
-      PyErr_Format(PyExc_ValueError, "cannot pack as '%c'", how);
-    }
-    return nullptr;
-  }
-  return PyBytes_FromStringAndSize(
-      reinterpret_cast<const char*>(packed.words().data()),
-      static_cast<Py_ssize_t>(packed.size() * sizeof(int64_t)));
-}
-
-void SetDryRun(bool on) { g_dry_run = on; }
-
 void SetResolveFunctions(bool on) { g_resolve_functions = on; }
 
-PyObject* LastLaunch() {
-  const DryLaunch& d = LastDryLaunch();
-  PyObject* words = PyList_New(static_cast<Py_ssize_t>(d.words.size()));
-  if (!words) return nullptr;
-  for (size_t i = 0; i < d.words.size(); ++i) {
-    PyObject* w = PyLong_FromLongLong(d.words[i]);
-    if (!w) {
-      Py_DECREF(words);
-      return nullptr;
-    }
-    PyList_SET_ITEM(words, static_cast<Py_ssize_t>(i), w);
-  }
-  return Py_BuildValue(
-      "{s:K,s:(III),s:(III),s:I,s:O,s:K,s:N}", "function",
-      static_cast<unsigned long long>(d.function), "grid", d.grid[0], d.grid[1],
-      d.grid[2], "block", d.block[0], d.block[1], d.block[2], "shared_mem",
-      d.shared_mem, "cooperative", d.cooperative ? Py_True : Py_False, "stream",
-      static_cast<unsigned long long>(d.stream), "words", words);
-}
-
-PyObject* CallAsNumbax(PyObject* func, PyObject* arrays, PyObject* buffers,
-                       void* stream, int device, bool enabled) {
-  if (!PyTuple_Check(arrays) || !PyList_Check(buffers) ||
-      PyTuple_GET_SIZE(arrays) != PyList_GET_SIZE(buffers)) {
-    PyErr_SetString(PyExc_ValueError,
-                    "arrays (a tuple) and buffers (a list) must match");
-    return nullptr;
-  }
-  static const ffi::DataType kTypes[] = {
-      ffi::DataType::PRED, ffi::DataType::S8,  ffi::DataType::S16,
-      ffi::DataType::S32,  ffi::DataType::S64, ffi::DataType::U8,
-      ffi::DataType::U16,  ffi::DataType::U32, ffi::DataType::U64,
-      ffi::DataType::F16,  ffi::DataType::F32, ffi::DataType::F64,
-      ffi::DataType::C64,  ffi::DataType::C128};
-  const Py_ssize_t n = PyList_GET_SIZE(buffers);
-  std::vector<std::vector<int64_t>> dims(static_cast<size_t>(n));
-  std::vector<BufferView> views(static_cast<size_t>(n));
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    unsigned long long address;
-    const char* dtype;
-    PyObject* shape;
-    if (!PyArg_ParseTuple(PyList_GET_ITEM(buffers, i), "KsO!", &address, &dtype,
-                          &PyTuple_Type, &shape)) {
-      return nullptr;
-    }
-    BufferView& v = views[static_cast<size_t>(i)];
-    for (ffi::DataType t : kTypes) {
-      if (std::strcmp(LookupDType(t)->name, dtype) == 0) v.dtype = t;
-    }
-    const DTypeInfo* info = LookupDType(v.dtype);
-    if (!info) {
-      PyErr_Format(PyExc_ValueError, "unknown dtype %s", dtype);
-      return nullptr;
-    }
-    std::vector<int64_t>& d = dims[static_cast<size_t>(i)];
-    int64_t count = 1;
-    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(shape); ++k) {
-      d.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(shape, k)));
-      if (PyErr_Occurred()) return nullptr;
-      count *= d.back();
-    }
-    v.data = reinterpret_cast<void*>(static_cast<uintptr_t>(address));
-    v.dims = d.data();
-    v.rank = static_cast<int64_t>(d.size());
-    v.element_count = count;
-    v.nbytes = static_cast<size_t>(count) * info->itemsize;
-  }
-  ActiveCall call;
-  call.buffers = &views;
-  call.arrays = &PyTuple_GET_ITEM(arrays, 0);
-  call.stream = stream;
-  call.device = device;
-  call.cuda = true;
-  call.enabled = enabled;
-  ActiveCallScope scope(&call);
-  return PyObject_CallNoArgs(func);
-}
+void SetDryLaunchRecord(DryLaunch* record) { g_dry_run = record; }
 
 void ClearLaunchPlans() {
   // Swapped out first: dropping a reference may run Python (a finaliser)

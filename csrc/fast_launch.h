@@ -87,20 +87,21 @@ PyObject* NewLaunchHook(PyObject* original, PyObject* check, PyObject* plan);
 // counted.
 bool NoteSimulatorLaunch();
 
-// The parameter words the fast path packs for one scalar `value` packed as
-// `how` (see _fast_launch.py), as bytes (8, or 16 for complex): a new
-// reference, or nullptr with a Python error set. For tests.
-PyObject* PackScalarForTest(char how, PyObject* value);
+// A fast launch as it would reach the driver (dry runs: fast_launch_testing.h).
+struct DryLaunch {
+  uintptr_t function = 0;
+  unsigned grid[3] = {0, 0, 0};
+  unsigned block[3] = {0, 0, 0};
+  unsigned shared_mem = 0;
+  bool cooperative = false;
+  uintptr_t stream = 0;
+  std::vector<int64_t> words;
+};
 
-// Test support: the C++ path without a GPU. With dry runs on, a fast
-// launch records what it would send to the driver (LastLaunch) instead of
-// calling it. CallAsNumbax runs `func` as numbax runs a func: with `arrays`
-// wrapping `buffers` published on this thread (a list of (address, dtype
-// name, shape)). Both return a new reference, or nullptr with an error.
-void SetDryRun(bool on);
-PyObject* LastLaunch();
-PyObject* CallAsNumbax(PyObject* func, PyObject* arrays, PyObject* buffers,
-                       void* stream, int device, bool enabled);
+// Test support: with a record set, a fast launch fills it instead of
+// calling the driver (and plans keep Numba's CUkernel); nullptr, the
+// default, launches.
+void SetDryLaunchRecord(DryLaunch* record);
 
 // Whether plans recorded from now on launch the current context's
 // CUfunction of each kernel (the default) or Numba's CUkernel handle, as

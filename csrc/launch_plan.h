@@ -1,7 +1,7 @@
 // The launch plan of a numba_cuda_kernel call site: everything one launch
 // needs, fixed when XLA instantiates the program.
 //
-// numbax's Python side (src/numbax/kernel.py) builds it as a
+// numbax's Python side (src/numbax/_kernel_plan.py) builds it as a
 // numbax._core.LaunchPlan, by keyword only: a field one side has and the
 // other lacks fails at construction (TypeError), instead of shifting the
 // others; a value no launch can take fails there too (ValueError).

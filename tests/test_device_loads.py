@@ -22,7 +22,7 @@ import types
 import pytest
 
 from numbax import _core, _numba
-from numbax import kernel as kernel_mod
+from numbax import _kernel_plan
 
 
 # The device whose context is current on this thread, as the fake
@@ -124,10 +124,9 @@ def _plans_at_once(compiled, n, plans=4):
 
 
 def _functions(compiled, n):
-    handles = {}
-    op = object.__new__(kernel_mod.NumbaCudaKernel)  # no kernel needed
-    op.shared_mem = 0
-    return [op._function_on(compiled, (1, 1, 1), (32, 1, 1), o, handles)
+    handles = {}  # no kernel or op needed
+    return [_kernel_plan.function_on(compiled, (1, 1, 1), (32, 1, 1), o,
+                                     handles, 0, "numbax.numba_cuda_kernel(k)")
             for o in range(n)]
 
 
@@ -240,15 +239,13 @@ def test_cooperative_grid_over_the_limit_is_refused_on_shared_devices(
         def max_cooperative_grid_blocks(self, block, shared_mem):
             return 4
 
-    class Op(kernel_mod.NumbaCudaKernel):
-        _label = "numbax.numba_cuda_kernel(coop)"  # no kernel behind it
-
-    op = object.__new__(Op)
-    op.shared_mem = 0
+    label = "numbax.numba_cuda_kernel(coop)"  # no kernel behind it
     compiled, handles = Small(cooperative=True), {}
-    op._function_on(compiled, (4, 1, 1), (32, 1, 1), 0, handles)
+    _kernel_plan.function_on(compiled, (4, 1, 1), (32, 1, 1), 0, handles, 0,
+                             label)
     with pytest.raises(ValueError, match="device 1 can run at most 4"):
-        op._function_on(compiled, (8, 1, 1), (32, 1, 1), 1, handles)
+        _kernel_plan.function_on(compiled, (8, 1, 1), (32, 1, 1), 1, handles,
+                                 0, label)
     assert compiled._codelibrary.loads == 1
 
 

@@ -30,7 +30,7 @@ else:
     jax.devices()
 import jax.numpy as jnp
 spec = jax.ShapeDtypeStruct((4,), jnp.float32)
-target = numbax._registry.CALLABLE_TARGET
+target = numbax._targets.CALLABLE_TARGET
 try:
     out = jax.jit(lambda v: jax.ffi.ffi_call(target, spec)(
         v, key="no.such/op;x=1/in=float32[4]"))(jnp.ones(4))

@@ -1,6 +1,6 @@
-"""numbax._core.LaunchPlan: the typed launch plan kernel.py hands C++.
+"""numbax._core.LaunchPlan: the typed launch plan _kernel_plan.py hands C++.
 
-The plan is built by keyword only, so kernel.py and csrc/launch_plan.h
+The plan is built by keyword only, so _kernel_plan.py and csrc/launch_plan.h
 cannot drift apart silently: a missing, extra or positional field fails at
 construction, and so does a value no launch can take. (The handler that
 reads it runs on a GPU: tests/test_kernel.py covers it there.)

@@ -26,7 +26,7 @@ from numba import cuda
 
 import numbax
 from conftest import SIMULATOR
-from numbax import _registry
+from numbax import _registry, _targets
 from shared_kernels import affine
 
 pytestmark = pytest.mark.gpu
@@ -199,7 +199,7 @@ def test_stale_deserialised_kernel_program():
     op = numbax.numba_cuda_kernel(kernel, SPEC, launch_dims=N,
                                   name="leaks.stale_kernel")
     checks = [jax.export.DisabledSafetyCheck.custom_call(t)
-              for t in (_registry.CALLABLE_TARGET, _registry.KERNEL_TARGET)]
+              for t in (_targets.CALLABLE_TARGET, _targets.KERNEL_TARGET)]
     platform = {"gpu": "cuda"}.get(jax.default_backend(), jax.default_backend())
     blob = jax.export.export(jax.jit(op), disabled_checks=checks,
                              platforms=[platform])(x).serialize()

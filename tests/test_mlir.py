@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import numbax
-from numbax import _core, _mlir
+from numbax import _core, _mlir, _mlir_launch
 from conftest import SIMULATOR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_numbax_works_and_never_imports_it_when_absent():
         import jax, jax.numpy as jnp, numpy as np
         from numba import cuda
         import numbax
-        from numbax import _mlir
+        from numbax import _mlir, _mlir_launch
 
         @cuda.jit
         def double(x, out):
@@ -85,7 +85,7 @@ def test_numbax_works_and_never_imports_it_when_absent():
         assert np.array_equal(np.asarray(jax.jit(cop)(x)), 2 * x)
 
         assert not _mlir.is_kernel(double) and not _mlir.is_kernel(func)
-        print("bridge:", _mlir.install_launch_bridge())
+        print("bridge:", _mlir_launch.install_launch_bridge())
         print("imported:", sorted(m for m in sys.modules
                                   if m.startswith("numba_cuda_mlir")))
     """, simulator=True)
@@ -314,7 +314,7 @@ def test_launch_bridge_takes_numbax_stream_and_keeps_foreign_syncs():
     # would need the driver.
     out = run_python("""
         import numbax
-        from numbax import _mlir
+        from numbax import _mlir_launch
         from numba.cuda.cudadrv import driver as numba_driver
         from numba_cuda_mlir import cuda, descriptor
 
@@ -332,7 +332,7 @@ def test_launch_bridge_takes_numbax_stream_and_keeps_foreign_syncs():
         except TypeError as exc:
             print("before: refused:", exc)
 
-        print("bridge:", _mlir.install_launch_bridge())
+        print("bridge:", _mlir_launch.install_launch_bridge())
         launcher = fill[128, 32, numbax_stream]
         print("launch stream:", hex(launcher._launch_stream))
 
@@ -343,7 +343,7 @@ def test_launch_bridge_takes_numbax_stream_and_keeps_foreign_syncs():
                     "version": 3, "strides": None, "stream": stream}
 
         sync = descriptor._sync_cuda_array_interface_stream
-        _mlir._launching.stream = 0x1234
+        _mlir_launch._launching.stream = 0x1234
         sync(Array(0x1234))  # the launch's own stream: no sync
         print("same stream: skipped")
         try:
@@ -364,13 +364,13 @@ def test_same_stream_rule():
         def __init__(self, stream):
             self.__cuda_array_interface__ = {"stream": stream}
 
-    assert _mlir._same_stream(A(0x99), 0x99)
-    assert not _mlir._same_stream(A(0x99), 0x98)
-    assert not _mlir._same_stream(A(None), 0x99)
+    assert _mlir_launch._same_stream(A(0x99), 0x99)
+    assert not _mlir_launch._same_stream(A(0x99), 0x98)
+    assert not _mlir_launch._same_stream(A(None), 0x99)
     # 1 and 2 are the default streams' aliases: never assumed the same
-    assert not _mlir._same_stream(A(1), 1)
-    assert not _mlir._same_stream(A(0x99), None)
-    assert not _mlir._same_stream(object(), 0x99)
+    assert not _mlir_launch._same_stream(A(1), 1)
+    assert not _mlir_launch._same_stream(A(0x99), None)
+    assert not _mlir_launch._same_stream(object(), 0x99)
 
 
 # -- the fast path's memref packing, without a GPU ----------------------------
@@ -415,9 +415,9 @@ def dry_hook():
 
     def check(cfg, args, ours, device):
         for value, slot in zip(args, ours):
-            if slot == _fast_launch.OTHER and type(value) not in _mlir._SCALARS:
-                return "foreign_argument", True, _mlir._marshaller_stream(cfg)
-        return None, True, _mlir._marshaller_stream(cfg)
+            if slot == _fast_launch.OTHER and type(value) not in _mlir_launch._SCALARS:
+                return "foreign_argument", True, _mlir_launch._marshaller_stream(cfg)
+        return None, True, _mlir_launch._marshaller_stream(cfg)
 
     def plan(cfg, args, ours, device):
         return (0xBEEF, (3, 1, 1), (64, 1, 1), 0, False, state["packing"],
@@ -496,13 +496,13 @@ class _Marshaller:
 @needs_mlir
 def test_fast_check_refuses_what_it_does_not_replay(mlir_cuda):
     ok = _Marshaller()
-    assert _mlir._fast_check(ok, (1, 2.0), (0, -1), 0) == (None, True, STREAM)
+    assert _mlir_launch._fast_check(ok, (1, 2.0), (0, -1), 0) == (None, True, STREAM)
     # A view of a buffer (its layout is numba-cuda's computation), a host
     # array, a bool (its parameter width is the compiler's choice).
-    assert _mlir._fast_check(ok, (1,), (-2,), 0)[0] == "foreign_argument"
-    assert _mlir._fast_check(ok, (np.zeros(2),), (-1,), 0)[0] == \
+    assert _mlir_launch._fast_check(ok, (1,), (-2,), 0)[0] == "foreign_argument"
+    assert _mlir_launch._fast_check(ok, (np.zeros(2),), (-1,), 0)[0] == \
         "foreign_argument"
-    assert _mlir._fast_check(ok, (True,), (-1,), 0)[0] == "foreign_argument"
+    assert _mlir_launch._fast_check(ok, (True,), (-1,), 0)[0] == "foreign_argument"
     debug = _Marshaller()
     debug._dispatcher.targetoptions = {"debug": True}
     for cfg in (_Marshaller(_extensions=[object()]),
@@ -511,11 +511,11 @@ def test_fast_check_refuses_what_it_does_not_replay(mlir_cuda):
                     "grid": (1, 1, 1), "block": (1, 1, 1), "sharedmem": None,
                     "cluster": (2, 1, 1)}),
                 debug):
-        assert _mlir._fast_check(cfg, (), (), 0)[0] == "unsupported_kernel"
+        assert _mlir_launch._fast_check(cfg, (), (), 0)[0] == "unsupported_kernel"
     # Its own stream objects are read through their handle.
     class Stream:
         handle = 0x4242
-    assert _mlir._marshaller_stream(_Marshaller(_launch_stream=Stream())) \
+    assert _mlir_launch._marshaller_stream(_Marshaller(_launch_stream=Stream())) \
         == 0x4242
 
 
@@ -620,8 +620,8 @@ def test_one_library_per_compiled_kernel_loaded_once(monkeypatch):
     monkeypatch.setattr(driver, "cuLibraryLoadData", load)
     monkeypatch.setattr(driver, "cuLibraryGetKernel", get_kernel)
     result = Result()
-    first = _mlir._loadable(result, b"cubin", "_Z6kernel", (9, 0))
-    assert _mlir._loadable(result, b"cubin", "_Z6kernel", (9, 0)) is first
+    first = _mlir.loadable(result, b"cubin", "_Z6kernel", (9, 0))
+    assert _mlir.loadable(result, b"cubin", "_Z6kernel", (9, 0)) is first
     assert first.kernel_handle() == 0xC0DE == first.kernel_handle()
     assert loads == [(b"cubin", (None, None, 0, None, None, 0))]
     assert lookups == [("library", b"_Z6kernel")]
@@ -630,7 +630,7 @@ def test_one_library_per_compiled_kernel_loaded_once(monkeypatch):
         driver.CUresult.CUDA_ERROR_INVALID_IMAGE, None))
     monkeypatch.setattr(driver, "cuGetErrorName", lambda err: (
         driver.CUresult.CUDA_SUCCESS, b"CUDA_ERROR_INVALID_IMAGE"))
-    other = _mlir._loadable(Result(), b"bad", "_Z1k", (9, 0))
+    other = _mlir.loadable(Result(), b"bad", "_Z1k", (9, 0))
     with pytest.raises(RuntimeError,
                        match="cuLibraryLoadData failed: CUDA_ERROR_INVALID_IMAGE"):
         other.kernel_handle()
@@ -727,7 +727,7 @@ def test_configure_answers_repeats_with_what_numba_cuda_mlir_would_return():
         import warnings
         warnings.simplefilter("ignore")
         from numba_cuda_mlir import cuda
-        import numbax._mlir as m
+        import numbax._mlir_launch as m
 
         @cuda.jit
         def k(x, y):

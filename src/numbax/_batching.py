@@ -3,7 +3,7 @@
 The callable's own batching (_partitioning.py) and XLACustomKernel's
 default rule run an op once per slice of the batch in an XLA loop when they
 cannot batch it otherwise (numba_cuda_kernel launches its slices from C++
-instead: kernel.py).
+instead: _kernel_primitive.py).
 """
 
 from __future__ import annotations

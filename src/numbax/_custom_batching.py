@@ -20,6 +20,7 @@ from jax.interpreters import batching
 
 from . import _batching
 from ._custom_outs import check_outputs, flatten_like, outs_struct, value_str
+from ._custom_primitive import NUMBA_CUDA
 from ._custom_rules import check_rule_call
 
 if TYPE_CHECKING:
@@ -68,7 +69,6 @@ def _kernel_batch(op: XLACustomKernel, args, axes, outs, out_tree, backends,
     them). A ``vmap_method='sequential'`` kernel launches its slices one at
     a time. None where it does not apply.
     """
-    from .custom_kernel import NUMBA_CUDA
     from .kernel import NumbaCudaKernel
     # Tracers of an outer vmap are fine where this op has no rule of its
     # own to run at that level: the kernel's batching then flattens every

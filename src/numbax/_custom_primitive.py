@@ -20,6 +20,10 @@ from ._custom_outs import check_outputs
 if TYPE_CHECKING:
     from .custom_kernel import XLACustomKernel
 
+#: The backend name of kernels registered with ``def_numba_cuda_kernel``
+#: (public as ``numbax.custom_kernel.NUMBA_CUDA``).
+NUMBA_CUDA = "numba_cuda"
+
 # The lowering platforms JAX uses, and the platforms users name for them.
 _LOWERING_PLATFORMS = {"cpu": "cpu", "cuda": "gpu"}
 

@@ -2,7 +2,7 @@
 
 The first (innermost) vmap turns an unbatched call into a batched one:
 ``batch`` slices along axis 0 of every input and output, an input marked
-``broadcast`` holding one slice that every slice reads (kernel.py,
+``broadcast`` holding one slice that every slice reads (_kernel_primitive.py,
 ``_batch_rule``). A further vmap around it batches that call again. Its
 slices are independent calls of the same batched call, and the batched call
 is itself independent calls of the unbatched kernel, so the whole thing is

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import batching, mlir
 
-from . import _batching, _compat, _registry
+from . import _batching, _compat, _targets
 
 BATCH_FACTOR = "batch"
 
@@ -104,7 +104,7 @@ def _sharding_rule_attr(op):
 
 def _lower(ctx, *args, target, op_key, out_shapes, aliases, vmap_method,
            partitionable, has_side_effect=False):
-    name = _registry.BATCH_TARGETS[target] if partitionable else target
+    name = _targets.BATCH_TARGETS[target] if partitionable else target
     results = jax.ffi.ffi_lowering(
         name, operand_output_aliases=dict(aliases),
         has_side_effect=has_side_effect)(ctx, *args, key=op_key)

@@ -1,4 +1,4 @@
-"""Stable keys for user functions, and the one-time FFI target registration.
+"""Stable keys for user functions, and their lookup when XLA instantiates a program.
 
 A compiled program names the Python function (or kernel) it calls by a
 readable string key, ``identity/configuration/call``: the function's module
@@ -13,13 +13,14 @@ Several live functions under one identity and configuration (closures made
 by one factory) are ambiguous across processes: their keys carry this
 process's mark, resolve exactly here, and are refused elsewhere (and at
 export), with an error asking for name=.
+
+The fixed FFI targets the keys are attributes of, and their registration,
+are in _targets.py.
 """
 
 from __future__ import annotations
 
-import atexit
 import itertools
-import logging
 import re
 import secrets
 import threading
@@ -28,200 +29,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import jax
 import numpy as np
 
-from . import _compat, _core, _fast_launch, _guard, _numba
+from . import _fast_launch, _numba, _targets
 
-CALLABLE_TARGET = "numbax_callable"
-CAPTURE_TARGET = "numbax_callable_capture"
-KERNEL_TARGET = "numbax_kernel"
-# The same handlers under the names of calls declared batch-partitionable
-# (numba_cuda_callable(..., batch_partitionable=True)): XLA registers these
-# names as partitionable along their leading axis, so they need their own.
-CALLABLE_BATCH_TARGET = "numbax_callable_batch"
-CAPTURE_BATCH_TARGET = "numbax_callable_capture_batch"
-BATCH_TARGETS = {CALLABLE_TARGET: CALLABLE_BATCH_TARGET,
-                 CAPTURE_TARGET: CAPTURE_BATCH_TARGET}
-ALL_TARGETS = (CALLABLE_TARGET, CAPTURE_TARGET, KERNEL_TARGET,
-               CALLABLE_BATCH_TARGET, CAPTURE_BATCH_TARGET)
-
+# Guards the entries, groups and memo below.
 _lock = threading.RLock()
-_targets_registered = False
-_platforms_registered: set = set()
-_hooks_installed = False
-_batch_declared = False
-_log = logging.getLogger("numbax")
-
-
-def _install_python_hooks() -> None:
-    global _hooks_installed
-    if _hooks_installed:
-        return
-    _core.set_python_hooks(
-        resolve=_resolve_callable,
-        device_array=_numba.device_array_hook,
-        host_array=_numba.host_array_hook,
-        device_stream=_numba.device_stream_hook,
-        host_stream=_numba.host_stream_hook,
-        format_exception=_numba.format_exception_hook,
-    )
-    _core.set_kernel_resolver(_resolve_kernel)
-    # JAX refuses calls made from inside a func XLA is running.
-    _guard.install()
-    # At exit, before Python finalises (and before JAX's own atexit clean-up,
-    # registered earlier), handlers stop running Python and those in flight
-    # finish: a thread that waits for the GIL during finalisation is ended
-    # in a way that aborts the process.
-    atexit.register(_core.prepare_for_exit)
-    _hooks_installed = True
-
-
-def _register_platform(platform: str, plugin_c_api: Any = None) -> None:
-    """Registers the state types, then the targets, of one platform (once).
-
-    Called with _lock held, once that platform's backend has started: a
-    backend that starts later registers pending FFI targets before pending
-    types, and refuses handlers whose state types it has not seen yet.
-    `plugin_c_api` is set when JAX calls this while it discovers plugins
-    (_on_plugins_discovered).
-    """
-    if platform in _platforms_registered:
-        return
-    _install_python_hooks()
-    callable_handlers = _core.callable_handlers()
-    site_types = _core.call_site_types()
-    if platform == "cpu":
-        jax.ffi.register_ffi_type(
-            "numbax.CpuCallSite", site_types["cpu"], platform="cpu")
-        # The simulator has no graphs: capture mode runs plainly on the CPU.
-        for target in (CALLABLE_TARGET, CAPTURE_TARGET, CALLABLE_BATCH_TARGET,
-                       CAPTURE_BATCH_TARGET):
-            jax.ffi.register_ffi_target(
-                target, callable_handlers["cpu"], platform="cpu")
-    else:
-        jax.ffi.register_ffi_type(
-            "numbax.CudaCallSite", site_types["cuda"], platform="CUDA")
-        jax.ffi.register_ffi_type(
-            "numbax.KernelSite", _core.kernel_site_type(), platform="CUDA")
-        for target in (CALLABLE_TARGET, CALLABLE_BATCH_TARGET):
-            jax.ffi.register_ffi_target(
-                target, callable_handlers["cuda"], platform="CUDA")
-        for target in (CAPTURE_TARGET, CAPTURE_BATCH_TARGET):
-            jax.ffi.register_ffi_target(
-                target, callable_handlers["cuda_capture"], platform="CUDA")
-        jax.ffi.register_ffi_target(
-            KERNEL_TARGET, _core.kernel_handlers()["cuda"], platform="CUDA")
-    _platforms_registered.add(platform)
-    _declare_batch_partitionable(plugin_c_api)
-
-
-def _declare_batch_partitionable(plugin_c_api: Any = None) -> None:
-    """Declares the batch targets partitionable along their leading axis
-    (once; with _lock held)."""
-    global _batch_declared
-    if _batch_declared:
-        return
-    _batch_declared = True
-    try:
-        if plugin_c_api is None:
-            for target in BATCH_TARGETS.values():
-                jax.ffi.register_ffi_target_as_batch_partitionable(target)
-            return
-        # JAX is running its plugin callbacks and holds the lock that
-        # jax.ffi.register_ffi_target_as_batch_partitionable takes again to
-        # queue a callback for later plugins: calling it here hangs the
-        # process (seen on the H200 with jax 0.11). Declare for XLA and for
-        # the plugin being started directly, as that function would.
-        for target in BATCH_TARGETS.values():
-            _compat.declare_batch_partitionable_in_plugin_callback(
-                target, plugin_c_api)
-    except Exception as exc:  # partitioning is an optimisation
-        _log.warning(
-            "numbax: XLA refused the batch-partitionable declaration "
-            "(%s: %s); batch_partitionable=True ops still run correctly, "
-            "but XLA gathers their inputs", type(exc).__name__, exc)
-
-
-def ensure_targets() -> None:
-    """Registers numbax's fixed FFI targets and state types, once per process."""
-    global _targets_registered
-    if _targets_registered:
-        return
-    # Initialise JAX's backends first, outside _lock: a backend starting now
-    # calls _on_backend_started (which takes _lock) under JAX's own lock.
-    jax.devices()
-    with _lock:
-        if _targets_registered:
-            return
-        _register_platform("cpu")
-        _register_platform("cuda")
-        _targets_registered = True
-
-
-def _backends_started() -> bool:
-    return _compat.backends_started()
-
-
-def _handlers_ready(platform: str) -> bool:
-    """True when registering on `platform` now reaches XLA at once (not a
-    pending list, which a backend started later would replay out of order)."""
-    return _compat.ffi_handlers_ready(platform)
-
-
-def _on_backend_started(backend) -> None:
-    """Registers the targets on each JAX backend as it starts, so that a
-    deserialised or cached program reaches numbax's handlers (and their
-    'create the op' error) even in a process that created no op yet."""
-    try:
-        platform = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda"}.get(
-            str(getattr(backend, "platform", "")).lower())
-        # A CUDA backend exists only once its plugin has initialised, which
-        # registers the plugin's call and type handlers first: registering
-        # now reaches XLA at once, whatever jaxlib names its tables.
-        if platform is None or (platform == "cpu" and
-                                not _handlers_ready(platform)):
-            return
-        with _lock:
-            _register_platform(platform)
-    except Exception as exc:  # never break JAX's backend start-up
-        _log.warning("numbax: could not register its FFI targets on the %r "
-                     "backend yet (%s: %s); they are registered when the "
-                     "first numbax op is created", backend, type(exc).__name__,
-                     exc)
-
-
-def _register_ready_platforms(plugin_c_api: Any = None) -> None:
-    for platform in ("cpu", "cuda"):
-        try:
-            if platform not in _platforms_registered and \
-                    _handlers_ready(platform):
-                with _lock:
-                    _register_platform(platform, plugin_c_api)
-        except Exception as exc:  # never break op creation or JAX start-up
-            _log.warning("numbax: could not register its FFI targets for %s "
-                         "yet (%s: %s); they are registered when the first "
-                         "numbax op is traced", platform, type(exc).__name__,
-                         exc)
-
-
-def _on_plugins_discovered(*args, c_api: Any = None, **kwargs) -> None:
-    """Where JAX has no backend-start hook (jax 0.11, seen on the H200): once
-    the PJRT plugins are discovered their handlers are registered, and no
-    backend has started yet; registering now reaches XLA at once.
-
-    JAX calls this once per plugin (`c_api`) with its plugin locks held:
-    nothing here may call back into JAX's xla_bridge."""
-    del args, kwargs
-    _register_ready_platforms(c_api)
-
-
-def _install_backend_hook(bridge: Any = None) -> str:
-    """Arranges for numbax's targets to be registered as JAX starts its
-    backends (`bridge`: JAX's xla_bridge module, or a stand-in in tests);
-    returns which mechanism was used."""
-    return _compat.install_backend_start_hook(
-        _on_backend_started, _on_plugins_discovered, bridge)
 
 
 @dataclass
@@ -451,19 +264,19 @@ def register_op(op, func, *, name: str | None, config: str,
     calls it: the program's key names this group and carries the call's
     shapes and dtypes.
     """
-    if _backends_started():
+    if _targets.backends_started():
         # JAX's backends started before this op existed (so the hook that
         # registers numbax's targets as a backend starts has already run, or
         # never could): register now, so that a deserialised or cached
         # program reaches numbax's handlers.
-        ensure_targets()
+        _targets.ensure_targets()
     else:
         # Not starting them here (that would come before a
         # jax.distributed.initialize() the program may still make), but
         # registering where XLA's handlers already exist (the CPU's, from
         # jaxlib's import): JAX versions without a backend-start hook (0.8,
         # 0.9, 0.11) then still reach numbax's handlers.
-        _register_ready_platforms()
+        _targets.register_ready_platforms()
     group_key = f"{name or base_name(func)}/{config}"
     with _lock:
         members = _groups.setdefault(group_key, {})
@@ -514,7 +327,7 @@ def program_key(func, group_key: str, call: str,
     (closures made by one factory, with no name=), the key also carries this
     process's mark: it resolves exactly here, and is refused elsewhere.
     """
-    ensure_targets()
+    _targets.ensure_targets()
     memo_key = (id(func), group_key, call)
     with _lock:
         key = _memo.get(memo_key)
@@ -730,12 +543,10 @@ def registry_size() -> tuple[int, int]:
         return len(_entries) - kernels, kernels
 
 
-# Last in the module: JAX calls the hook at once when a backend has already
-# started (numbax imported after jax.devices()), and the hook reaches every
-# function above (_resolve_callable, _resolve_kernel); installed earlier it
-# met names not defined yet.
+# Last in the module (see _targets.install): registration as JAX starts its
+# backends, which reaches the resolvers above.
 # "backend hook" (jax 0.10): a program deserialised in a process that only
 # created its ops reaches numbax's handlers. Elsewhere ("plugin callback",
 # "none": jax 0.8, 0.9, 0.11) JAX must have started (jax.devices()) before
 # the ops are created, or one op must have been traced (docs/export.md).
-BACKEND_REGISTRATION = _install_backend_hook()
+BACKEND_REGISTRATION = _targets.install(_resolve_callable, _resolve_kernel)

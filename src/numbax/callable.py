@@ -8,7 +8,8 @@ import jax
 import numpy as np
 from jax.custom_batching import custom_vmap
 
-from . import _checks, _fast_launch, _inputcheck, _mlir, _numba, _registry
+from . import (_checks, _fast_launch, _inputcheck, _mlir_launch, _numba,
+               _registry, _targets)
 
 
 class NumbaCudaCallable:
@@ -82,7 +83,7 @@ class NumbaCudaCallable:
         op = self._label
         # func may launch numba-cuda-mlir kernels on numbax's stream; its
         # module may have been imported after this op was created.
-        _mlir.install_launch_bridge()
+        _mlir_launch.install_launch_bridge()
         inputs = _checks.as_input_arrays(args, op)
         aliases = _checks.check_aliases(self.input_output_aliases, inputs,
                                         self.out_specs, op)
@@ -94,8 +95,8 @@ class NumbaCudaCallable:
                                    len(self.scratch_specs), stream=True))
             self._arities_checked.add(nargs)
         key = self._key(inputs)
-        target = (_registry.CAPTURE_TARGET if self.capture
-                  else _registry.CALLABLE_TARGET)
+        target = (_targets.CAPTURE_TARGET if self.capture
+                  else _targets.CALLABLE_TARGET)
         # ffi_call's own 'expand_dims' batching gives an unbatched aliased
         # operand a size-1 axis ('legacy_vectorized': none), which XLA's
         # verifier then refuses against the batched output; numbax's
@@ -253,7 +254,7 @@ def numba_cuda_callable(
     # func's launches skip Numba's Python launch where they can
     # (docs/fast_launch.md); installed once, before any func runs.
     _fast_launch.install()
-    _mlir.install_launch_bridge()
+    _mlir_launch.install_launch_bridge()
     if not callable(func):
         raise TypeError(
             f"numba_cuda_callable: func must be callable, got "

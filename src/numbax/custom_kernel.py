@@ -45,12 +45,10 @@ import numpy as np
 
 from . import (_checks, _custom_batching, _custom_outs, _custom_primitive,
                _custom_rules, _numba)
+from ._custom_primitive import NUMBA_CUDA
 from ._custom_rules import is_undefined_primal
 
 __all__ = ["XLACustomKernel", "is_undefined_primal", "NUMBA_CUDA"]
-
-#: The backend name of kernels registered with ``def_numba_cuda_kernel``.
-NUMBA_CUDA = "numba_cuda"
 
 # The platforms users name (the lowering platforms JAX uses for them are in
 # _custom_primitive.py).

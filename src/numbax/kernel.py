@@ -1,88 +1,31 @@
-"""numba_cuda_kernel: one compiled Numba kernel, launched from C++ with no Python per call."""
+"""numba_cuda_kernel: one compiled Numba kernel, launched from C++ with no Python per call.
+
+The op class and the public function. The launch configuration's checks are
+in _launch_config.py, the primitive every op binds in _kernel_primitive.py,
+the launch plan C++ launches from in _kernel_plan.py, and the launch on the
+CPU through Numba's simulator in _kernel_simulator.py.
+"""
 
 from __future__ import annotations
 
-import math
-import threading
 import weakref
 from collections import OrderedDict
-from functools import partial
 from typing import Any, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.interpreters import ad, batching, mlir
 
-from . import (_batching, _checks, _compat, _core, _fast_launch, _fold, _mlir,
-               _nested_vmap, _numba, _registry, _signatures)
-
-# Per rank: 1-D launches use threads_per_block instead.
-_DEFAULT_BLOCKS: dict[int, tuple[int, ...]] = {2: (16, 16), 3: (8, 8, 4)}
-
-# Serialises Numba's kernel loads at plan time (NumbaCudaKernel._load).
-_NUMBA_LOAD_LOCK = threading.Lock()
-
+from . import (_checks, _core, _fast_launch, _fold, _kernel_plan,
+               _kernel_simulator, _mlir, _numba, _registry, _signatures)
+# numbax.kernel's names for the launch configuration and the primitive.
+from ._kernel_primitive import numbax_kernel_p
+from ._launch_config import (MAX_BLOCK, MAX_GRID,  # noqa: F401
+                             MAX_SHARED_MEM, MAX_THREADS_PER_BLOCK,
+                             VMAP_METHODS, check_launch_configuration,
+                             check_launch_limits, launch_config, pad3)
 
 # Simulator launchers kept per op (one per unbatched/batched call shape).
 MAX_LAUNCHERS = 256
-
-# CUDA's launch limits, the same on every device Numba CUDA supports.
-MAX_THREADS_PER_BLOCK = 1024
-MAX_BLOCK = (1024, 1024, 64)
-MAX_GRID = (2**31 - 1, 65535, 65535)
-MAX_SHARED_MEM = 2**31 - 1
-
-
-def _as_dims(value, what: str) -> tuple[int, ...]:
-    if isinstance(value, (int, np.integer)):
-        dims = (value,)
-    else:
-        try:
-            dims = tuple(value)
-        except TypeError:
-            raise ValueError(
-                f"{what} must be an int or a sequence of 1 to 3 ints, got "
-                f"{type(value).__name__}: {value!r}") from None
-    if not 1 <= len(dims) <= 3:
-        raise ValueError(f"{what} must have 1 to 3 axes, got {len(dims)}: "
-                         f"{value!r}")
-    out = []
-    for d in dims:
-        if not isinstance(d, (int, np.integer)) or isinstance(d, bool):
-            raise ValueError(f"{what} must hold ints, got {value!r}")
-        if d < 0:
-            raise ValueError(f"{what} has a negative extent: {value!r}")
-        out.append(int(d))
-    return tuple(out)
-
-
-def _pad3(dims):
-    return tuple(dims) + (1,) * (3 - len(dims))
-
-
-def check_launch_limits(grid, block, origin: str) -> None:
-    """ValueError, naming the fix, for a launch CUDA would refuse."""
-    grid, block = _pad3(grid), _pad3(block)
-    if 0 in grid or 0 in block:
-        return  # nothing is launched
-    for axis, (n, limit) in enumerate(zip(block, MAX_BLOCK)):
-        if n > limit:
-            raise ValueError(
-                f"{origin}: block {block} has {n} threads on axis {axis}; CUDA "
-                f"allows at most {limit} there: use smaller blocks and a "
-                "larger grid")
-    if math.prod(block) > MAX_THREADS_PER_BLOCK:
-        raise ValueError(
-            f"{origin}: block {block} has {math.prod(block)} threads; CUDA "
-            f"allows at most {MAX_THREADS_PER_BLOCK} per block: use smaller "
-            "blocks and a larger grid")
-    for axis, (n, limit) in enumerate(zip(grid, MAX_GRID)):
-        if n > limit:
-            raise ValueError(
-                f"{origin}: grid {grid} has {n} blocks on axis {axis}; CUDA "
-                f"allows at most {limit} there: use larger blocks, or loop "
-                "inside the kernel (a grid-stride loop)")
 
 
 def _signature_str(argtypes) -> str:
@@ -94,18 +37,6 @@ def _is_device_function(kernel) -> bool:
     if isinstance(options, dict) and options.get("device"):
         return True
     return bool(getattr(kernel, "_device", False))  # the simulator's kernels
-
-
-def launch_config(launch_dims, threads_per_block):
-    """(grid, block) for `launch_dims` extents, as numbax documents it."""
-    if len(launch_dims) == 1:
-        n = launch_dims[0]
-        block = (max(1, min(threads_per_block, n)),)
-    else:
-        block = tuple(max(1, min(b, n)) for b, n in
-                      zip(_DEFAULT_BLOCKS[len(launch_dims)], launch_dims))
-    grid = tuple(-(-n // b) for n, b in zip(launch_dims, block))
-    return _pad3(grid), _pad3(block)
 
 
 def _is_dispatcher(kernel) -> bool:
@@ -122,93 +53,6 @@ def _is_dispatcher(kernel) -> bool:
         return isinstance(kernel, FakeCUDAKernel)
     except ImportError:
         return False
-
-
-numbax_kernel_p = _compat.eager_primitive("numbax_kernel")
-
-
-@numbax_kernel_p.def_abstract_eval
-def _abstract_eval(*args, op, out_shapes, batch, broadcast):
-    return [_compat.shaped_array(s, d) for s, d in out_shapes]
-
-
-def _lower(ctx, *args, op, out_shapes, batch, broadcast, platform):
-    avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_in]
-    if platform == "cuda":
-        outs = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_out]
-        key = op._gpu_key(avals, outs, batch, broadcast)
-        target = _registry.KERNEL_TARGET
-    else:
-        key = op._simulator_key(avals, out_shapes, batch, broadcast)
-        target = _registry.CALLABLE_TARGET
-    if (getattr(ctx.module_context.lowering_parameters, "for_export", False)
-            and _registry.is_ambiguous(key)):
-        raise _registry.ambiguous_export_error(op._label, key, op.name)
-    aliases = op.input_output_aliases or {}
-    return jax.ffi.ffi_lowering(
-        target,
-        operand_output_aliases=dict(aliases),
-    )(ctx, *args, key=key)
-
-
-mlir.register_lowering(numbax_kernel_p, partial(_lower, platform="cuda"),
-                       platform="cuda")
-mlir.register_lowering(numbax_kernel_p, partial(_lower, platform="cpu"),
-                       platform="cpu")
-
-
-def _batch_rule(args, dims, *, op, out_shapes, batch, broadcast):
-    if batch:  # a vmap around a vmap: one batch of every level's slices
-        return _nested_vmap.flatten(
-            numbax_kernel_p.bind, args, dims, op=op, out_shapes=out_shapes,
-            batch=batch, broadcast=broadcast)
-    size = _batching.batch_size(args, dims)
-    if size == 0:  # no slice to launch: empty outputs
-        outs = [jnp.zeros((0,) + tuple(s), d) for s, d in out_shapes]
-        return outs, [0] * len(outs)
-    # Every vmap_method batches the call; 'sequential' never folds (_fold),
-    # so its slices are launched one after another from one handler call.
-    aliased_inputs = set((op.input_output_aliases or {}).keys())
-    new_args, flags = [], []
-    for i, (a, d) in enumerate(zip(args, dims)):
-        if d is None:
-            a, reuse = a[None], True
-        else:
-            a = jnp.moveaxis(a, d, 0)
-            reuse = a.shape[0] == 1 and size != 1
-        if reuse and i in aliased_inputs:
-            # Written in place: every slice needs its own copy, of the
-            # input's own dtype (`+ 0` made a bool int32, which XLA's alias
-            # then refused). The broadcast is a new value; XLA copies an
-            # aliased operand that is still read elsewhere.
-            a, reuse = jnp.broadcast_to(a, (size,) + a.shape[1:]), False
-        new_args.append(a)
-        flags.append(reuse)
-    out_batched = tuple(((size,) + tuple(s), d) for s, d in out_shapes)
-    outs = numbax_kernel_p.bind(*new_args, op=op, out_shapes=out_batched,
-                                batch=size, broadcast=tuple(flags))
-    return outs, [0] * len(outs)
-
-
-batching.primitive_batchers[numbax_kernel_p] = _batch_rule
-
-
-def _jvp_rule(primals, tangents, *, op, **params):
-    # Only called with a tangent that is not a symbolic zero: stop_gradient
-    # around every input still lets the op run under jax.grad.
-    del primals, tangents, params
-    raise _checks.not_differentiable(op._label, "the kernel")
-
-
-def _transpose_rule(cotangents, *args, op, **params):
-    # jax.linear_transpose treats the op as linear in an input: it is not.
-    del cotangents, args, params
-    raise _checks.not_differentiable(op._label, "the kernel")
-
-
-# Name the user's op (JAX's own refusals name numbax's shared primitive).
-ad.primitive_jvps[numbax_kernel_p] = _jvp_rule
-ad.primitive_transposes[numbax_kernel_p] = _transpose_rule
 
 
 class NumbaCudaKernel:
@@ -398,7 +242,7 @@ class NumbaCudaKernel:
             grid, block = launch_config(self.launch_dims, self.threads_per_block)
             empty = 0 in self.launch_dims
         else:
-            grid, block = _pad3(self.grid), _pad3(self.block)
+            grid, block = pad3(self.grid), pad3(self.block)
             empty = 0 in grid or 0 in block
         return grid, block, empty
 
@@ -531,31 +375,9 @@ class NumbaCudaKernel:
         # holds the op (the plan's owner) for as long as it lives.
         op_ref = weakref.ref(self)
 
-        def plan():
-            from numba import cuda
-            op = op_ref()
-            if op is None:
-                raise LookupError("the numba_cuda_kernel op was collected")
-            functions: list[Any] = []
-            # compute capability -> Numba's kernel handle, and for
-            # cooperative kernels (capability, SMs) -> the grid limit.
-            handles: dict = {}
-            for ordinal in range(len(cuda.gpus)):
-                functions.append(
-                    _mlir.function_on(compiled, ordinal, op.shared_mem,
-                                      op._label) if op._mlir else
-                    op._function_on(compiled, grid, block, ordinal, handles))
-            # By keyword: a field that C++ (csrc/launch_plan.h) and this
-            # call do not agree on fails here, at construction.
-            return _core.LaunchPlan(
-                owner=op, functions=functions, num_inputs=n_in,
-                num_outputs=len(op.out_specs), grid=grid, block=block,
-                shared_mem=op.shared_mem,
-                cooperative=bool(compiled.cooperative),
-                empty_launch=bool(empty or batch < 0), batch=int(batch),
-                broadcast=[bool(b) for b in broadcast], fold_axis=fold_axis,
-                max_slices=max_slices, abi=_mlir.MEMREF_ABI if op._mlir else 0)
-
+        plan = _kernel_plan.builder(op_ref, compiled, grid, block, empty,
+                                    batch, broadcast, n_in, fold_axis,
+                                    max_slices)
         return _registry.KernelEntry(key, plan, op_ref)
 
     def _gpu_key(self, avals, out_avals, batch, broadcast):
@@ -575,100 +397,6 @@ class NumbaCudaKernel:
                             self._fold_spec(avals, batch, broadcast)),
             make_entry)
 
-    def _function_on(self, compiled, grid, block, ordinal, handles):
-        """The CUfunction of `compiled` in device `ordinal`'s primary context.
-
-        Numba keys compiled code by compute capability and loads it as a
-        context-independent library, so every device of one capability gets
-        the same kernel handle; but Numba's load on a second device wraps
-        that library in a second module, and both modules unload it when
-        Numba flushes its pending deallocations (at exit, or cuda.close()):
-        a double unload inside the driver, which aborted processes on two
-        H200s. So Numba loads each kernel once per compute capability, and
-        further devices get their function from the same handle (module
-        setup callbacks run only in Numba's bind(), at compile time, never
-        per device). A cooperative kernel's grid limit depends on the
-        device's capability and multiprocessor count: it is computed once
-        per pair, through Numba, and a device that brings a new pair loads
-        through Numba (_numba.hold_deallocations_at_exit covers that)."""
-        from numba import cuda
-        device = cuda.gpus[ordinal]
-        capability = tuple(device.compute_capability)
-        handle = handles.get(capability)
-        if compiled.cooperative:
-            limit = handles.get(
-                (capability, int(device.MULTIPROCESSOR_COUNT)))
-            if limit is None:
-                handle = None
-            else:
-                self._check_cooperative_grid(grid, limit, ordinal)
-        if handle is not None:
-            return _core.kernel_function(handle, ordinal, self.shared_mem)
-        return _core.call_on_device(
-            ordinal, lambda: self._load(compiled, grid, block, ordinal,
-                                        handles, capability))
-
-    def _load(self, compiled, grid, block, ordinal, handles, capability):
-        from numba import cuda
-
-        def capability_of(device_id):
-            try:
-                return tuple(cuda.gpus[device_id].compute_capability)
-            except Exception:  # noqa: BLE001 - a device id Numba no longer lists
-                return None
-
-        def sm_count_of(device_id):
-            return int(cuda.gpus[device_id].MULTIPROCESSOR_COUNT)
-
-        # XLA may instantiate programs on several threads at once, and
-        # Numba's get_cufunc checks its per-device cache, then loads: two
-        # threads could both load, two modules over one library in one
-        # context, unloaded twice later. Every step that may load (the
-        # cooperative limit too) runs under the lock.
-        with _NUMBA_LOAD_LOCK:
-            # The trace compiled (and so loaded) the kernel in whatever
-            # context was current then, maybe another device's: reuse that
-            # load for every device of its capability.
-            loaded = {d: h for d, h in
-                      _numba.loaded_kernel_handles(compiled).items()
-                      if capability_of(d) == capability}
-            if loaded:
-                handle = next(iter(loaded.values()))
-            else:
-                handle = int(compiled._codelibrary.get_cufunc().handle)
-                loaded = {ordinal: handle}
-            limit = None
-            if compiled.cooperative:
-                sm_count = sm_count_of(ordinal)
-                # Numba computes the limit from its function in the current
-                # context: ask on a device where it is loaded that has this
-                # SM count (so the same limit). Only a device with an SM
-                # count no loaded device has makes Numba load it here, a
-                # second module (numbax holds Numba's unloads at exit).
-                where = next(
-                    (d for d in loaded if sm_count_of(d) == sm_count), None)
-                if where is None or where == ordinal:
-                    limit = compiled.max_cooperative_grid_blocks(
-                        block, self.shared_mem)
-                else:
-                    limit = _core.call_on_device(
-                        where, lambda: compiled.max_cooperative_grid_blocks(
-                            block, self.shared_mem))
-        handles.setdefault(capability, handle)
-        if limit is not None:
-            handles[(capability, sm_count)] = limit
-            self._check_cooperative_grid(grid, limit, ordinal)
-        return _core.kernel_function(handles[capability], ordinal,
-                                     self.shared_mem)
-
-    def _check_cooperative_grid(self, grid, limit, ordinal):
-        if math.prod(grid) > limit:
-            raise ValueError(
-                f"{self._label}: the kernel synchronises its grid, so it is "
-                f"launched cooperatively, but grid {grid} has "
-                f"{math.prod(grid)} blocks and device {ordinal} can run "
-                f"at most {limit} at once; shrink the grid (or launch_dims)")
-
     # -- CPU: the same launch through Numba's simulator -------------------
     def _simulator_launcher(self, avals, out_shapes, batch, broadcast):
         """The function the CPU handler calls: the launch(es) in the simulator."""
@@ -686,9 +414,9 @@ class NumbaCudaKernel:
         signature = (n_in, batch, tuple(broadcast), fold_axis, max_slices)
         launcher = self._launchers.get(signature)
         if launcher is None:
-            launcher = self._make_simulator_launcher(
-                n_in, grid, block, empty, batch, broadcast, batched, fold_axis,
-                max_slices)
+            launcher = _kernel_simulator.make_launcher(
+                self.kernel, self.shared_mem, self._py_func, n_in, grid, block,
+                empty, batch, broadcast, batched, fold_axis, max_slices)
             # Kept alive here: the registry refers to it weakly.
             launcher = self._launchers.setdefault(signature, launcher)
         try:
@@ -717,48 +445,6 @@ class NumbaCudaKernel:
                             self._fold_spec(avals, batch, broadcast)),
             make_entry)
 
-    def _make_simulator_launcher(self, n_in, grid, block, empty, batch,
-                                 broadcast, batched, fold_axis, max_slices):
-        """The simulator's version of the C++ launch (same slicing, same
-        chunks of at most MAX_SLICES_PER_LAUNCH slices when folded)."""
-        kernel, shared_mem = self.kernel, self.shared_mem
-
-        def launcher(*args):
-            *arrays, stream = args
-            if empty:
-                # As the GPU handler: outputs are zero-filled, except one
-                # aliased to an input, which keeps the input's values.
-                inputs = {a._ary.__array_interface__["data"][0]
-                          for a in arrays[:n_in]}
-                for out in arrays[n_in:]:
-                    if out._ary.__array_interface__["data"][0] not in inputs:
-                        out._ary.fill(0)
-                return None
-            if batched is not None:
-                for start in range(0, batch, max_slices):
-                    count = min(max_slices, batch - start)
-                    chunk = [a[0:1] if (i < n_in and broadcast[i])
-                             else a[start:start + count]
-                             for i, a in enumerate(arrays)]
-                    chunk_grid = list(grid)
-                    chunk_grid[fold_axis] = count
-                    batched[tuple(chunk_grid), block, stream, shared_mem](*chunk)
-                return None
-            slices = range(batch) if batch else [None]
-            for s in slices:
-                if s is None:
-                    view = arrays
-                else:
-                    view = [a[0] if (i < n_in and broadcast[i]) else a[s]
-                            for i, a in enumerate(arrays)]
-                kernel[grid[:3], block[:3], stream, shared_mem](*view)
-            return None
-        launcher.__module__ = getattr(
-            self._py_func, "__module__", None)  # type: ignore[assignment]
-        launcher.__qualname__ = (
-            getattr(self._py_func, "__qualname__", "kernel") + ".simulator")
-        return launcher
-
     def _checked_inputs(self, args, shapes=False):
         """The call's inputs, checked as a call checks them (arrays, or with
         `shapes` ShapeDtypeStructs): dtypes, ranks, arity, aliases."""
@@ -783,60 +469,6 @@ class NumbaCudaKernel:
                              for s in self.out_specs),
             batch=0, broadcast=tuple(False for _ in inputs))
         return jax.tree_util.tree_unflatten(self.out_tree, list(outs))
-
-
-#: The vmap_method values numba_cuda_kernel accepts: those of
-#: jax.ffi.ffi_call, and None. All but 'sequential' batch the same way.
-VMAP_METHODS = (None, "expand_dims", "broadcast_all", "legacy_vectorized",
-                "sequential")
-
-
-def _int_in(value, low: int, high: int) -> bool:
-    """An int (not a bool) from `low` to `high`."""
-    return (not isinstance(value, bool)
-            and isinstance(value, (int, np.integer))
-            and low <= int(value) <= high)
-
-
-def check_launch_configuration(*, grid, block, launch_dims, threads_per_block,
-                               shared_mem, vmap_method):
-    """(grid, block, launch_dims) checked; ValueError for a bad configuration.
-
-    Pure: needs neither the kernel nor Numba.
-    """
-    _checks.check_vmap_method(vmap_method, "numba_cuda_kernel", VMAP_METHODS)
-    if not _int_in(threads_per_block, 1, MAX_THREADS_PER_BLOCK):
-        raise ValueError(
-            f"threads_per_block must be an int from 1 to "
-            f"{MAX_THREADS_PER_BLOCK} (CUDA's limit), got {threads_per_block!r}")
-    if not _int_in(shared_mem, 0, MAX_SHARED_MEM):
-        raise ValueError(
-            f"shared_mem must be an int >= 0 bytes (below 2**31), got "
-            f"{shared_mem!r}")
-    explicit = grid is not None or block is not None
-    if explicit and launch_dims is not None:
-        raise ValueError(
-            "give either grid and block, or launch_dims, not both")
-    if explicit and (grid is None or block is None):
-        raise ValueError(
-            "grid and block go together: give both (or use launch_dims)")
-    if not explicit and launch_dims is None:
-        raise ValueError(
-            "numba_cuda_kernel needs a launch configuration: grid=..., "
-            "block=... or launch_dims=...")
-    if explicit:
-        if vmap_method is not None:
-            raise ValueError(
-                "an explicit grid cannot be combined with vmap_method: use "
-                "launch_dims, or leave vmap_method=None")
-        grid, block = _as_dims(grid, "grid"), _as_dims(block, "block")
-        check_launch_limits(grid, block, "numba_cuda_kernel")
-    else:
-        launch_dims = _as_dims(launch_dims, "launch_dims")
-        dims_grid, dims_block = launch_config(launch_dims, threads_per_block)
-        check_launch_limits(dims_grid, dims_block,
-                            f"numba_cuda_kernel(launch_dims={launch_dims})")
-    return grid, block, launch_dims
 
 
 def numba_cuda_kernel(

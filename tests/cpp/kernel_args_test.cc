@@ -185,7 +185,7 @@ TEST(KernelArgs, ResetDropsPreviousArrays) {
   ExpectParamsMatchWords(args);
 }
 
-// Scalars of a fast launch (csrc/fast_launch.cc) sit in 8-byte words after
+// Scalars of a fast launch (csrc/launch_args.cc) sit in 8-byte words after
 // or between arrays; the driver reads each parameter's own size from the
 // start of its word, so an int32 or float32 must be in the low bytes.
 TEST(KernelArgs, ScalarWordsReadAtTheirOwnWidth) {

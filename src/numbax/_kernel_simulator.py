@@ -1,0 +1,50 @@
+"""A numba_cuda_kernel's launch on JAX's CPU backend, through Numba's simulator.
+
+The function the CPU handler calls for one call shape: the simulator's
+version of the C++ launch (kernel_handler.cc), with the same slicing of a
+vmapped batch and the same chunks when it folds. kernel.py keeps one per
+call shape and batch size.
+"""
+
+from __future__ import annotations
+
+def make_launcher(kernel, shared_mem, py_func, n_in, grid, block, empty, batch,
+                  broadcast, batched, fold_axis, max_slices):
+    """The simulator's version of the C++ launch (same slicing, same
+    chunks of at most MAX_SLICES_PER_LAUNCH slices when folded)."""
+
+    def launcher(*args):
+        *arrays, stream = args
+        if empty:
+            # As the GPU handler: outputs are zero-filled, except one
+            # aliased to an input, which keeps the input's values.
+            inputs = {a._ary.__array_interface__["data"][0]
+                      for a in arrays[:n_in]}
+            for out in arrays[n_in:]:
+                if out._ary.__array_interface__["data"][0] not in inputs:
+                    out._ary.fill(0)
+            return None
+        if batched is not None:
+            for start in range(0, batch, max_slices):
+                count = min(max_slices, batch - start)
+                chunk = [a[0:1] if (i < n_in and broadcast[i])
+                         else a[start:start + count]
+                         for i, a in enumerate(arrays)]
+                chunk_grid = list(grid)
+                chunk_grid[fold_axis] = count
+                batched[tuple(chunk_grid), block, stream, shared_mem](*chunk)
+            return None
+        slices = range(batch) if batch else [None]
+        for s in slices:
+            if s is None:
+                view = arrays
+            else:
+                view = [a[0] if (i < n_in and broadcast[i]) else a[s]
+                        for i, a in enumerate(arrays)]
+            kernel[grid[:3], block[:3], stream, shared_mem](*view)
+        return None
+    launcher.__module__ = getattr(
+        py_func, "__module__", None)  # type: ignore[assignment]
+    launcher.__qualname__ = (
+        getattr(py_func, "__qualname__", "kernel") + ".simulator")
+    return launcher
