@@ -36,6 +36,7 @@ import dis
 import re
 import types
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -427,6 +428,14 @@ def make_batched_kernel(kernel, num_args: int, broadcast: tuple, axis: int):
     options.pop("link", None)  # never folded: decide() falls back on links
     if getattr(kernel, "_fastmath", False):  # the simulator's kernels
         options["fastmath"] = True
+    return compile_batched(cuda, py_func, options, num_args, broadcast, axis)
+
+
+def compile_batched(cuda: Any, py_func, options: dict, num_args: int,
+                    broadcast: tuple, axis: int):
+    """The generated batched kernel (batched_source) around `py_func` as a
+    device function, both compiled by `cuda`'s jit (numba-cuda's, or
+    numba-cuda-mlir's) with `options`."""
     body = cuda.jit(device=True, **options)(py_func)
     scope = {"cuda": cuda, "body": body}
     exec(compile(batched_source(num_args, broadcast, axis),

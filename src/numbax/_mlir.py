@@ -348,12 +348,4 @@ def make_batched_kernel(kernel, num_args: int, broadcast: tuple, axis: int):
     # Only what changes results: the batched kernel must compute exactly
     # what the kernel does per slice.
     same = {k: options[k] for k in ("fastmath",) if options.get(k)}
-    body = cuda.jit(device=True, **same)(py_func)
-    scope = {"cuda": cuda, "body": body}
-    exec(compile(_fold.batched_source(num_args, broadcast, axis),
-                 f"<numbax batched {getattr(py_func, '__qualname__', '')}>",
-                 "exec"), scope)
-    batched = scope["batched"]
-    batched.__qualname__ = (
-        getattr(py_func, "__qualname__", "kernel") + ".batched")
-    return cuda.jit(**same)(batched)
+    return _fold.compile_batched(cuda, py_func, same, num_args, broadcast, axis)
