@@ -8,7 +8,8 @@
 # Wheels in .whl/ that are not numbax (numpy<2.5 for numba-cuda 0.30) are
 # installed beside each. DEADLINE (epoch seconds) stops starting rounds that
 # would not finish (a quick run takes about 20 s on an H200). JSON and logs
-# go to $OUT (default /tmp/numbax-ab).
+# go to $OUT (default /tmp/numbax-ab). AB_ARGS adds options to every
+# benchmark run (e.g. --no-workloads).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { sed -n '2,12p' "$0"; exit 2; }
@@ -33,7 +34,7 @@ run() {  # side round
   local st
   # From /tmp: the checkout's own sources must not shadow the wheel.
   (cd /tmp && PYTHONPATH="/tmp/numbax-ab-$1" $PY -m numbax bench --quick \
-     --no-progress --json "$OUT/$1-$2.json" > "$OUT/$1-$2.log" 2>&1)
+     --no-progress ${AB_ARGS:-} --json "$OUT/$1-$2.json" > "$OUT/$1-$2.log" 2>&1)
   st=$?
   echo "$1 round $2: exit $st"
   if [ "$st" != 0 ]; then failed=1; rm -f "$OUT/$1-$2.json"; fi
