@@ -102,11 +102,13 @@ run_row() {
     return 1
   fi
   # The full rows also check numbax's numba-cuda-mlir support that needs no
-  # GPU (tests/test_mlir.py; its own dependencies are numba-cuda's).
+  # GPU (tests/test_mlir.py). Without its CUDA extras it adds only
+  # typing-extensions to what numba-cuda brings (the pins still hold).
   local mlir=0
   case "$scope" in full|all) mlir=1 ;; esac
   if [ "$mlir" = 1 ] && ! "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-      --no-deps "numba-cuda-mlir==${MLIR_VERSION:-0.6.0}" >> "$WORK/pip-$jax_v.log" 2>&1; then
+      -c "$WORK/constraints.txt" "numba-cuda-mlir==${MLIR_VERSION:-0.6.0}" \
+      >> "$WORK/pip-$jax_v.log" 2>&1; then
     echo "jax $jax_v: numba-cuda-mlir install failed (see $WORK/pip-$jax_v.log)" > "$WORK/result-$jax_v"
     return 1
   fi
