@@ -3,7 +3,7 @@
 vmap: y = 2x + 1 over a B x n float32 array, four ways, one jitted call
 each: ``jax.vmap`` of a ``numba_cuda_kernel`` that folds the batch into one
 launch; the same body that reads gridDim.y/z, so vmap launches it once per
-slice; one launch over the flattened array; and ``jnp``. Then (issue 25)
+slice; one launch over the flattened array; and ``jnp``. Then
 nested vmap over 16 x 16 x 4096 (folded, against one flat launch and
 ``jnp``); a bfloat16 kernel through numba-cuda's bf16 intrinsics over
 256 x 4096 (folded and per slice; a GPU only); and a kernel that cannot
@@ -33,7 +33,7 @@ import numpy as np
 @dataclass
 class WorkloadConfig:
     vmap_shapes: tuple = ((256, 4096), (4096, 256), (8, 1 << 20))
-    # Issue 25's rows: nested vmap (batch sizes..., n), bf16 vmap (B, n),
+    # The later rows: nested vmap (batch sizes..., n), bf16 vmap (B, n),
     # a kernel that cannot fold (B, n): C++ per slice against an XLA loop.
     nested_shape: tuple = (16, 16, 4096)
     bf16_shape: tuple = (256, 4096)
