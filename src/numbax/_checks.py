@@ -303,3 +303,12 @@ def check_arity(func, nargs: int, op: str, layout: str,
             f"{what} one parameter per input, then per output"
             + (", then per scratch buffer, then the stream"
                if layout.endswith("stream") else "")) from None
+
+
+def renamed(exc: BaseException, message: str) -> BaseException | None:
+    """`exc`'s type with `message` (the op named first), or None where that
+    type cannot be built from one message (re-raise `exc` as it is then)."""
+    try:
+        return type(exc)(message)
+    except Exception:  # noqa: BLE001 - an exception type of its own
+        return None

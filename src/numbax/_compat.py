@@ -67,6 +67,16 @@ def release(version: str | None) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def dist_version(name: str) -> str | None:
+    """The installed version of distribution `name`, or None (absent, or a
+    broken install); never imports it."""
+    try:
+        from importlib.metadata import version
+        return version(name)
+    except Exception:  # noqa: BLE001 - absent or unreadable: unknown
+        return None
+
+
 def jax_upper_bound() -> str:
     """The first jax release past the tested range ("0.13" after 0.12.x):
     pyproject.toml's dependency range stops before it."""

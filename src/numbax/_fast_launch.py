@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from . import _core, _numba, _signatures
+from . import _compat, _core, _numba, _signatures
 
 # numba-cuda releases whose launch path (CUDADispatcher.call,
 # _Kernel.launch, _Kernel._prepare_args) the fast path reproduces.
@@ -48,19 +48,11 @@ SCALAR_TYPES = frozenset(_INTS + _BOOLS + _FLOATS + _COMPLEX)
 
 
 def numba_cuda_version() -> str | None:
-    try:
-        from importlib.metadata import version
-        return version("numba-cuda")
-    except Exception:
-        return None
+    return _compat.dist_version("numba-cuda")
 
 
 def _verified(version: str | None) -> bool:
-    try:
-        major_minor = tuple(int(p) for p in (version or "").split(".")[:2])
-    except ValueError:
-        return False
-    return major_minor in VERIFIED
+    return _compat.release(version)[:2] in VERIFIED
 
 
 def env_enabled() -> bool:

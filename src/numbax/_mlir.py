@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from . import _checks, _compat
+
 MODULE = "numba_cuda_mlir"
 DISTRIBUTION = "numba-cuda-mlir"
 DESCRIPTOR = "numba_cuda_mlir.descriptor"
@@ -49,17 +51,7 @@ MEMREF_ABI = 1
 
 def version() -> str | None:
     """The installed numba-cuda-mlir version, or None; never imports it."""
-    try:
-        from importlib.metadata import PackageNotFoundError
-        from importlib.metadata import version as dist_version
-    except ImportError:  # pragma: no cover - Python < 3.8
-        return None
-    try:
-        return dist_version(DISTRIBUTION)
-    except PackageNotFoundError:
-        return None
-    except Exception:  # noqa: BLE001 - a broken install reads as absent
-        return None
+    return _compat.dist_version(DISTRIBUTION)
 
 
 def status() -> str:
@@ -74,11 +66,7 @@ def status() -> str:
 
 
 def verified(found: str | None) -> bool:
-    try:
-        major_minor = tuple(int(p) for p in (found or "").split(".")[:2])
-    except ValueError:
-        return False
-    return major_minor in VERIFIED
+    return _compat.release(found)[:2] in VERIFIED
 
 
 def is_kernel(obj: Any) -> bool:
@@ -199,12 +187,11 @@ def compile_kernel(kernel, tys: tuple, label: str) -> CompiledKernel:
     try:
         result = kernel.compile(tys)
     except Exception as exc:
-        message = (f"{label}: numba-cuda-mlir could not compile the kernel "
-                   f"for argument types {tys}: {exc}")
-        try:
-            named = type(exc)(message)
-        except Exception:  # noqa: BLE001 - an exception type of its own
-            raise exc from None
+        named = _checks.renamed(
+            exc, f"{label}: numba-cuda-mlir could not compile the kernel "
+            f"for argument types {tys}: {exc}")
+        if named is None:
+            raise
         raise named from exc
     options = getattr(kernel, "targetoptions", {}) or {}  # now with its chip
     if bool(getattr(result, "cooperative", False)):

@@ -17,9 +17,9 @@ import sys
 import threading
 from typing import Any
 
-import numpy as np
 
 from . import _mlir
+from ._fast_launch import _FLOATS, _INTS
 
 _bridge_lock = threading.Lock()
 _bridge_note = "not installed"
@@ -32,6 +32,8 @@ _launching = threading.local()
 def _stream_int(stream) -> Any:
     """numba-cuda's Stream objects (numbax's stream is one) as their raw
     handle, which numba-cuda-mlir's launcher accepts; anything else as is."""
+    if stream is None or type(stream) is int:
+        return stream
     numba_driver = sys.modules.get("numba.cuda.cudadrv.driver")
     cls = getattr(numba_driver, "Stream", None)
     if isinstance(cls, type) and isinstance(stream, cls):
@@ -54,13 +56,11 @@ _FRONT_SIZE = 64
 
 def _front_key(dispatcher, griddim, blockdim, stream, sharedmem, cluster):
     try:
-        key = (griddim, blockdim, stream, sharedmem, cluster,
-               tuple(map(id, dispatcher.extensions)),
-               bool(dispatcher._launch_config_enabled))
-        hash(key)
-    except Exception:  # noqa: BLE001 - unhashable or unusual: no front cache
+        return (griddim, blockdim, stream, sharedmem, cluster,
+                tuple(map(id, dispatcher.extensions)),
+                bool(dispatcher._launch_config_enabled))
+    except Exception:  # noqa: BLE001 - an unusual dispatcher: no front cache
         return None
-    return key
 
 
 def _configured(dispatcher) -> dict:
@@ -134,7 +134,10 @@ def install_launch_bridge() -> str:
             front = _front_key(self, griddim, blockdim, stream, sharedmem,
                                cluster)
             if front is not None:
-                hit = _configured(self).get(front)
+                try:
+                    hit = _configured(self).get(front)
+                except TypeError:  # unhashable dimensions: no front cache
+                    front = hit = None
                 # Still the launcher numba-cuda-mlir's own cache holds for
                 # these arguments: what its configure would return.
                 if hit is not None and self._configure_cache.get(hit[0]) is hit[1]:
@@ -268,10 +271,9 @@ def _fast_check(cfg, args, ours, device):
 
 
 # Scalars whose numba-cuda-mlir type depends on the Python type alone and
-# whose parameter is an 8-byte word (or its low bytes): ints and floats.
-_INTS = (int, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
-         np.uint32, np.uint64)
-_SCALARS = frozenset(_INTS + (float, np.float32, np.float64))
+# whose parameter is an 8-byte word (or its low bytes): ints and floats,
+# grouped as for numba-cuda's fast path.
+_SCALARS = frozenset(_INTS + _FLOATS)
 
 
 def _scalar_packing(ty, value) -> str | None:

@@ -145,11 +145,6 @@ def _note_dropped(key: str, entry: Any) -> None:
         member.dropped.popitem(last=False)
 
 
-def _touch(key: str) -> None:
-    if key in _entries:
-        _entries.move_to_end(key)
-
-
 def clear_entries() -> None:
     """Drops every program key's entry, and the simulator launchers the
     kernel ops keep (numbax.clear_caches()): each is rebuilt from its key
@@ -331,9 +326,10 @@ def program_key(func, group_key: str, call: str,
     memo_key = (id(func), group_key, call)
     with _lock:
         key = _memo.get(memo_key)
-        if key is not None and key in _entries:
-            if _alive(_entries[key]):
-                _touch(key)
+        known = _entries.get(key) if key is not None else None
+        if key is not None and known is not None:
+            if _alive(known):
+                _entries.move_to_end(key)
                 return key
             # The op that traced it was collected, the function lives on (a
             # re-created op): the same key, now served by this op.
@@ -415,7 +411,7 @@ def _lookup(key: str, platform: str, kind: str = "callable"):
     with _lock:
         entry = _entries.get(key)
         if entry is not None:
-            _touch(key)
+            _entries.move_to_end(key)
     if entry is not None and _alive(entry):
         return entry
     # Not traced here (a deserialised or cached program), or traced by an

@@ -269,9 +269,12 @@ class NumbaCudaKernel:
         try:
             compiled = self.kernel.compile(argtypes)
         except Exception as exc:
-            raise type(exc)(
-                f"{self._label}: Numba could not compile the kernel for argument "
-                f"types {argtypes}: {exc}") from exc
+            named = _checks.renamed(
+                exc, f"{self._label}: Numba could not compile the kernel for "
+                f"argument types {argtypes}: {exc}")
+            if named is None:
+                raise
+            raise named from exc
         return self._refuse_debug(compiled)
 
     def _refuse_debug(self, compiled):
