@@ -1,10 +1,12 @@
 #include "fast_launch_testing.h"
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "call_frame.h"
+#include "cuda_driver.h"
 #include "fast_launch.h"
 #include "kernel_args.h"
 #include "launch_args.h"
@@ -111,6 +113,46 @@ PyObject* PackScalarForTest(char how, PyObject* value) {
   return PyBytes_FromStringAndSize(
       reinterpret_cast<const char*>(packed.words().data()),
       static_cast<Py_ssize_t>(packed.size() * sizeof(int64_t)));
+}
+
+double TimeDriverLaunches(uintptr_t function, const unsigned grid[3],
+                          const unsigned block[3], const int64_t* words,
+                          size_t word_count, uintptr_t stream, int count,
+                          int mode) {
+  const cuda::Driver* driver = cuda::Load();
+  if (driver == nullptr) return -3.0;  // CUDA_ERROR_NOT_INITIALIZED
+  std::vector<int64_t> copy(words, words + word_count);
+  std::vector<void*> params(word_count);
+  for (size_t i = 0; i < word_count; ++i) params[i] = &copy[i];
+  size_t bytes = word_count * sizeof(int64_t);
+  // The cuLaunchKernel `extra` protocol: a parameter buffer and its size.
+  void* extra[] = {reinterpret_cast<void*>(uintptr_t{1}),  // BUFFER_POINTER
+                   copy.data(),
+                   reinterpret_cast<void*>(uintptr_t{2}),  // BUFFER_SIZE
+                   &bytes, nullptr};                       // END
+  const auto f = reinterpret_cast<cuda::CUfunction>(function);
+  const auto s = reinterpret_cast<cuda::CUstream>(stream);
+  cuda::CUresult r = cuda::CUDA_SUCCESS;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < count && r == cuda::CUDA_SUCCESS; ++i) {
+    if (mode == 1) {
+      Py_BEGIN_ALLOW_THREADS;
+      r = driver->cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0],
+                                 block[1], block[2], 0, s, params.data(),
+                                 nullptr);
+      Py_END_ALLOW_THREADS;
+    } else if (mode == 2) {
+      r = driver->cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0],
+                                 block[1], block[2], 0, s, nullptr, extra);
+    } else {
+      r = driver->cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0],
+                                 block[1], block[2], 0, s, params.data(),
+                                 nullptr);
+    }
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  if (r != cuda::CUDA_SUCCESS) return -static_cast<double>(r);
+  return std::chrono::duration<double>(t1 - t0).count();
 }
 
 }  // namespace numbax

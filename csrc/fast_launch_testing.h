@@ -12,6 +12,9 @@
 
 #include <Python.h>
 
+#include <cstddef>
+#include <cstdint>
+
 namespace numbax {
 
 void SetDryRun(bool on);
@@ -19,5 +22,18 @@ PyObject* LastLaunch();
 PyObject* CallAsNumbax(PyObject* func, PyObject* arrays, PyObject* buffers,
                        void* stream, int device, bool enabled);
 PyObject* PackScalarForTest(char how, PyObject* value);
+
+// Benchmarks (python -m numbax.bench.launch_cost): the driver's own cost.
+// Issues `count` launches of `function` (a CUfunction or CUkernel handle)
+// back to back on `stream`, each with the parameter words `words` (every
+// parameter one 8-byte word, as for a kernel taking arrays and 64-bit
+// scalars), and returns the host seconds they took, or a negative value
+// (-CUresult) if a launch failed. `mode`: 0 kernelParams with the GIL held,
+// 1 kernelParams with the GIL released around each launch (as the fast path
+// launches), 2 one parameter buffer (CU_LAUNCH_PARAM_BUFFER_POINTER).
+double TimeDriverLaunches(uintptr_t function, const unsigned grid[3],
+                          const unsigned block[3], const int64_t* words,
+                          size_t word_count, uintptr_t stream, int count,
+                          int mode);
 
 }  // namespace numbax

@@ -1,8 +1,10 @@
 // numbax._core: the nanobind module that hands XLA its FFI handlers.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/array.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <array>
 #include <stdexcept>
 #include <string>
 
@@ -240,6 +242,26 @@ NB_MODULE(_core, m) {
       nb::arg("device") = 0, nb::arg("enabled") = true,
       "Tests only: runs func() as numbax runs a func, with `arrays` over "
       "`buffers` ((address, dtype, shape) each) on `stream`.");
+  m.def(
+      "time_driver_launches",
+      [](uint64_t function, std::array<unsigned, 3> grid,
+         std::array<unsigned, 3> block, std::vector<int64_t> words,
+         uint64_t stream, int count, int mode) {
+        if (function == 0 || count < 1 || mode < 0 || mode > 2) {
+          throw nb::value_error(
+              "time_driver_launches: a function handle, count >= 1 and "
+              "mode 0, 1 or 2");
+        }
+        return numbax::TimeDriverLaunches(
+            static_cast<uintptr_t>(function), grid.data(), block.data(),
+            words.data(), words.size(), static_cast<uintptr_t>(stream), count,
+            mode);
+      },
+      nb::arg("function"), nb::arg("grid"), nb::arg("block"), nb::arg("words"),
+      nb::arg("stream"), nb::arg("count"), nb::arg("mode"),
+      "Benchmarks: host seconds of `count` back-to-back cuLaunchKernel calls "
+      "(mode 0 GIL held, 1 GIL released per launch, 2 one parameter "
+      "buffer); -CUresult if one failed.");
   m.def(
       "set_fast_launch_resolves_function",
       [](bool on) { numbax::SetResolveFunctions(on); }, nb::arg("on"),

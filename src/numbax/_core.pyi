@@ -110,6 +110,11 @@ def call_as_numbax(func: object, arrays: object, buffers: object, stream: int, d
     Tests only: runs func() as numbax runs a func, with `arrays` over `buffers` ((address, dtype, shape) each) on `stream`.
     """
 
+def time_driver_launches(function: int, grid: Sequence[int], block: Sequence[int], words: Sequence[int], stream: int, count: int, mode: int) -> float:
+    """
+    Benchmarks: host seconds of `count` back-to-back cuLaunchKernel calls (mode 0 GIL held, 1 GIL released per launch, 2 one parameter buffer); -CUresult if one failed.
+    """
+
 def set_fast_launch_resolves_function(on: bool) -> None:
     """
     Benchmarks: plans recorded from now on launch each kernel's CUfunction in the bound context (True, the default) or Numba's CUkernel handle.

@@ -15,7 +15,7 @@ import math
 import threading
 from typing import Any, Callable
 
-from . import _core, _mlir, _numba
+from . import _core, _kernel_cache, _mlir, _numba
 
 # Serialises Numba's kernel loads at plan time (_load).
 _NUMBA_LOAD_LOCK = threading.Lock()
@@ -80,6 +80,13 @@ def function_on(compiled, grid, block, ordinal, handles, shared_mem: int,
     from numba import cuda
     device = cuda.gpus[ordinal]
     capability = tuple(device.compute_capability)
+    if isinstance(compiled, _kernel_cache.CachedKernel):
+        # From numbax's entry in Numba's cache: its cubin, loaded through
+        # the driver; a device of another capability compiles through Numba.
+        if capability == compiled.capability:
+            return _core.kernel_function(compiled.kernel_handle(), ordinal,
+                                         shared_mem)
+        compiled = compiled.numba_kernel()
     handle = handles.get(capability)
     if compiled.cooperative:
         limit = handles.get(

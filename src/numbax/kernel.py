@@ -8,6 +8,8 @@ CPU through Numba's simulator in _kernel_simulator.py.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import weakref
 from collections import OrderedDict
 from typing import Any, Sequence
@@ -15,8 +17,9 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 
-from . import (_checks, _core, _fast_launch, _fold, _kernel_plan,
-               _kernel_simulator, _mlir, _numba, _registry, _signatures)
+from . import (_checks, _core, _fast_launch, _fold, _kernel_cache,
+               _kernel_plan, _kernel_simulator, _mlir, _numba, _registry,
+               _signatures)
 # numbax.kernel's names for the launch configuration and the primitive.
 from ._kernel_primitive import numbax_kernel_p
 from ._launch_config import (MAX_BLOCK, MAX_GRID,  # noqa: F401
@@ -160,7 +163,10 @@ class NumbaCudaKernel:
             else:
                 compiled = compiled or self._compile(argtypes, n_in)
                 cooperative = bool(compiled.cooperative)
-                read, why = _fold.axes_read_by_compiled(compiled)
+                if isinstance(compiled, _kernel_cache.CachedKernel):
+                    read, why = compiled.axes_read, compiled.why
+                else:
+                    read, why = _fold.axes_read_by_compiled(compiled)
             decision = _fold.decide(
                 vmap_method=self.vmap_method, grid=grid,
                 cooperative=cooperative, axes_read=read, unreadable=why)
@@ -174,9 +180,15 @@ class NumbaCudaKernel:
         if kernel is None:
             make = (_mlir.make_batched_kernel if self._mlir
                     else _fold.make_batched_kernel)
-            kernel = make(
-                self.kernel, num_args, broadcast,
-                _fold.AXIS_NAMES.index(decision.axis))
+            axis = _fold.AXIS_NAMES.index(decision.axis)
+            kernel = make(self.kernel, num_args, broadcast, axis)
+            if not self._mlir:
+                # What generated it, as numbax's entry in the kernel's Numba
+                # cache names it (_kernel_cache).
+                source = _fold.batched_source(num_args, broadcast, axis)
+                kernel._numbax_kind = (
+                    "batched", num_args, tuple(broadcast), axis,
+                    hashlib.sha256(source.encode()).hexdigest()[:16])
             self._batched_kernels[key] = kernel
         return kernel
 
@@ -266,6 +278,21 @@ class NumbaCudaKernel:
                                       n_in)
         if compiled is not None:
             return self._refuse_debug(compiled)
+        # A warm start: numbax's entry in the kernel's Numba cache, if any,
+        # spares this process Numba's compile or load (_kernel_cache).
+        # (Its fallback compile must not hold the op: plans hold it weakly.)
+        cached = _kernel_cache.load(self.kernel, (), argtypes,
+                                    functools.partial(self.kernel.compile,
+                                                      argtypes))
+        if cached is not None:
+            return cached
+        compiled = self._numba_compile(argtypes)
+        if _kernel_cache.cache_of(self.kernel) is not None:
+            read, why = _fold.axes_read_by_compiled(compiled)
+            _kernel_cache.save(self.kernel, (), argtypes, compiled, read, why)
+        return compiled
+
+    def _numba_compile(self, argtypes):
         try:
             compiled = self.kernel.compile(argtypes)
         except Exception as exc:
@@ -276,6 +303,22 @@ class NumbaCudaKernel:
                 raise
             raise named from exc
         return self._refuse_debug(compiled)
+
+    def _compile_batched(self, batched, tys):
+        """The generated batched kernel compiled for `tys`: from numbax's
+        entry in the user kernel's Numba cache if there is one."""
+        if self._mlir:
+            return _mlir.compile_kernel(batched, tys, self._label)
+        kind = getattr(batched, "_numbax_kind", None)
+        if kind is None:
+            return batched.compile(tys)
+        cached = _kernel_cache.load(self.kernel, kind, tys,
+                                    functools.partial(batched.compile, tys))
+        if cached is not None:
+            return cached
+        compiled = batched.compile(tys)
+        _kernel_cache.save(self.kernel, kind, tys, compiled)
+        return compiled
 
     def _refuse_debug(self, compiled):
         if getattr(compiled, "debug", False):
@@ -364,8 +407,7 @@ class NumbaCudaKernel:
         if batched is not None:
             try:
                 tys = self._argtypes(all_avals, 0)
-                compiled = (_mlir.compile_kernel(batched, tys, self._label)
-                            if self._mlir else batched.compile(tys))
+                compiled = self._compile_batched(batched, tys)
                 fold_axis = _fold.AXIS_NAMES.index(decision.axis)
             except Exception as exc:
                 self._fold_decisions[argtypes] = _fold.fallback(
@@ -493,7 +535,10 @@ def numba_cuda_kernel(
     It is compiled for the argument types when traced; each call then packs
     the arguments in the compiler's kernel ABI (numba-cuda's, or
     numba-cuda-mlir's memrefs) and launches on XLA's stream from C++, with
-    no Python and no GIL, and XLA may capture it in CUDA graphs.
+    no Python and no GIL, and XLA may capture it in CUDA graphs. A kernel
+    with ``cache=True`` also gets an entry of numbax's in its Numba cache,
+    from which later processes launch it without Numba compiling or loading
+    anything (docs/warm_start.md).
 
     Launch configuration: ``grid`` and ``block`` (int or up to 3 ints), or
     ``launch_dims`` (1-3 extents; 1-D blocks of ``min(threads_per_block, n)``,

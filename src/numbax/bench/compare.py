@@ -3,7 +3,8 @@
     python -m numbax.bench.compare BEFORE.json [...] -- AFTER.json [...]
 
 Each JSON is one ``python -m numbax bench --json`` run. For every row
-(table rows: chain, single, bandwidth; vmap and spiking-network rows) it
+(table rows: chain, single, bandwidth; vmap, spiking-network, launch-cost
+and cold-start rows) it
 prints the median of each side over its runs, their ranges and after/before
 (for bandwidth before/after, so > 1 is always "after is slower"). A row is
 marked ``slower`` only when each side has at least two runs, every after
@@ -35,7 +36,13 @@ def is_control(row: str) -> bool:
     """The native handlers, pure_callback, vmap's jnp rows and the spiking
     network's pure-JAX row (row names as samples() makes them)."""
     return (row in CONTROL_ROWS or row.endswith(": jnp")
-            or row.startswith("snn: (a) pure JAX"))
+            or row.startswith("snn: (a) pure JAX")
+            or row.startswith(LAUNCH_CONTROLS)
+            or row.startswith("cold start: jax "))
+
+
+# Launch-cost rows that are Numba's or the driver's alone.
+LAUNCH_CONTROLS = ("launch: configure", "launch: driver_", "launch: numba")
 
 
 def samples(runs: Sequence[dict]) -> Samples:
@@ -59,6 +66,14 @@ def samples(runs: Sequence[dict]) -> Samples:
                     row.get("us_per_call"))
         for row in workloads.get("snn", []):
             add((f"snn: {row.get('name')}", "us/step"), row.get("us_per_step"))
+        for row in workloads.get("launch_cost", []):
+            add((f"launch: {row.get('name')}", "us"), row.get("us_per_launch"))
+        for row in workloads.get("cold_start", []):
+            if row.get("status") == "ok":
+                for phase in ("trace_lower", "first_run", "total"):
+                    add((f"cold start: {row['variant']} {row['caches']} "
+                         f"caches {phase}", "s"),
+                        (row.get("phases") or {}).get(phase))
     return out
 
 

@@ -53,7 +53,11 @@ def build_parser(prog: str, default_json: str | None) -> argparse.ArgumentParser
                    help="skip the bandwidth benchmark")
     p.add_argument("--no-workloads", action="store_true",
                    help="skip the workload benchmarks (vmap of a kernel, the "
-                   "spiking network)")
+                   "spiking network, launch cost, cold start)")
+    p.add_argument("--no-cold-start", action="store_true",
+                   help="skip the cold-start rows (fresh processes, empty and "
+                   "warm caches, by phase: about a minute; --no-workloads "
+                   "skips them too)")
     p.add_argument("--plot", default=None, metavar="PNG",
                    help="also draw the results as a bar chart into this PNG "
                    "file (needs matplotlib)")
@@ -82,7 +86,7 @@ def build_parser(prog: str, default_json: str | None) -> argparse.ArgumentParser
 
 #: Options that only mean something for a run (--plot-from runs nothing).
 _RUN_OPTIONS = ("quick", "only", "rounds", "no_bandwidth", "build_dir", "seed",
-                "cpu_smoke")
+                "cpu_smoke", "no_cold_start")
 
 
 def parse_args(argv: Sequence[str] | None = None, *,
@@ -241,6 +245,19 @@ def measure_bandwidth(prepared: list[Prepared], cfg, bw_x, timing, progress,
     gc.collect()
 
 
+def _startup_rows(key: str, smoke: bool, log, measure) -> list[dict]:
+    """The launch-cost or cold-start rows: GPU only (the simulator has no
+    launches to time, and its start says nothing of a GPU's); a failure is
+    a row, never an abort."""
+    if smoke:
+        return [{"name": key, "status": "skipped (no GPU)"}]
+    try:
+        return measure()
+    except Exception as exc:  # noqa: BLE001 - still print the rest
+        log(f"[{key}] FAILED:\n{traceback.format_exc().rstrip()}")
+        return [{"name": key, "status": f"FAILED: {type(exc).__name__}: {exc}"}]
+
+
 def plot_from(json_path: str, png_path: str | None, prog: str) -> int:
     """``--plot-from``: the chart of a saved record, without running anything
     (no GPU, no JAX needed). Returns the exit status."""
@@ -304,7 +321,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
     import jax
     import numpy as np
 
-    from . import impls, report, timing
+    from . import cold_start, impls, launch_cost, report, timing
     from .native import build_and_register
     from .progress import Progress
 
@@ -390,6 +407,13 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
         if mode.smoke:  # the same rule as the main table: no simulator ratios
             for r in workload_rows["vmap"]:
                 r.pop("x_flat", None)
+        workload_rows["launch_cost"] = _startup_rows(
+            "launch_cost", mode.smoke, log,
+            lambda: launch_cost.measure(rounds=max(cfg.rounds, 5), log=log))
+    if not args.no_workloads and not args.no_cold_start:
+        workload_rows["cold_start"] = _startup_rows(
+            "cold_start", mode.smoke, log,
+            lambda: cold_start.measure(runs=2 if args.quick else 3, log=log))
 
     record: dict[str, Any] = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -429,6 +453,12 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
         print(format_tables([r for r in workload_rows["vmap"] if "B" in r],
                             [r for r in workload_rows["snn"]
                              if "neurons" in r]), flush=True)
+    for key, module in (("launch_cost", launch_cost),
+                        ("cold_start", cold_start)):
+        part = workload_rows.get(key)
+        if part:
+            print(f"\n== {key.replace('_', ' ')}")
+            print(module.format_table(part), flush=True)
     print()
     print("== table")
     print(f"{env_info['device']} | jax {v['jax']} jaxlib {v['jaxlib']} | numba "
@@ -441,8 +471,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
     print(report.format_table(rows, note=SIMULATOR_NOTE if mode.smoke else None),
           flush=True)
     failed = any(r["status"].startswith("FAILED") for r in rows) or any(
-        r["status"].startswith("FAILED") for part in workload_rows.values()
-        for r in part)
+        r.get("status", "ok").startswith("FAILED")
+        for part in workload_rows.values() for r in part)
     return 1 if failed or plot_failed else 0
 
 

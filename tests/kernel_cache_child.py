@@ -1,0 +1,120 @@
+"""A fresh process for tests/test_kernel_cache.py.
+
+    python tests/kernel_cache_child.py gpu DIR SCALE   numbax ops on a GPU
+    python tests/kernel_cache_child.py entries DIR     numbax's entries, no GPU
+
+DIR holds the kernel module (kmod.py, written by the test); NUMBA_CACHE_DIR
+comes from the environment. `gpu` runs a numba_cuda_kernel op, plain and
+vmapped (one folded launch), on fresh random data over poisoned outputs,
+checks both against numpy (y = SCALE * x + 1), and reports whether Numba
+compiled or loaded anything (its dispatchers' overloads). `entries` writes
+and reads numbax's cache entries through Numba's cache object with a fake
+compiled kernel (no GPU: the compute capability is given). Prints one line
+``RESULT {json}``.
+"""
+
+import json
+import os
+import sys
+
+
+def report(**fields):
+    print("RESULT " + json.dumps(fields), flush=True)
+
+
+def gpu(scale: float):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import kmod
+    import numbax
+
+    rng = np.random.default_rng()
+    n, b = 1000, 8
+    spec = jax.ShapeDtypeStruct((n,), jnp.float32)
+    # Output aliased to a NaN-filled input: an element left unwritten shows.
+    op = numbax.numba_cuda_kernel(kmod.affine, spec, launch_dims=n,
+                                  input_output_aliases={1: 0})
+    x = rng.standard_normal(n).astype(np.float32)
+    got = np.asarray(jax.jit(op)(x, jnp.full(n, jnp.nan, jnp.float32)))
+    xb = rng.standard_normal((b, n)).astype(np.float32)
+    gotb = np.asarray(jax.jit(jax.vmap(op))(
+        xb, jnp.full((b, n), jnp.nan, jnp.float32)))
+    decision = op.vmap_fold(x, x)  # the inputs of one unbatched call
+    batched = list(op._batched_kernels.values())
+    # The kernel computes in float64 and stores float32: so does numpy here.
+    want = (scale * x.astype(np.float64) + 1).astype(np.float32)
+    wantb = (scale * xb.astype(np.float64) + 1).astype(np.float32)
+    report(
+        plain_ok=bool(np.allclose(got, want, rtol=1e-6, atol=1e-6)),
+        vmap_ok=bool(np.allclose(gotb, wantb, rtol=1e-6, atol=1e-6)),
+        plain_err=float(np.nanmax(np.abs(got - want))),
+        unwritten=int(np.isnan(got).sum() + np.isnan(gotb).sum()),
+        folds=bool(decision.folds),
+        numba_overloads=len(kmod.affine.overloads),
+        batched_overloads=sum(len(k.overloads) for k in batched),
+        batched_kernels=len(batched))
+
+
+class _Library:
+    def __init__(self, cubin=b"\x7fELF-not-really", setup=()):
+        self._entry_name = "_Z6affine"
+        self._setup_functions = list(setup)
+        self._linking_files = set()
+        self.referenced_objects = {}
+        self._cubin = cubin
+
+    def get_cubin(self, cc=None):
+        return self._cubin
+
+
+class _Compiled:
+    cooperative = False
+    debug = False
+
+    def __init__(self, **kw):
+        self._codelibrary = _Library(**kw)
+
+
+def entries():
+    from numba import types
+
+    import kmod
+    from numbax import _kernel_cache as kc
+
+    kc.current_capability = lambda: (9, 0)
+    f32 = (types.float32[::1], types.float32[::1])
+    f64 = (types.float64[::1], types.float64[::1])
+    k = kmod.affine
+    out = {"cache_of": kc.cache_of(k) is not None,
+           "uncached_cache_of": kc.cache_of(kmod.uncached) is not None,
+           "found_before": kc.load(k, (), f32, None) is not None}
+    if sys.argv[3:] == ["write"]:
+        out["saved"] = kc.save(k, (), f32, _Compiled(), {0}, None)
+        out["saved_batched"] = kc.save(k, ("batched", 2), f32,
+                                       _Compiled(cubin=b"batched"))
+        out["saved_setup"] = kc.save(k, (), f64, _Compiled(setup=[print]))
+    hit = kc.load(k, (), f32, None)
+    out["found"] = hit is not None
+    # Read once per process: one library however often it is traced.
+    out["same_object"] = hit is not None and kc.load(k, (), f32, None) is hit
+    if hit is not None:
+        out["cubin"] = hit._image.cubin.decode("latin-1")
+        out["entry"] = hit._image.entry
+        out["axes_read"] = sorted(hit.axes_read)
+    batched = kc.load(k, ("batched", 2), f32, None)
+    out["batched_cubin"] = None if batched is None else batched._image.cubin.decode()
+    out["other_types"] = kc.load(k, (), f64, None) is not None
+    out["other_kind"] = kc.load(k, ("batched", 3), f32, None) is not None
+    kc.current_capability = lambda: (8, 0)
+    out["other_capability"] = kc.load(k, (), f32, None) is not None
+    report(**out)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, sys.argv[2])
+    if sys.argv[1] == "gpu":
+        gpu(float(sys.argv[3]))
+    else:
+        entries()

@@ -1,0 +1,124 @@
+"""numbax's entries in Numba's on-disk cache (src/numbax/_kernel_cache.py).
+
+A numba_cuda_kernel op whose kernel has ``cache=True`` leaves its cubin in
+the kernel's Numba cache; a later process launches from it without Numba
+compiling or loading anything, and an edit of the kernel's file invalidates
+it with Numba's own entries. Each case runs fresh processes
+(tests/kernel_cache_child.py) over a kernel module written here and a
+NUMBA_CACHE_DIR of its own.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import SIMULATOR
+
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                     "kernel_cache_child.py")
+
+KMOD = """
+from numba import cuda
+
+
+@cuda.jit(cache=True)
+def affine(x, poison, y):
+    i = cuda.grid(1)
+    if i < x.size:
+        y[i] = {scale} * x[i] + 1.0
+
+
+@cuda.jit
+def uncached(x, y):
+    i = cuda.grid(1)
+    if i < x.size:
+        y[i] = x[i]
+"""
+
+
+def write_kernels(directory, scale, pad=""):
+    (directory / "kmod.py").write_text(
+        textwrap.dedent(KMOD).format(scale=scale) + pad)
+
+
+def run_child(mode, directory, *args):
+    # No .pyc: an edit within the same second and of the same size would
+    # otherwise run the old bytecode.
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(directory / "numba-cache"),
+               PYTHONDONTWRITEBYTECODE="1")
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    if mode == "entries":
+        env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run(
+        [sys.executable, CHILD, mode, str(directory), *map(str, args)],
+        capture_output=True, text=True, env=env, timeout=300)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, (proc.stdout[-2000:]
+                                            + proc.stderr[-4000:])
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_entries_round_trip_and_go_stale_with_the_source(tmp_path):
+    """No GPU: the keying, what is cached, and invalidation by Numba's
+    index (the kernel's file changed)."""
+    write_kernels(tmp_path, "2.0")
+    first = run_child("entries", tmp_path, "write")
+    assert first["cache_of"] and not first["uncached_cache_of"], first
+    assert not first["found_before"], first
+    assert first["saved"] and first["saved_batched"], first
+    # A kernel Numba sets up when loading it (NRT etc.) gets no entry.
+    assert not first["saved_setup"], first
+    assert first["found"] and first["cubin"] == "\x7fELF-not-really", first
+    assert first["same_object"], first
+    assert first["entry"] == "_Z6affine" and first["axes_read"] == [0], first
+    assert first["batched_cubin"] == "batched", first
+    assert not first["other_types"] and not first["other_kind"], first
+    assert not first["other_capability"], first
+
+    again = run_child("entries", tmp_path)  # a fresh process reads them
+    assert again["found"] and again["batched_cubin"] == "batched", again
+
+    write_kernels(tmp_path, "2.0", pad="\n# edited\n")  # the file changed
+    stale = run_child("entries", tmp_path)
+    assert not stale["found"] and stale["batched_cubin"] is None, stale
+
+
+@pytest.mark.gpu
+def test_warm_start_launches_without_numba(tmp_path, gpu_only):
+    """The first process compiles through Numba and writes numbax's
+    entries; the second launches the op and its folded vmap from them
+    (Numba compiles and loads nothing), with correct results; after an
+    edit of the kernel the entries are stale and the new code runs."""
+    write_kernels(tmp_path, "2.0")
+    cold = run_child("gpu", tmp_path, 2.0)
+    assert cold["plain_ok"] and cold["vmap_ok"] and cold["folds"], cold
+    assert cold["numba_overloads"] == 1, cold
+    assert cold["batched_kernels"] == 1 and cold["batched_overloads"] == 1, cold
+
+    warm = run_child("gpu", tmp_path, 2.0)
+    assert warm["plain_ok"] and warm["vmap_ok"] and warm["folds"], warm
+    assert warm["numba_overloads"] == 0, warm
+    assert warm["batched_kernels"] == 1 and warm["batched_overloads"] == 0, warm
+
+    write_kernels(tmp_path, "3.0")
+    edited = run_child("gpu", tmp_path, 3.0)
+    assert edited["plain_ok"] and edited["vmap_ok"], edited
+    assert edited["numba_overloads"] == 1, edited
+
+
+def test_simulator_kernels_have_no_entries():
+    """The simulator's kernels are Python: nothing to cache."""
+    if not SIMULATOR:
+        pytest.skip("runs under Numba's CUDA simulator")
+    from numba import cuda
+
+    from numbax import _kernel_cache
+
+    @cuda.jit
+    def k(x):
+        pass
+    assert _kernel_cache.cache_of(k) is None
