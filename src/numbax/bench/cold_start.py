@@ -227,17 +227,16 @@ def measure(runs: int = 3, variants=VARIANTS, profile: bool = False,
 
 
 def format_table(rows: list[dict]) -> str:
+    """A row per (way, caches), a column per phase (seconds)."""
     ok = [r for r in rows if r.get("status") == "ok"]
     out = []
     if ok:
-        cols = [(r["variant"], r["caches"]) for r in ok]
-        head = "| phase, s | " + " | ".join(
-            f"{LABELS[v]}, {c} caches" for v, c in cols) + " |"
-        out += [head, "|---|" + "---:|" * len(cols)]
-        for p in PHASES + ("total",):
-            vals = [r["phases"].get(p) for r in ok]
-            out.append(f"| {PHASE_LABELS[p]} | " + " | ".join(
-                "" if v is None else f"{v:.2f}" for v in vals) + " |")
+        out += ["| way | caches | " + " | ".join(
+                    PHASE_LABELS[p] for p in PHASES + ("total",)) + " |",
+                "|---|---|" + "---:|" * (len(PHASES) + 1)]
+        for r in ok:
+            out.append(f"| {LABELS[r['variant']]} | {r['caches']} | " + " | ".join(
+                f"{r['phases'][p]:.2f}" for p in PHASES + ("total",)) + " |")
         warm = {r["variant"]: r["phases"] for r in ok if r["caches"] == "warm"}
         if "jax" in warm and "kernel" in warm:
             d = warm["kernel"]["trace_lower"] - warm["jax"]["trace_lower"]

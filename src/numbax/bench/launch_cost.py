@@ -98,7 +98,7 @@ def measure(rounds: int = 15, log=print) -> list[dict]:
                 cfg(x, y)
             finally:
                 _core.set_fast_launch_dry_run(False)
-            last = _core.last_fast_launch()
+            last: dict = _core.last_fast_launch()  # type: ignore[assignment]
             count = SHORT if row == "driver_short" else PER_CALL
             seconds = _core.time_driver_launches(
                 last["function"], last["grid"], last["block"], last["words"],
