@@ -11,6 +11,7 @@
 #include "call_guard.h"
 #include "call_site.h"
 #include "callable_handler.h"
+#include "configure_hook.h"
 #include "counters.h"
 #include "cuda_driver.h"
 #include "device_binding.h"
@@ -173,6 +174,16 @@ NB_MODULE(_core, m) {
       },
       nb::arg("original"), nb::arg("check"), nb::arg("plan"),
       "The object numbax sets as Numba's _LaunchConfiguration.__call__.");
+  m.def(
+      "make_configure_hook",
+      [](nb::object original, nb::object configure, nb::object cls) {
+        PyObject* hook = numbax::NewConfigureHook(original.ptr(),
+                                                  configure.ptr(), cls.ptr());
+        if (!hook) throw nb::python_error();
+        return nb::steal(hook);
+      },
+      nb::arg("original"), nb::arg("configure"), nb::arg("cls"),
+      "The object numbax sets as Numba's CUDADispatcher.__getitem__.");
   m.def("note_simulator_launch", &numbax::NoteSimulatorLaunch,
         "Counts a simulator launch made inside a numbax call.");
   m.def(

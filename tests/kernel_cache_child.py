@@ -60,6 +60,7 @@ def gpu(scale: float):
 class _Library:
     def __init__(self, cubin=b"\x7fELF-not-really", setup=()):
         self._entry_name = "_Z6affine"
+        self._ensure_cc = lambda cc: (9, 0, "a")
         self._setup_functions = list(setup)
         self._linking_files = set()
         self.referenced_objects = {}
@@ -77,13 +78,21 @@ class _Compiled:
         self._codelibrary = _Library(**kw)
 
 
+def _no_gpu(kc):
+    """What needs a GPU or the toolkit, faked: the device's capability,
+    NVRTC's version, and the driver's load of the cubin."""
+    kc.current_capability = lambda: (9, 0)
+    kc._toolkit_version = lambda: (13, 0)
+    kc.CachedKernel.kernel_handle = lambda self: 1
+
+
 def entries():
     from numba import types
 
     import kmod
     from numbax import _kernel_cache as kc
 
-    kc.current_capability = lambda: (9, 0)
+    _no_gpu(kc)
     f32 = (types.float32[::1], types.float32[::1])
     f64 = (types.float64[::1], types.float64[::1])
     k = kmod.affine
@@ -91,30 +100,90 @@ def entries():
            "uncached_cache_of": kc.cache_of(kmod.uncached) is not None,
            "found_before": kc.load(k, (), f32, None) is not None}
     if sys.argv[3:] == ["write"]:
-        out["saved"] = kc.save(k, (), f32, _Compiled(), {0}, None)
+        out["saved"] = kc.save(k, (), f32, _Compiled(),
+                               lambda: ({0}, None))
         out["saved_batched"] = kc.save(k, ("batched", 2), f32,
                                        _Compiled(cubin=b"batched"))
         out["saved_setup"] = kc.save(k, (), f64, _Compiled(setup=[print]))
-    hit = kc.load(k, (), f32, None)
+    hit = kc.load(k, (), f32)
     out["found"] = hit is not None
     # Read once per process: one library however often it is traced.
-    out["same_object"] = hit is not None and kc.load(k, (), f32, None) is hit
+    out["same_object"] = hit is not None and kc.load(k, (), f32) is hit
     if hit is not None:
         out["cubin"] = hit._image.cubin.decode("latin-1")
         out["entry"] = hit._image.entry
         out["axes_read"] = sorted(hit.axes_read)
-    batched = kc.load(k, ("batched", 2), f32, None)
+    batched = kc.load(k, ("batched", 2), f32)
     out["batched_cubin"] = None if batched is None else batched._image.cubin.decode()
-    out["other_types"] = kc.load(k, (), f64, None) is not None
-    out["other_kind"] = kc.load(k, ("batched", 3), f32, None) is not None
+    out["other_types"] = kc.load(k, (), f64) is not None
+    out["other_kind"] = kc.load(k, ("batched", 3), f32) is not None
+    out["closure_cache_of"] = kc.cache_of(kmod.make_closure(2.0)) is not None
     kc.current_capability = lambda: (8, 0)
-    out["other_capability"] = kc.load(k, (), f32, None) is not None
+    out["other_capability"] = kc.load(k, (), f32) is not None
+    kc.current_capability = lambda: (9, 0)
+    kc._toolkit_version = lambda: (13, 1)
+    out["other_toolkit"] = kc.load(k, (), f32) is not None
     report(**out)
+
+
+def crossed():
+    """An index whose key names another entry's data file (writers that
+    raced): the entry is a miss, never the other kernel's code."""
+    from numba import types
+
+    import kmod
+    from numbax import _kernel_cache as kc
+
+    _no_gpu(kc)
+    f32 = (types.float32[::1], types.float32[::1])
+    f64 = (types.float64[::1], types.float64[::1])
+    k = kmod.affine
+    cache = kc.cache_of(k)
+    assert kc.save(k, (), f32, _Compiled(cubin=b"float32 code"))
+    index = kc._index(cache)
+    entries = index._load_index()
+    (data_name,) = entries.values()
+    entries[kc._key(k, cache, (), f64, kc.architecture((9, 0)))] = data_name
+    index._save_index(entries)
+    kc._loaded.clear()
+    report(f32=kc.load(k, (), f32) is not None,
+           f64=kc.load(k, (), f64) is not None)
+
+
+def reload_edited(directory):
+    """In one process: an entry read, then the kernel's file edited (same
+    size) and its module reloaded: the new kernel does not get the old
+    entry."""
+    import importlib
+
+    from numba import types
+
+    import kmod
+    from numbax import _kernel_cache as kc
+
+    _no_gpu(kc)
+    f32 = (types.float32[::1], types.float32[::1])
+    assert kc.save(kmod.affine, (), f32, _Compiled(cubin=b"scale 2"))
+    first = kc.load(kmod.affine, (), f32)
+    path = os.path.join(directory, "kmod.py")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace("2.0 *", "3.0 *"))
+    stat = os.stat(path)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    importlib.reload(kmod)
+    report(first=first is not None,
+           after_edit=kc.load(kmod.affine, (), f32) is not None)
 
 
 if __name__ == "__main__":
     sys.path.insert(0, sys.argv[2])
     if sys.argv[1] == "gpu":
         gpu(float(sys.argv[3]))
+    elif sys.argv[1] == "crossed":
+        crossed()
+    elif sys.argv[1] == "reload":
+        reload_edited(sys.argv[2])
     else:
         entries()

@@ -1060,3 +1060,82 @@ def test_plans_hold_their_configuration_until_cleared(harness):
     gc.collect()
     assert harness.core.launch_plan_count() == 0
     assert ref() is None, "a cleared plan still holds its configuration"
+
+
+# -- kernel[grid, block, stream] without Numba's Python frame (no GPU) ------
+
+def _dispatcher_class():
+    """A class with Numba's CUDADispatcher.__getitem__ and lru_cache'd
+    configure, as in numba-cuda 0.30, and numbax's hook installed."""
+    import functools
+
+    from numbax import _core
+
+    class D:
+        def __getitem__(self, args):
+            if len(args) not in [2, 3, 4]:
+                raise ValueError(
+                    "must specify at least the griddim and blockdim")
+            return self.configure(*args)
+
+        # Numba's own pattern (B019: it keeps dispatchers alive, as there).
+        @functools.lru_cache(maxsize=128)  # noqa: B019
+        def configure(self, griddim, blockdim, stream=0, sharedmem=0):
+            return ("cfg", griddim, blockdim, stream, sharedmem, object())
+
+    D.__getitem__ = _core.make_configure_hook(
+        D.__dict__["__getitem__"], D.__dict__["configure"], D)
+    return D
+
+
+def test_configure_hook_is_numbas_configure():
+    D = _dispatcher_class()
+    d, stream = D(), object()
+    calls = []
+    original = D.__dict__["__getitem__"].original
+    assert type(D.__dict__["__getitem__"]).__name__ == "ConfigureHook"
+    # The same lru_cache: the very object Numba's own path returns.
+    cfg = d[4, 32, stream]
+    assert cfg is d.configure(4, 32, stream) is d[4, 32, stream]
+    assert cfg is original(d, (4, 32, stream))
+    assert d[(4,), 32, stream] is not cfg  # another key, as in Numba
+    assert d[4, 32, stream, 64][4] == 64
+    # Numba's own errors, from Numba's own __getitem__.
+    for bad in ((4,), (1, 2, 3, 4, 5), 7):
+        with pytest.raises((ValueError, TypeError)) as got:
+            d[bad]
+        with pytest.raises(type(got.value)) as want:
+            original(d, bad)
+        assert str(got.value) == str(want.value)
+    # A subclass or an instance with a configure of its own: Numba's path.
+    class Sub(D):
+        def configure(self, *a):
+            calls.append(a)
+            return "sub"
+    assert Sub()[1, 2, stream] == "sub" and calls == [(1, 2, stream)]
+    mine = D()
+    mine.configure = lambda *a: ("own", a)
+    assert mine[1, 2] == ("own", (1, 2))
+
+
+def test_configure_hook_matches_installed_numba_cuda():
+    """numba-cuda's CUDADispatcher has the shape the hook relies on (read
+    without a GPU, outside the simulator)."""
+    import subprocess
+    import sys
+    code = ("from numbax import _fast_launch as f; "
+            "print(f._configure_path_matches())")
+    env = dict(__import__("os").environ)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    env["JAX_PLATFORMS"] = "cpu"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert out.stdout.strip().splitlines()[-1:] == ["True"], out.stderr[-2000:]
+
+
+def test_configure_hook_installed_with_the_launch_hook(gpu_only):
+    from numbax import _fast_launch
+    make_affine()  # creating an op installs both hooks
+    assert _fast_launch.configure_hook_installed()
+    stream = cuda.stream()
+    assert affine[3, 128, stream] is affine.configure(3, 128, stream)

@@ -37,6 +37,15 @@ def uncached(x, y):
     i = cuda.grid(1)
     if i < x.size:
         y[i] = x[i]
+
+
+def make_closure(scale):
+    @cuda.jit(cache=True)
+    def scaled(x, y):
+        i = cuda.grid(1)
+        if i < x.size:
+            y[i] = scale * x[i]
+    return scaled
 """
 
 
@@ -51,7 +60,7 @@ def run_child(mode, directory, *args):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(directory / "numba-cache"),
                PYTHONDONTWRITEBYTECODE="1")
     env.pop("NUMBA_ENABLE_CUDASIM", None)
-    if mode == "entries":
+    if mode != "gpu":
         env["JAX_PLATFORMS"] = "cpu"
     proc = subprocess.run(
         [sys.executable, CHILD, mode, str(directory), *map(str, args)],
@@ -78,6 +87,8 @@ def test_entries_round_trip_and_go_stale_with_the_source(tmp_path):
     assert first["batched_cubin"] == "batched", first
     assert not first["other_types"] and not first["other_kind"], first
     assert not first["other_capability"], first
+    assert not first["other_toolkit"], first
+    assert not first["closure_cache_of"], first  # closures get no entries
 
     again = run_child("entries", tmp_path)  # a fresh process reads them
     assert again["found"] and again["batched_cubin"] == "batched", again
@@ -85,6 +96,20 @@ def test_entries_round_trip_and_go_stale_with_the_source(tmp_path):
     write_kernels(tmp_path, "2.0", pad="\n# edited\n")  # the file changed
     stale = run_child("entries", tmp_path)
     assert not stale["found"] and stale["batched_cubin"] is None, stale
+
+
+def test_an_entry_whose_key_differs_is_a_miss(tmp_path):
+    """Two writers racing over the index could leave a key naming another
+    entry's data: each data file holds its key, checked on load."""
+    write_kernels(tmp_path, "2.0")
+    got = run_child("crossed", tmp_path)
+    assert got == {"f32": True, "f64": False}, got
+
+
+def test_an_edited_and_reloaded_kernel_misses_in_the_same_process(tmp_path):
+    write_kernels(tmp_path, "2.0")
+    got = run_child("reload", tmp_path)
+    assert got == {"first": True, "after_edit": False}, got
 
 
 @pytest.mark.gpu

@@ -84,6 +84,9 @@ def reset_counters() -> None: ...
 def make_launch_hook(original: object, check: object, plan: object) -> object:
     """The object numbax sets as Numba's _LaunchConfiguration.__call__."""
 
+def make_configure_hook(original: object, configure: object, cls: object) -> object:
+    """The object numbax sets as Numba's CUDADispatcher.__getitem__."""
+
 def note_simulator_launch() -> bool:
     """Counts a simulator launch made inside a numbax call."""
 

@@ -87,6 +87,27 @@ def _launch_path_matches() -> str | None:
     return None
 
 
+def _configure_path_matches() -> bool:
+    """True if CUDADispatcher.__getitem__ is Numba's `self.configure(*key)`
+    over an lru_cache (what the configure hook calls directly)."""
+    try:
+        from numba.cuda import dispatcher
+        cls = dispatcher.CUDADispatcher
+        getitem = cls.__dict__.get("__getitem__")
+        configure = cls.__dict__.get("configure")
+        if type(getitem).__name__ == "ConfigureHook":
+            return True
+        return (inspect.isfunction(getitem)
+                and list(inspect.signature(getitem).parameters)
+                == ["self", "args"]
+                and callable(configure) and hasattr(configure, "cache_info")
+                and inspect.isfunction(getattr(configure, "__wrapped__", None))
+                and list(inspect.signature(configure.__wrapped__).parameters)
+                == ["self", "griddim", "blockdim", "stream", "sharedmem"])
+    except Exception:  # noqa: BLE001 - then Numba's own __getitem__ stays
+        return False
+
+
 def install() -> None:
     """Installs the launch hook once (when the first numbax op is created).
     In the simulator it only counts launches. Never raises: without the
@@ -129,8 +150,27 @@ def _install() -> None:
     original = cls.__dict__["__call__"]
     if type(original).__name__ != "LaunchHook":  # never wrap a hook again
         cls.__call__ = _core.make_launch_hook(original, _check, _plan)
+    # `kernel[grid, block, stream]` without Numba's Python frame: the same
+    # lru_cache call (csrc/configure_hook.h).
+    disp = dispatcher.CUDADispatcher
+    getitem = disp.__dict__.get("__getitem__")
+    if (_configure_path_matches()
+            and type(getitem).__name__ != "ConfigureHook"):
+        disp.__getitem__ = _core.make_configure_hook(
+            getitem, disp.__dict__["configure"], disp)
     _installed = True
     _note = f"on (numba-cuda {version})"
+
+
+def configure_hook_installed() -> bool:
+    """True when ``kernel[grid, block, stream]`` goes through numbax's
+    configure hook (Numba's configure, called without its Python frame)."""
+    try:
+        from numba.cuda import dispatcher
+        getitem = dispatcher.CUDADispatcher.__dict__.get("__getitem__")
+    except Exception:  # noqa: BLE001
+        return False
+    return type(getitem).__name__ == "ConfigureHook"
 
 
 def hook_installed() -> bool:

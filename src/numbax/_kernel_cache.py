@@ -6,64 +6,82 @@ Numba initialising its CUDA target (``load_overload`` refreshes the target
 context: every lowering registry, and a BLAS probe that imports SciPy),
 before it reads the cached code. A ``numba_cuda_kernel`` op needs none of
 that: it launches the kernel's cubin from C++. So when a
-``numba_cuda_kernel`` compiles a kernel that Numba caches, numbax adds an
-entry of its own to that kernel's cache, through Numba's cache object (same
-directory, same index, invalidated with it when the kernel's source file
-changes): the cubin, its entry point, the compute capability, and the
+``numba_cuda_kernel`` compiles a kernel that Numba caches, numbax writes an
+entry of its own beside Numba's: the cubin Numba built (for the same
+architecture, e.g. sm_90a), its entry point, the architecture, and the
 fold analysis that ``jax.vmap`` reads. The generated kernels that fold a
 vmapped call into one launch, which Numba cannot cache (they have no source
 file), get entries there too, keyed by what generated them.
 
-A later process finds the entry at trace time and never asks Numba to
-compile or load: the kernel's library is loaded through the driver when
-XLA instantiates the program. Kernels that Numba would set up when loading
-(NRT, linked files, referenced device arrays), cooperative,
-launch-configuration-sensitive or debug kernels get no entry and go
-through Numba as before. Like Numba's own, an entry is keyed by the
-kernel's bytecode and closure, not by the device functions it calls from
-other files: after changing those, clear Numba's cache (``NUMBA_CACHE_DIR``
-or the ``__pycache__`` next to the kernel's file).
+The entries live in the kernel's cache directory, in an index of numbax's
+own (``<Numba's file name>.numbax.nbi`` and its ``.nbc`` data files, written
+by Numba's own index class under a file lock), stamped with the kernel's
+source file like Numba's index, so an edit of that file drops them. A key
+holds numbax's entry format, what was compiled (the kernel or a generated
+one) for which argument types and compiler options, the kernel's bytecode
+hash and closure (Numba's own key), numba-cuda's and NVRTC's versions and
+the architecture; each data file holds its key again and is used only when
+they match. A later process finds the entry at trace time, checks that the
+driver loads its cubin, and never asks Numba to compile or load: XLA's
+instantiate stage takes the function from that library.
+
+No entry is written for kernels that Numba sets up when loading them (NRT,
+``link=`` files, referenced device arrays, numba-cuda's bfloat16 shims),
+cooperative, launch-configuration-sensitive or debug kernels, kernels with
+a shared-memory carveout or argument extensions, and closures (a kernel
+made per call of a factory: its libraries would pile up, as a loaded
+library is never unloaded; see CachedKernel). Like Numba's own, an entry is
+not keyed by device functions the kernel calls from other files, nor by
+globals it froze from other modules: after changing those, clear the cache.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import logging
+import marshal
+import os
 import threading
-from typing import Any, Callable
+import weakref
+from typing import Any
 
 from . import _version
 
 _log = logging.getLogger("numbax")
-# Numba's index file is read, updated and rewritten per save.
-_lock = threading.Lock()
-# Bumped when an entry's layout or meaning changes.
+_lock = threading.RLock()
+# Bumped when an entry's layout or meaning changes, the fold analysis
+# stored in it included.
 FORMAT = 1
-# Entries read in this process, by where and under which key: each loads
-# its library once (a library is never unloaded, see CachedKernel), however
-# often programs using it are traced.
-_loaded: dict = {}
+# dispatcher -> {where: CachedKernel}: an entry is read and its library
+# loaded once per dispatcher however often its ops are traced, and dropped
+# with the dispatcher (a kernel redefined, a module reloaded, is another).
+_loaded: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 
 class CachedKernel:
     """A kernel as numbax's cache entry holds it: enough to launch it from
     C++ on devices of its compute capability, and to decide how vmap folds
     it. ``numba_kernel()`` compiles it through Numba after all (a device of
-    another capability)."""
+    another capability). Holds its dispatcher weakly.
+
+    Its library is loaded once and never unloaded, as numba-cuda-mlir's
+    kernels are (_mlir.CompiledKernel): compiled XLA programs keep its
+    functions for their lifetime, which numbax does not bound."""
 
     cooperative = False
     debug = False
 
     def __init__(self, cubin: bytes, entry: str, capability: tuple,
-                 axes_read, why, recompile: Callable[[], Any]):
+                 axes_read, why, target, argtypes):
         from . import _mlir
-        # numba-cuda-mlir's compiled kernel loads a cubin the same way:
-        # once per process, as a context-independent library.
         self._image = _mlir.CompiledKernel(cubin, entry, capability, None)
         self.capability = capability
         self.axes_read = axes_read
         self.why = why
-        self._recompile = recompile
+        self._target = weakref.ref(target)
+        self._argtypes = argtypes
         self._numba: Any = None
         self._numba_lock = threading.Lock()
 
@@ -71,25 +89,21 @@ class CachedKernel:
         return self._image.kernel_handle()
 
     def numba_kernel(self):
+        """The kernel compiled through Numba (in the current context)."""
         with self._numba_lock:
             if self._numba is None:
-                self._numba = self._recompile()
+                target = self._target()
+                if target is None:
+                    raise RuntimeError(
+                        "numbax: the kernel behind a cached launch plan was "
+                        "collected; trace the op again")
+                self._numba = target.compile(self._argtypes)
             return self._numba
 
 
-class _Codegen:
-    """What Numba's index key asks of a codegen: the target's description
-    (numbax's entries are for one compute capability)."""
-
-    def __init__(self, capability):
-        self._capability = capability
-
-    def magic_tuple(self):
-        return ("numbax", FORMAT, self._capability)
-
-
 def cache_of(dispatcher):
-    """The dispatcher's enabled Numba disk cache, or None."""
+    """The dispatcher's enabled Numba disk cache, or None where numbax keeps
+    no entries for it."""
     try:
         from numba.cuda.dispatcher import CUDACache
     except Exception:  # noqa: BLE001 - another numba-cuda layout
@@ -99,52 +113,119 @@ def cache_of(dispatcher):
         return None
     if getattr(dispatcher, "_launch_config_sensitive", True):
         return None
+    py_func = getattr(dispatcher, "py_func", None)
+    if py_func is None or py_func.__closure__:
+        return None
+    options = getattr(dispatcher, "targetoptions", None) or {}
+    if options.get("extensions") or options.get("link"):
+        return None
     return cache
 
 
-def current_capability():
+def current_capability() -> tuple:
     from numba import cuda
     return tuple(cuda.get_current_device().compute_capability)
 
 
-def _key(dispatcher, cache, kind: tuple, argtypes, capability) -> tuple:
+def architecture(capability) -> tuple:
+    """The target Numba compiles for on a device of `capability`
+    (CUDACodeLibrary._ensure_cc: sm_90a and up are arch-specific)."""
+    major, minor = capability[:2]
+    return (major, minor, "a" if (major, minor) >= (9, 0) else "")
+
+
+@functools.cache
+def _toolkit_version() -> tuple:
+    from numba.cuda.cudadrv import runtime
+    return tuple(runtime.get_version())
+
+
+class _Codegen:
+    """What Numba's index key asks of a codegen: the target's description."""
+
+    def __init__(self, arch):
+        self._arch = arch
+
+    def magic_tuple(self):
+        return ("numbax", FORMAT, _toolkit_version(), self._arch)
+
+
+def _key(dispatcher, cache, kind: tuple, argtypes, arch) -> tuple:
     options = sorted((k, repr(v)) for k, v in
                      (getattr(dispatcher, "targetoptions", None) or {}).items())
+    # The whole code object (constants, names, nested code), not only the
+    # bytecode Numba's key hashes.
+    code = marshal.dumps(dispatcher.py_func.__code__)
     what = repr((kind, tuple(str(t) for t in argtypes), options,
-                 _version.__version__))
+                 _version.__version__, hashlib.sha256(code).hexdigest()))
     digest = hashlib.sha256(what.encode()).hexdigest()
-    # Numba's own key: the kernel's bytecode and closure hashes, numba-cuda's
-    # version, and our 'codegen' in place of its own.
-    return cache._index_key(("numbax", digest), _Codegen(capability))
+    # Numba's own key (bytecode and closure hashes, numba-cuda's version),
+    # with numbax's codegen, and without the launch-configuration part
+    # Numba may add while it compiles a sensitive kernel.
+    key = cache._index_key(("numbax", digest), _Codegen(arch))
+    return tuple(part for part in key
+                 if not (isinstance(part, tuple) and part[:1] == ("launch_config",)))
 
 
-def load(dispatcher, kind: tuple, argtypes,
-         recompile: Callable[[], Any]) -> CachedKernel | None:
+def _index(cache):
+    """numbax's own index beside Numba's, under the same source stamp."""
+    from numba.cuda.core.caching import IndexDataCacheFile
+    numba_index = cache._cache_file
+    return IndexDataCacheFile(
+        cache_path=cache.cache_path,
+        filename_base=cache._impl.filename_base + ".numbax",
+        source_stamp=numba_index._source_stamp)
+
+
+@contextlib.contextmanager
+def _file_lock(cache):
+    """Other processes writing the same index wait (the index is read,
+    updated and rewritten per save, its data files numbered from it)."""
+    import fcntl
+    path = os.path.join(cache.cache_path,
+                        cache._impl.filename_base + ".numbax.lock")
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def load(dispatcher, kind: tuple, argtypes, target=None) -> CachedKernel | None:
     """numbax's entry for `dispatcher` compiled for `argtypes` (`kind`: ()
-    for the kernel itself, else what generated the compiled kernel), or
-    None. Never raises."""
+    for the kernel itself, else what generated the compiled kernel, then
+    `target`, the generated dispatcher), or None. Its cubin is loaded
+    here: an entry the driver refuses is a miss. Never raises."""
     cache = cache_of(dispatcher)
     if cache is None:
         return None
     try:
         capability = current_capability()
-        key = _key(dispatcher, cache, kind, argtypes, capability)
-        where = (cache.cache_path, cache._cache_file._index_name, key)
+        arch = architecture(capability)
+        key = _key(dispatcher, cache, kind, argtypes, arch)
         with _lock:
-            hit = _loaded.get(where)
+            memo = _loaded.setdefault(dispatcher, {})
+            hit = memo.get(key)
             if hit is not None:
+                if target is not None and hit._target() is None:
+                    hit._target = weakref.ref(target)  # regenerated
                 return hit
-            data = cache._cache_file.load(key)
+            data = _index(cache).load(key)
             if not (isinstance(data, dict) and data.get("format") == FORMAT
+                    and data.get("key") == key
                     and isinstance(data.get("cubin"), bytes)
                     and isinstance(data.get("entry"), str)
-                    and tuple(data.get("capability", ())) == capability):
+                    and tuple(data.get("arch", ())) == arch):
                 return None
             axes = data.get("axes_read")
             hit = CachedKernel(data["cubin"], data["entry"], capability,
                                None if axes is None else frozenset(axes),
-                               data.get("why"), recompile)
-            _loaded[where] = hit
+                               data.get("why"),
+                               dispatcher if target is None else target,
+                               argtypes)
+            hit.kernel_handle()  # refused by this driver: a miss (raises)
+            memo[key] = hit
             return hit
     except Exception as exc:  # noqa: BLE001 - a cache, never an error
         _log.debug("numbax: kernel cache not read: %s: %s",
@@ -164,6 +245,10 @@ def cachable_reason(compiled) -> str | None:
         return "debug"
     if getattr(compiled, "launch_config_sensitive", False):
         return "launch-configuration sensitive"
+    if getattr(compiled, "shared_memory_carveout", None) is not None:
+        return "a shared-memory carveout (set by Numba when it loads)"
+    if getattr(compiled, "extensions", None):
+        return "argument extensions"
     if (getattr(library, "_setup_functions", None)
             or getattr(library, "_linking_files", None)
             or getattr(library, "referenced_objects", None)):
@@ -171,18 +256,21 @@ def cachable_reason(compiled) -> str | None:
     return None
 
 
-def save(dispatcher, kind: tuple, argtypes, compiled, axes_read=None,
-         why=None) -> bool:
+def save(dispatcher, kind: tuple, argtypes, compiled, fold=None) -> bool:
     """Adds numbax's entry for `compiled` (what `dispatcher` compiled for
-    `argtypes`, or a kernel generated from it: `kind`) to `dispatcher`'s
-    Numba cache. True if written. Never raises."""
+    `argtypes`, or a kernel generated from it: `kind`) beside `dispatcher`'s
+    Numba cache; `fold()` gives the fold analysis (axes read, why not) to
+    store. True if written. Never raises."""
     cache = cache_of(dispatcher)
     if cache is None or cachable_reason(compiled) is not None:
         return False
     try:
         capability = current_capability()
         library = compiled._codelibrary
-        cubin = library.get_cubin(cc=capability)
+        arch = library._ensure_cc(None)  # what Numba compiled and loaded
+        if tuple(arch) != architecture(capability):
+            return False
+        cubin = library.get_cubin(cc=arch)  # Numba's own, already built
         # numba-cuda 0.30 returns cuda.core's ObjectCode; its code is bytes.
         cubin = getattr(cubin, "code", cubin)
         if isinstance(cubin, (bytearray, memoryview)):
@@ -190,14 +278,16 @@ def save(dispatcher, kind: tuple, argtypes, compiled, axes_read=None,
         entry = library._entry_name
         if not isinstance(cubin, bytes) or not isinstance(entry, str):
             return False
-        data = {"format": FORMAT, "cubin": cubin, "entry": entry,
-                "capability": capability,
+        axes_read, why = fold() if fold is not None else (None, None)
+        key = _key(dispatcher, cache, kind, argtypes, arch)
+        data = {"format": FORMAT, "key": key, "cubin": cubin, "entry": entry,
+                "arch": tuple(arch),
                 "axes_read": None if axes_read is None else sorted(axes_read),
                 "why": why}
-        key = _key(dispatcher, cache, kind, argtypes, capability)
         with _lock:
             cache._impl.locator.ensure_cache_path()
-            cache._cache_file.save(key, data)
+            with _file_lock(cache):
+                _index(cache).save(key, data)
         return True
     except Exception as exc:  # noqa: BLE001 - a cache, never an error
         _log.debug("numbax: kernel cache not written: %s: %s",

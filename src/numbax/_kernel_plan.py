@@ -86,7 +86,9 @@ def function_on(compiled, grid, block, ordinal, handles, shared_mem: int,
         if capability == compiled.capability:
             return _core.kernel_function(compiled.kernel_handle(), ordinal,
                                          shared_mem)
-        compiled = compiled.numba_kernel()
+        # Compiled by Numba with this device's context current, as a trace
+        # on XLA's thread would be (kernel.py, _entry_for_call).
+        compiled = _core.call_on_device(ordinal, compiled.numba_kernel)
     handle = handles.get(capability)
     if compiled.cooperative:
         limit = handles.get(

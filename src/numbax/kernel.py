@@ -8,7 +8,6 @@ CPU through Numba's simulator in _kernel_simulator.py.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import weakref
 from collections import OrderedDict
@@ -278,18 +277,14 @@ class NumbaCudaKernel:
                                       n_in)
         if compiled is not None:
             return self._refuse_debug(compiled)
-        # A warm start: numbax's entry in the kernel's Numba cache, if any,
-        # spares this process Numba's compile or load (_kernel_cache).
-        # (Its fallback compile must not hold the op: plans hold it weakly.)
-        cached = _kernel_cache.load(self.kernel, (), argtypes,
-                                    functools.partial(self.kernel.compile,
-                                                      argtypes))
+        # A warm start: numbax's entry beside the kernel's Numba cache, if
+        # any, spares this process Numba's compile or load (_kernel_cache).
+        cached = _kernel_cache.load(self.kernel, (), argtypes)
         if cached is not None:
             return cached
         compiled = self._numba_compile(argtypes)
-        if _kernel_cache.cache_of(self.kernel) is not None:
-            read, why = _fold.axes_read_by_compiled(compiled)
-            _kernel_cache.save(self.kernel, (), argtypes, compiled, read, why)
+        _kernel_cache.save(self.kernel, (), argtypes, compiled,
+                           lambda: _fold.axes_read_by_compiled(compiled))
         return compiled
 
     def _numba_compile(self, argtypes):
@@ -312,8 +307,7 @@ class NumbaCudaKernel:
         kind = getattr(batched, "_numbax_kind", None)
         if kind is None:
             return batched.compile(tys)
-        cached = _kernel_cache.load(self.kernel, kind, tys,
-                                    functools.partial(batched.compile, tys))
+        cached = _kernel_cache.load(self.kernel, kind, tys, target=batched)
         if cached is not None:
             return cached
         compiled = batched.compile(tys)
