@@ -126,6 +126,28 @@ def entries():
     report(**out)
 
 
+def key():
+    """numbax's key for two kernels, after adding references to their code's
+    constants (marshal's bytes would change with them)."""
+    from numba import types
+
+    import kmod
+    from numbax import _kernel_cache as kc
+
+    _no_gpu(kc)
+    f32 = (types.float32[::1], types.float32[::1])
+    arch = kc.architecture((9, 0))
+    keys = []
+    for k in (kmod.affine, kmod.with_set):
+        cache = kc.cache_of(k)
+        before = kc._key(k, cache, (), f32, arch)
+        held = [list(k.py_func.__code__.co_consts) for _ in range(50)]
+        keys.append(repr(before))
+        assert kc._key(k, cache, (), f32, arch) == before, "key moved"
+        del held
+    report(keys=keys)
+
+
 def crossed():
     """An index whose key names another entry's data file (writers that
     raced): the entry is a miss, never the other kernel's code."""
@@ -181,6 +203,8 @@ if __name__ == "__main__":
     sys.path.insert(0, sys.argv[2])
     if sys.argv[1] == "gpu":
         gpu(float(sys.argv[3]))
+    elif sys.argv[1] == "key":
+        key()
     elif sys.argv[1] == "crossed":
         crossed()
     elif sys.argv[1] == "reload":

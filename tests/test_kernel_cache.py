@@ -39,6 +39,13 @@ def uncached(x, y):
         y[i] = x[i]
 
 
+@cuda.jit(cache=True)
+def with_set(x, y):  # a frozenset constant: its order varies per process
+    i = cuda.grid(1)
+    if i < x.size and i in {{1, 2, 3}} and "b" in {{"a", "b", "c", "d"}}:
+        y[i] = x[i]
+
+
 def make_closure(scale):
     @cuda.jit(cache=True)
     def scaled(x, y):
@@ -54,11 +61,13 @@ def write_kernels(directory, scale, pad=""):
         textwrap.dedent(KMOD).format(scale=scale) + pad)
 
 
-def run_child(mode, directory, *args):
+def run_child(mode, directory, *args, hash_seed=None):
     # No .pyc: an edit within the same second and of the same size would
     # otherwise run the old bytecode.
     env = dict(os.environ, NUMBA_CACHE_DIR=str(directory / "numba-cache"),
                PYTHONDONTWRITEBYTECODE="1")
+    if hash_seed is not None:
+        env["PYTHONHASHSEED"] = str(hash_seed)
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     if mode != "gpu":
         env["JAX_PLATFORMS"] = "cpu"
@@ -96,6 +105,16 @@ def test_entries_round_trip_and_go_stale_with_the_source(tmp_path):
     write_kernels(tmp_path, "2.0", pad="\n# edited\n")  # the file changed
     stale = run_child("entries", tmp_path)
     assert not stale["found"] and stale["batched_cubin"] is None, stale
+
+
+def test_keys_are_the_same_in_every_process(tmp_path):
+    """A key found at trace time must be the key written after Numba
+    compiled, in another process: not moved by reference counts or by
+    string hashing (a frozenset constant's order)."""
+    write_kernels(tmp_path, "2.0")
+    first = run_child("key", tmp_path, hash_seed=1)["keys"]
+    second = run_child("key", tmp_path, hash_seed=2)["keys"]
+    assert first == second
 
 
 def test_an_entry_whose_key_differs_is_a_miss(tmp_path):

@@ -41,9 +41,9 @@ import contextlib
 import functools
 import hashlib
 import logging
-import marshal
 import os
 import threading
+import types
 import weakref
 from typing import Any
 
@@ -150,14 +150,41 @@ class _Codegen:
         return ("numbax", FORMAT, _toolkit_version(), self._arch)
 
 
+def _constant_text(value) -> str:
+    """A code constant as text that is the same in every process (a
+    frozenset's order follows string hashing, randomised per process)."""
+    if isinstance(value, (tuple, frozenset)):
+        items = [_constant_text(v) for v in value]
+        if isinstance(value, frozenset):
+            items.sort()
+        return f"{type(value).__name__}({', '.join(items)})"
+    return f"{type(value).__name__}:{value!r}"
+
+
+def code_digest(code) -> str:
+    """A hash of a whole code object: bytecode, names, constants and nested
+    code, where Numba's key hashes the bytecode alone (marshal's bytes are
+    no use: they follow reference counts)."""
+    h = hashlib.sha256()
+
+    def feed(c):
+        h.update(c.co_code)
+        h.update(repr((c.co_names, c.co_varnames, c.co_freevars,
+                       c.co_cellvars)).encode())
+        for const in c.co_consts:
+            if isinstance(const, types.CodeType):
+                feed(const)
+            else:
+                h.update(_constant_text(const).encode())
+    feed(code)
+    return h.hexdigest()
+
+
 def _key(dispatcher, cache, kind: tuple, argtypes, arch) -> tuple:
     options = sorted((k, repr(v)) for k, v in
                      (getattr(dispatcher, "targetoptions", None) or {}).items())
-    # The whole code object (constants, names, nested code), not only the
-    # bytecode Numba's key hashes.
-    code = marshal.dumps(dispatcher.py_func.__code__)
     what = repr((kind, tuple(str(t) for t in argtypes), options,
-                 _version.__version__, hashlib.sha256(code).hexdigest()))
+                 _version.__version__, code_digest(dispatcher.py_func.__code__)))
     digest = hashlib.sha256(what.encode()).hexdigest()
     # Numba's own key (bytecode and closure hashes, numba-cuda's version),
     # with numbax's codegen, and without the launch-configuration part
