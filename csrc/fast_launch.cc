@@ -1,7 +1,5 @@
 #include "fast_launch.h"
 
-#include <structmember.h>
-
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -12,6 +10,7 @@
 #include "cuda_driver.h"
 #include "kernel_args.h"
 #include "launch_args.h"
+#include "method_hook.h"
 
 namespace numbax {
 namespace {
@@ -108,12 +107,11 @@ PlanMap& Plans() {
 // grows past this, rather than growing without bound.
 constexpr size_t kMaxPlans = 4096;
 
-struct LaunchHook {
-  PyObject_HEAD PyObject* original;
-  PyObject* check;
-  PyObject* plan;
-  vectorcallfunc vectorcall;
-};
+// The launch hook is a MethodHook (method_hook.h) holding Numba's launch
+// (`original`) and numbax's plan builders.
+using LaunchHook = MethodHook;
+constexpr int kCheck = 0;  // refs[kCheck]: _fast_launch._check
+constexpr int kPlan = 1;   // refs[kPlan]: _fast_launch._plan
 
 PyObject* CallOriginal(LaunchHook* hook, PyObject* const* args, size_t nargsf,
                        PyObject* kwnames) {
@@ -268,7 +266,7 @@ PyObject* LaunchAndRecord(LaunchHook* hook, const ActiveCall& call, PlanKey key,
     return CallOriginal(hook, args, nargsf, kwnames);
   }
   auto plan = std::make_shared<Plan>();
-  PyObject* verdict = PyObject_CallFunction(hook->check, "OOOi", cfg,
+  PyObject* verdict = PyObject_CallFunction(hook->refs[kCheck], "OOOi", cfg,
                                             kernel_args, ours, call.device);
   PyObject* reason = nullptr;
   int store = 0;
@@ -306,8 +304,8 @@ PyObject* LaunchAndRecord(LaunchHook* hook, const ActiveCall& call, PlanKey key,
   }
   // Numba launched it; from here on errors are numbax's own and must not
   // reach func.
-  PyObject* built = PyObject_CallFunction(hook->plan, "OOOi", cfg, kernel_args,
-                                          ours, call.device);
+  PyObject* built = PyObject_CallFunction(hook->refs[kPlan], "OOOi", cfg,
+                                          kernel_args, ours, call.device);
   Py_DECREF(kernel_args);
   Py_DECREF(ours);
   if (!built) {
@@ -459,52 +457,11 @@ PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
   Py_RETURN_NONE;
 }
 
-PyObject* HookDescrGet(PyObject* self, PyObject* obj, PyObject* /*type*/) {
-  if (obj == nullptr || obj == Py_None) {
-    Py_INCREF(self);
-    return self;
-  }
-  return PyMethod_New(self, obj);
-}
-
-void HookDealloc(PyObject* self) {
-  auto* hook = reinterpret_cast<LaunchHook*>(self);
-  PyTypeObject* type = Py_TYPE(self);
-  Py_XDECREF(hook->original);
-  Py_XDECREF(hook->check);
-  Py_XDECREF(hook->plan);
-  type->tp_free(self);
-  Py_DECREF(type);
-}
-
-PyMemberDef kHookMembers[] = {
-    {"__vectorcalloffset__", T_PYSSIZET,
-     static_cast<Py_ssize_t>(offsetof(LaunchHook, vectorcall)), READONLY,
-     nullptr},
-    {"original", T_OBJECT,
-     static_cast<Py_ssize_t>(offsetof(LaunchHook, original)), READONLY,
-     nullptr},
-    {nullptr, 0, 0, 0, nullptr}};
-
 PyTypeObject* HookType() {
-  static PyTypeObject* type = [] {
-    PyType_Slot slots[] = {
-        {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
-        {Py_tp_descr_get, reinterpret_cast<void*>(HookDescrGet)},
-        {Py_tp_dealloc, reinterpret_cast<void*>(HookDealloc)},
-        {Py_tp_members, kHookMembers},
-        {Py_tp_doc,
-         const_cast<char*>("numbax's replacement for Numba's launch: fast "
-                           "inside numbax calls, Numba's own elsewhere")},
-        {0, nullptr}};
-    // METHOD_DESCRIPTOR: as a class attribute it is called with the
-    // instance prepended, like a function, without a bound method per call.
-    PyType_Spec spec = {"numbax._core.LaunchHook", sizeof(LaunchHook), 0,
-                        Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL |
-                            Py_TPFLAGS_METHOD_DESCRIPTOR,
-                        slots};
-    return reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&spec));
-  }();
+  static PyTypeObject* type = NewMethodHookType(
+      "numbax._core.LaunchHook",
+      "numbax's replacement for Numba's launch: fast inside numbax calls, "
+      "Numba's own elsewhere");
   return type;
 }
 
@@ -531,24 +488,13 @@ ActiveCallScope::~ActiveCallScope() {
 }
 
 PyObject* NewLaunchHook(PyObject* original, PyObject* check, PyObject* plan) {
-  PyTypeObject* type = HookType();
-  if (!type) return nullptr;
   if (!PyCallable_Check(original) || !PyCallable_Check(check) ||
       !PyCallable_Check(plan)) {
     PyErr_SetString(PyExc_TypeError,
                     "launch hook: original, check and plan must be callable");
     return nullptr;
   }
-  auto* hook = PyObject_New(LaunchHook, type);
-  if (!hook) return nullptr;
-  Py_INCREF(original);
-  Py_INCREF(check);
-  Py_INCREF(plan);
-  hook->original = original;
-  hook->check = check;
-  hook->plan = plan;
-  hook->vectorcall = HookVectorcall;
-  return reinterpret_cast<PyObject*>(hook);
+  return NewMethodHook(HookType(), HookVectorcall, original, {check, plan});
 }
 
 bool NoteSimulatorLaunch() {

@@ -51,6 +51,20 @@ NEURONS, FAN_OUT, STEPS = 100_000, 100, 200
 
 # -- the child: one fresh process --------------------------------------------
 
+def _load_snn():
+    """snn.py, loaded by path: importing numbax.bench.snn would import
+    numbax (and Numba) into the pure-JAX process before it times its
+    imports."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "snn.py")
+    spec = importlib.util.spec_from_file_location("numbax_bench_snn", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _child(variant: str, profile: bool, size=(NEURONS, FAN_OUT, STEPS)) -> dict:
     t = {}
     t0 = time.perf_counter()
@@ -67,17 +81,10 @@ def _child(variant: str, profile: bool, size=(NEURONS, FAN_OUT, STEPS)) -> dict:
     t["backend"] = t2 - t1
 
     (n, k, steps), tpb = size, 256
-    rng = np.random.default_rng(0)
-    post = rng.integers(0, n, size=(n, k), dtype=np.int32)
-    weight = (np.where(rng.random((n, k)) < 0.8, 1.0, -1.0) / 64).astype(
-        np.float32)
-    drive = rng.uniform(0.0, 0.1, n).astype(np.float32)
-    v0 = rng.uniform(0.0, 1.0, n).astype(np.float32)
+    snn = _load_snn()
+    post, weight, drive, v0 = snn.network(n, k, 0)
     if variant == "jax":
-        def syn_input(spikes, post, weight):
-            contrib = jnp.where(spikes[:, None], weight, 0.0).reshape(-1)
-            return jax.ops.segment_sum(contrib, post.reshape(-1),
-                                       num_segments=n)
+        syn_input = snn.segment_sum_input(n)
     elif variant == "kernel":
         op = numbax.numba_cuda_kernel(
             cold_kernels.spike_scatter_into,
@@ -95,24 +102,12 @@ def _child(variant: str, profile: bool, size=(NEURONS, FAN_OUT, STEPS)) -> dict:
                 spikes, post, weight, syn)
         syn_input = numbax.numba_cuda_callable(
             launch, jax.ShapeDtypeStruct((n,), jnp.float32))
-
-    def run(v0, drive, post, weight):
-        def step(carry, _):
-            v, spikes = carry
-            syn = syn_input(spikes.astype(jnp.uint8), post, weight)
-            v = v * jnp.float32(0.95) + drive + syn
-            fired = v > 1.0
-            v = jnp.where(fired, jnp.float32(0.0), v)
-            return (v, fired), jnp.sum(fired, dtype=jnp.int32)
-        init = (v0, jnp.zeros(v0.shape, bool))
-        _, counts = jax.lax.scan(step, init, None, length=steps)
-        return counts
+    jitted = snn.simulate(syn_input, steps)
 
     args = [jax.device_put(a) for a in (v0, drive, post, weight)]
     jax.block_until_ready(args)
     t3 = time.perf_counter()
     t["build"] = t3 - t2
-    jitted = jax.jit(run)
     # numbax's Numba work: a kernel op's at trace time, a callable's when
     # func first launches.
     profiler = None

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import snn
+
 
 @dataclass
 class WorkloadConfig:
@@ -247,17 +249,6 @@ def run_vmap(cfg: WorkloadConfig, rng, timing, log) -> list[dict]:
 
 # -- spiking network ---------------------------------------------------------
 
-def _network(cfg: WorkloadConfig, seed: int):
-    rng = np.random.default_rng(seed)
-    n, k = cfg.neurons, cfg.fan_out
-    post = rng.integers(0, n, size=(n, k), dtype=np.int32)
-    weight = np.where(rng.random((n, k)) < 0.8, 1.0, -1.0).astype(
-        np.float32) / 64
-    drive = rng.uniform(0.0, 0.1, n).astype(np.float32)
-    v0 = rng.uniform(0.0, 1.0, n).astype(np.float32)
-    return post, weight, drive, v0
-
-
 def _snn_variants(cfg: WorkloadConfig):
     import jax
     import jax.numpy as jnp
@@ -278,12 +269,8 @@ def _snn_variants(cfg: WorkloadConfig):
     kernel = numbax.numba_cuda_kernel(spike_scatter_into, out, launch_dims=n,
                                       input_output_aliases={3: 0})
 
-    def jax_input(spikes, post, weight):
-        contrib = jnp.where(spikes[:, None], weight, 0.0).reshape(-1)
-        return jax.ops.segment_sum(contrib, post.reshape(-1), num_segments=n)
-
     return {
-        "(a) pure JAX segment_sum": jax_input,
+        "(a) pure JAX segment_sum": snn.segment_sum_input(n),
         "(b) numba_cuda_callable": plain,
         "(c) numba_cuda_callable(capture=True)": captured,
         "(d) numba_cuda_kernel, aliased zeros": (
@@ -291,28 +278,10 @@ def _snn_variants(cfg: WorkloadConfig):
     }
 
 
-def _simulate(syn_input, steps: int):
-    import jax
-    import jax.numpy as jnp
-
-    @jax.jit
-    def run(v0, drive, post, weight):
-        def step(carry, _):
-            v, spikes = carry
-            syn = syn_input(spikes.astype(jnp.uint8), post, weight)
-            v = v * jnp.float32(0.95) + drive + syn
-            fired = v > 1.0
-            v = jnp.where(fired, jnp.float32(0.0), v)
-            return (v, fired), jnp.sum(fired, dtype=jnp.int32)
-        init = (v0, jnp.zeros(v0.shape, bool))
-        _, counts = jax.lax.scan(step, init, None, length=steps)
-        return counts
-    return run
-
-
 def run_snn(cfg: WorkloadConfig, seed: int, timing, log) -> list[dict]:
     import jax
-    arrays = [jax.device_put(a) for a in _network(cfg, seed)]
+    arrays = [jax.device_put(a) for a in snn.network(cfg.neurons, cfg.fan_out,
+                                                     seed)]
     post, weight, drive, v0 = arrays
     args = (v0, drive, post, weight)
     rows, tasks, runs, reference = [], [], {}, None
@@ -321,7 +290,7 @@ def run_snn(cfg: WorkloadConfig, seed: int, timing, log) -> list[dict]:
                "fan_out": cfg.fan_out, "steps": cfg.steps}
         rows.append(row)
         try:
-            run = _simulate(syn, cfg.steps)
+            run = snn.simulate(syn, cfg.steps)
             t0 = time.perf_counter()
             counts = np.asarray(run(*args))
             row["first_call_s"] = time.perf_counter() - t0
