@@ -16,14 +16,19 @@ PyObject* Interned(const char* s) {
   return o;  // kept for the process
 }
 
-// True when `self.configure` is the class's lru_cache wrapper: an exact
-// instance of the class whose own __dict__ does not hold a `configure`.
+// True when `self.configure` is the lru_cache wrapper the hook holds: an
+// exact instance of the class, whose class still has that wrapper (not
+// patched since) and whose own __dict__ does not hold a `configure`.
 bool TakesDirectCall(const MethodHook* hook, PyObject* self) {
-  if (reinterpret_cast<PyObject*>(Py_TYPE(self)) != hook->refs[kClass]) {
-    return false;
-  }
+  auto* cls = reinterpret_cast<PyTypeObject*>(hook->refs[kClass]);
+  if (Py_TYPE(self) != cls) return false;
   static PyObject* s_configure = Interned("configure");
   if (!s_configure) return false;
+  PyObject* current = PyDict_GetItemWithError(cls->tp_dict, s_configure);
+  if (current != hook->refs[kConfigure]) {  // borrowed; null on error
+    PyErr_Clear();
+    return false;
+  }
   PyObject* dict = PyObject_GenericGetDict(self, nullptr);
   if (dict == nullptr) {
     PyErr_Clear();
@@ -61,10 +66,7 @@ PyObject* ConfigureVectorcall(PyObject* callable, PyObject* const* args,
 
 PyObject* NewConfigureHook(PyObject* original, PyObject* configure,
                            PyObject* cls) {
-  static PyTypeObject* type = NewMethodHookType(
-      "numbax._core.ConfigureHook",
-      "numbax's replacement for Numba's CUDADispatcher.__getitem__: the same "
-      "configure() call, without a Python frame");
+  static PyTypeObject* type = NewMethodHookType("numbax._core.ConfigureHook");
   if (!PyCallable_Check(original) || !PyCallable_Check(configure) ||
       !PyType_Check(cls)) {
     PyErr_SetString(PyExc_TypeError,

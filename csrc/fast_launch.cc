@@ -458,10 +458,7 @@ PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
 }
 
 PyTypeObject* HookType() {
-  static PyTypeObject* type = NewMethodHookType(
-      "numbax._core.LaunchHook",
-      "numbax's replacement for Numba's launch: fast inside numbax calls, "
-      "Numba's own elsewhere");
+  static PyTypeObject* type = NewMethodHookType("numbax._core.LaunchHook");
   return type;
 }
 

@@ -22,8 +22,10 @@ struct MethodHook {
 };
 
 // A new hook type named `name` (e.g. "numbax._core.LaunchHook"), or nullptr
-// with a Python error set. Make one per kind of hook, once.
-PyTypeObject* NewMethodHookType(const char* name, const char* doc);
+// with a Python error set. Make one per kind of hook, once. A hook shows
+// the replaced method's __name__, __qualname__ and __doc__, and the method
+// as __wrapped__; the garbage collector sees what it holds.
+PyTypeObject* NewMethodHookType(const char* name);
 
 // A new hook of `type` (a new reference) calling `call`, or nullptr with a
 // Python error set. The caller checks what it passes.

@@ -1118,6 +1118,45 @@ def test_configure_hook_is_numbas_configure():
     assert mine[1, 2] == ("own", (1, 2))
 
 
+def test_configure_hook_follows_a_patched_configure():
+    """A configure replaced on the class after the hook was installed
+    (mock.patch, a bigger cache) is the one called, as in Numba."""
+    from unittest import mock
+    D = _dispatcher_class()
+    d, stream = D(), object()
+    with mock.patch.object(D, "configure", lambda self, *a: ("patched", a)):
+        assert d[1, 2, stream] == ("patched", (1, 2, stream))
+    assert d[1, 2, stream][0] == "cfg"
+
+
+def test_method_hooks_are_collected_with_their_class():
+    """The hook sits in its class's __dict__ and holds the class: a cycle
+    the garbage collector breaks (as it would Numba's own method's)."""
+    import gc
+    import weakref
+    D = _dispatcher_class()
+    D()[1, 2]
+    gone = weakref.ref(D)
+    del D
+    gc.collect()
+    assert gone() is None
+
+
+def test_method_hooks_look_like_the_method_they_replace():
+    import inspect
+    D = _dispatcher_class()
+    hook = D.__dict__["__getitem__"]
+    original = hook.original
+    assert hook.__wrapped__ is original
+    assert hook.__name__ == "__getitem__"
+    assert hook.__qualname__ == original.__qualname__
+    assert list(inspect.signature(hook).parameters) == ["self", "args"]
+    with pytest.raises(TypeError):
+        type(hook)()  # only numbax's C++ makes hooks
+    with pytest.raises(TypeError):
+        type(hook).extra = 1  # and their type is fixed
+
+
 def test_configure_hook_matches_installed_numba_cuda():
     """numba-cuda's CUDADispatcher has the shape the hook relies on (read
     without a GPU, outside the simulator)."""

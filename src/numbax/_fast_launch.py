@@ -20,6 +20,7 @@ numbax was checked against (``VERIFIED``).
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import threading
 
@@ -32,6 +33,7 @@ from . import _compat, _core, _numba, _signatures
 VERIFIED = ((0, 30),)
 ENV = "NUMBAX_FAST_LAUNCH"
 
+_log = logging.getLogger("numbax")
 _installed = False
 _note = "not installed yet (no numbax op created)"
 _install_lock = threading.Lock()
@@ -87,19 +89,30 @@ def _launch_path_matches() -> str | None:
     return None
 
 
+def _is_configure_hook(obj) -> bool:
+    kind = type(obj)
+    return (kind.__module__, kind.__qualname__) == ("numbax._core",
+                                                     "ConfigureHook")
+
+
 def _configure_path_matches() -> bool:
     """True if CUDADispatcher.__getitem__ is Numba's `self.configure(*key)`
-    over an lru_cache (what the configure hook calls directly)."""
+    over an lru_cache (what the configure hook calls directly): its
+    parameters, the names it uses (a length check, ValueError, configure:
+    nothing else), and plain attribute lookup on the class."""
     try:
         from numba.cuda import dispatcher
         cls = dispatcher.CUDADispatcher
         getitem = cls.__dict__.get("__getitem__")
         configure = cls.__dict__.get("configure")
-        if type(getitem).__name__ == "ConfigureHook":
+        if _is_configure_hook(getitem):
             return True
         return (inspect.isfunction(getitem)
                 and list(inspect.signature(getitem).parameters)
                 == ["self", "args"]
+                and set(getitem.__code__.co_names)
+                == {"len", "ValueError", "configure"}
+                and cls.__getattribute__ is object.__getattribute__
                 and callable(configure) and hasattr(configure, "cache_info")
                 and inspect.isfunction(getattr(configure, "__wrapped__", None))
                 and list(inspect.signature(configure.__wrapped__).parameters)
@@ -150,16 +163,20 @@ def _install() -> None:
     original = cls.__dict__["__call__"]
     if type(original).__name__ != "LaunchHook":  # never wrap a hook again
         cls.__call__ = _core.make_launch_hook(original, _check, _plan)
-    # `kernel[grid, block, stream]` without Numba's Python frame: the same
-    # lru_cache call (csrc/configure_hook.h).
-    disp = dispatcher.CUDADispatcher
-    getitem = disp.__dict__.get("__getitem__")
-    if (_configure_path_matches()
-            and type(getitem).__name__ != "ConfigureHook"):
-        disp.__getitem__ = _core.make_configure_hook(
-            getitem, disp.__dict__["configure"], disp)
     _installed = True
     _note = f"on (numba-cuda {version})"
+    # `kernel[grid, block, stream]` without Numba's Python frame: the same
+    # lru_cache call (csrc/configure_hook.h). Its failure leaves Numba's
+    # __getitem__, and the launch hook, as they are.
+    disp = dispatcher.CUDADispatcher
+    getitem = disp.__dict__.get("__getitem__")
+    if _configure_path_matches() and not _is_configure_hook(getitem):
+        try:
+            disp.__getitem__ = _core.make_configure_hook(
+                getitem, disp.__dict__["configure"], disp)
+        except Exception as exc:  # noqa: BLE001 - an optimisation only
+            _log.warning("numbax: Numba's configuration step stays in "
+                         "Python (%s: %s)", type(exc).__name__, exc)
 
 
 def configure_hook_installed() -> bool:
@@ -170,7 +187,7 @@ def configure_hook_installed() -> bool:
         getitem = dispatcher.CUDADispatcher.__dict__.get("__getitem__")
     except Exception:  # noqa: BLE001
         return False
-    return type(getitem).__name__ == "ConfigureHook"
+    return _is_configure_hook(getitem)
 
 
 def hook_installed() -> bool:
