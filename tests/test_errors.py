@@ -581,3 +581,30 @@ def test_kernel_generator_output_mismatch():
     with pytest.raises(TypeError, match=r"output 0 of .* is float32\[2\], but "
                                         r"outs declares float32\[4\]"):
         jax.jit(lambda v: op(v, outs=SPEC))(jnp.ones(4))
+
+
+def test_compile_errors_name_the_op_first():
+    """_checks.compiled_naming_op, which both compilers' compile errors go
+    through: the same type, the op named first, the original as the cause;
+    a type that cannot be built from one message is re-raised as it was."""
+    from numbax import _checks
+
+    def fails(exc):
+        def compile():
+            raise exc
+        return compile
+
+    with pytest.raises(TypeError, match=r"^op\(k\): could not: bad types$") as got:
+        _checks.compiled_naming_op(fails(TypeError("bad types")),
+                                   "op(k): could not")
+    assert isinstance(got.value.__cause__, TypeError)
+
+    class TwoArgs(Exception):
+        def __init__(self, a, b):
+            super().__init__(a, b)
+
+    original = TwoArgs(1, 2)
+    with pytest.raises(TwoArgs) as got:
+        _checks.compiled_naming_op(fails(original), "op(k)")
+    assert got.value is original
+    assert _checks.compiled_naming_op(lambda: 7, "op(k)") == 7

@@ -312,3 +312,15 @@ def renamed(exc: BaseException, message: str) -> BaseException | None:
         return type(exc)(message)
     except Exception:  # noqa: BLE001 - an exception type of its own
         return None
+
+
+def compiled_naming_op(compile, what: str):
+    """compile(), its error re-raised with the same type as
+    "`what`: <its message>" (the op named first) where that type allows."""
+    try:
+        return compile()
+    except Exception as exc:
+        named = renamed(exc, f"{what}: {exc}")
+        if named is None:
+            raise
+        raise named from exc

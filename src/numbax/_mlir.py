@@ -184,15 +184,10 @@ def compile_kernel(kernel, tys: tuple, label: str) -> CompiledKernel:
             f"{label}: the numba-cuda-mlir kernel {unsupported}, which its own "
             "launcher sets up when it loads the kernel; launch it from a "
             "numba_cuda_callable instead")
-    try:
-        result = kernel.compile(tys)
-    except Exception as exc:
-        named = _checks.renamed(
-            exc, f"{label}: numba-cuda-mlir could not compile the kernel "
-            f"for argument types {tys}: {exc}")
-        if named is None:
-            raise
-        raise named from exc
+    result = _checks.compiled_naming_op(
+        lambda: kernel.compile(tys),
+        f"{label}: numba-cuda-mlir could not compile the kernel for argument "
+        f"types {tys}")
     options = getattr(kernel, "targetoptions", {}) or {}  # now with its chip
     if bool(getattr(result, "cooperative", False)):
         raise ValueError(

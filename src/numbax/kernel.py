@@ -277,6 +277,12 @@ class NumbaCudaKernel:
                                       n_in)
         if compiled is not None:
             return self._refuse_debug(compiled)
+        # Compiled (or loaded) by Numba in this process already: that one,
+        # rather than a second copy of its code from numbax's entry.
+        compiled = (getattr(self.kernel, "overloads", None) or {}).get(
+            tuple(argtypes))
+        if compiled is not None:
+            return self._refuse_debug(compiled)
         # A warm start: numbax's entry beside the kernel's Numba cache, if
         # any, spares this process Numba's compile or load (_kernel_cache).
         cached = _kernel_cache.load(self.kernel, (), argtypes)
@@ -288,15 +294,10 @@ class NumbaCudaKernel:
         return compiled
 
     def _numba_compile(self, argtypes):
-        try:
-            compiled = self.kernel.compile(argtypes)
-        except Exception as exc:
-            named = _checks.renamed(
-                exc, f"{self._label}: Numba could not compile the kernel for "
-                f"argument types {argtypes}: {exc}")
-            if named is None:
-                raise
-            raise named from exc
+        compiled = _checks.compiled_naming_op(
+            lambda: self.kernel.compile(argtypes),
+            f"{self._label}: Numba could not compile the kernel for argument "
+            f"types {argtypes}")
         return self._refuse_debug(compiled)
 
     def _compile_batched(self, batched, tys):
