@@ -148,6 +148,39 @@ def key():
     report(keys=keys)
 
 
+def hostile():
+    """A corrupt data file, a truncated index, and a cache directory no
+    one may write: a miss, never an error."""
+    import stat
+
+    from numba import types
+
+    import kmod
+    from numbax import _kernel_cache as kc
+
+    _no_gpu(kc)
+    f32 = (types.float32[::1], types.float32[::1])
+    k = kmod.affine
+    cache = kc.cache_of(k)
+    out = {"saved": kc.save(k, (), f32, _Compiled())}
+    index = kc._index(cache)
+    (data_name,) = index._load_index().values()
+    data_path = os.path.join(cache.cache_path, data_name)
+    with open(data_path, "wb") as f:
+        f.write(b"not a pickle")
+    kc._loaded.clear()
+    out["corrupt_data"] = kc.load(k, (), f32) is not None
+    with open(index._index_path, "wb") as f:
+        f.write(b"\x80")
+    out["truncated_index"] = kc.load(k, (), f32) is not None
+    os.chmod(cache.cache_path, stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        out["saved_read_only"] = kc.save(k, (), f32, _Compiled())
+    finally:
+        os.chmod(cache.cache_path, stat.S_IRWXU)
+    report(**out)
+
+
 def crossed():
     """An index whose key names another entry's data file (writers that
     raced): the entry is a miss, never the other kernel's code."""
@@ -205,6 +238,8 @@ if __name__ == "__main__":
         gpu(float(sys.argv[3]))
     elif sys.argv[1] == "key":
         key()
+    elif sys.argv[1] == "hostile":
+        hostile()
     elif sys.argv[1] == "crossed":
         crossed()
     elif sys.argv[1] == "reload":

@@ -125,6 +125,15 @@ def test_an_entry_whose_key_differs_is_a_miss(tmp_path):
     assert got == {"f32": True, "f64": False}, got
 
 
+def test_broken_or_unwritable_caches_are_misses(tmp_path):
+    write_kernels(tmp_path, "2.0")
+    got = run_child("hostile", tmp_path)
+    assert got["saved"], got
+    assert not got["corrupt_data"] and not got["truncated_index"], got
+    if os.geteuid() != 0:  # root writes into a read-only directory anyway
+        assert not got["saved_read_only"], got
+
+
 def test_an_edited_and_reloaded_kernel_misses_in_the_same_process(tmp_path):
     write_kernels(tmp_path, "2.0")
     got = run_child("reload", tmp_path)
