@@ -22,6 +22,20 @@
 
 namespace numbax {
 
+// Benchmarks only (numbax.bench.bridge_cost): where every plain callable's
+// call returns, so that the bridge can be timed stage by stage. kFull, the
+// default, is the only setting numbax itself uses; the others return
+// success without calling func (outputs are left unwritten).
+enum class BridgeStop : int {
+  kFull = 0,
+  kAfterDecode = 1,  // call frame decoded, device bound; no Python
+  kAfterGil = 2,     // + the GIL taken
+  kAfterArrays = 3,  // + the stream and the arrays for func found
+  kAfterGuard = 4,   // + the JAX-call guard entered and left
+};
+void SetBridgeStop(BridgeStop stop);
+BridgeStop GetBridgeStop();
+
 class CallSite {
  public:
   // Resolves `key` through the resolve hook. Takes the GIL itself. `Site`

@@ -36,9 +36,12 @@ ffi::Error Run(CallSite* site, ffi::RemainingArgs args, ffi::RemainingRets rets,
       err.failure()) {
     return err;
   }
+  const BridgeStop stop = GetBridgeStop();
+  if (stop == BridgeStop::kAfterDecode) return ffi::Error::Success();
   InterpreterUse use;
   if (!use.admitted()) return site->ShuttingDown();
   GilScope gil;
+  if (stop == BridgeStop::kAfterGil) return ffi::Error::Success();
   return site->Invoke(buffers, platform, device, stream);
 }
 

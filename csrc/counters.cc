@@ -25,6 +25,7 @@ std::vector<std::pair<std::string, uint64_t>> CounterSnapshot() {
   all.emplace_back("slice_graph_replays", g.slice_replays.load());
   const FastLaunchCounters& f = FastCounters();
   all.emplace_back("fast_launches", f.fast);
+  all.emplace_back("cached_launch_plans", f.cached_plans);
   uint64_t fallbacks = 0;
   for (int i = 0; i < kFallbackReasonCount; ++i) {
     all.emplace_back("fallback_" + std::string(FallbackReasonName(i)),

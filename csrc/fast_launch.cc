@@ -110,8 +110,9 @@ constexpr size_t kMaxPlans = 4096;
 // The launch hook is a MethodHook (method_hook.h) holding Numba's launch
 // (`original`) and numbax's plan builders.
 using LaunchHook = MethodHook;
-constexpr int kCheck = 0;  // refs[kCheck]: _fast_launch._check
-constexpr int kPlan = 1;   // refs[kPlan]: _fast_launch._plan
+constexpr int kCheck = 0;   // refs[kCheck]: _fast_launch._check
+constexpr int kPlan = 1;    // refs[kPlan]: _fast_launch._plan
+constexpr int kCached = 2;  // refs[kCached]: _fast_launch._cached_plan
 
 PyObject* CallOriginal(LaunchHook* hook, PyObject* const* args, size_t nargsf,
                        PyObject* kwnames) {
@@ -248,11 +249,101 @@ PyObject* IntTuple(const std::vector<int>& values) {
   return t;
 }
 
+enum class Launched { kYes, kForeignArgument, kPlanError, kDriverError };
+
+// Packs `args` by `p` and sends the launch to the driver (or records it, in
+// a dry run). Anything but kYes launched nothing: Numba's launch runs it.
+Launched LaunchByPlan(const Plan& p, const ActiveCall& call,
+                      PyObject* const* args, Py_ssize_t nargs,
+                      const std::vector<int>& slots,
+                      const std::vector<ViewInfo>& views) {
+  thread_local KernelArgs packed;
+  packed.Reset(p.abi);
+  const PackResult packing = PackLaunchArguments(p.packing, args, nargs, slots,
+                                                 views, *call.buffers, &packed);
+  if (packing != PackResult::kPacked) {
+    return packing == PackResult::kForeignArgument ? Launched::kForeignArgument
+                                                   : Launched::kPlanError;
+  }
+  if (g_dry_run) {
+    DryLaunch& d = *g_dry_run;
+    d.function = reinterpret_cast<uintptr_t>(p.function);
+    std::memcpy(d.grid, p.grid, sizeof d.grid);
+    std::memcpy(d.block, p.block, sizeof d.block);
+    d.shared_mem = p.shared_mem;
+    d.cooperative = p.cooperative;
+    d.stream = reinterpret_cast<uintptr_t>(call.stream);
+    d.words = packed.words();
+    return Launched::kYes;
+  }
+  const cuda::Driver* driver = cuda::Load();
+  if (driver == nullptr) return Launched::kDriverError;  // Numba reports it
+  void** params = packed.params();
+  const auto stream = static_cast<cuda::CUstream>(call.stream);
+  cuda::CUresult r;
+  // Without the GIL, as Numba's launch (cuda-bindings) does: a launch may
+  // block while the stream's queue is full, and work queued before it (a
+  // host callback) may need the GIL to drain. The caller holds the plan
+  // until the GIL is back, so its Python references are released with it.
+  Py_BEGIN_ALLOW_THREADS;
+  r = cuda::LaunchKernel(*driver, p.function, p.grid, p.block, p.shared_mem,
+                         p.cooperative, stream, params);
+  Py_END_ALLOW_THREADS;
+  return r == cuda::CUDA_SUCCESS ? Launched::kYes : Launched::kDriverError;
+}
+
+// Whether `stream` is being captured into a graph (or that is unknown):
+// no module is loaded then (an unsafe call in a capture invalidates it).
+bool MayBeCapturing(void* stream) {
+  const cuda::Driver* driver = cuda::Load();
+  if (driver == nullptr || driver->cuStreamIsCapturing == nullptr) return true;
+  int capturing = cuda::CU_STREAM_CAPTURE_STATUS_NONE;
+  return driver->cuStreamIsCapturing(static_cast<cuda::CUstream>(stream),
+                                     &capturing) != cuda::CUDA_SUCCESS ||
+         capturing != cuda::CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// The first launch of a key in this process, where the kernel has an entry
+// in numbax's cache: the plan from `_cached_plan`, launched and stored.
+// False (nothing launched, nothing stored) where there is no such plan or
+// it did not launch: Numba launches then, as for any new plan.
+bool LaunchFromCachedPlan(LaunchHook* hook, const ActiveCall& call,
+                          const PlanKey& key, PyObject* kernel_args,
+                          PyObject* ours, PyObject* const* args,
+                          Py_ssize_t nargs, const std::vector<int>& slots,
+                          const std::vector<ViewInfo>& views) {
+  if (hook->refs[kCached] == nullptr) return false;
+  if (g_dry_run == nullptr && MayBeCapturing(call.stream)) return false;
+  PyObject* built = PyObject_CallFunction(hook->refs[kCached], "OOOi", key.cfg,
+                                          kernel_args, ours, call.device);
+  if (!built) {
+    PyErr_Clear();  // a cache: Numba's launch is the answer
+    return false;
+  }
+  auto plan = std::make_shared<Plan>();
+  plan->stream = call.stream;
+  const bool parsed = built != Py_None && ParsePlan(built, plan.get()) &&
+                      plan->packing.size() == static_cast<size_t>(nargs);
+  Py_DECREF(built);
+  if (!parsed) return false;
+  ResolveFunction(call, plan.get());
+  if (LaunchByPlan(*plan, call, args, nargs, slots, views) != Launched::kYes) {
+    return false;
+  }
+  ++FastCounters().fast;
+  ++FastCounters().cached_plans;
+  StorePlan(key, std::move(plan));
+  return true;
+}
+
 // A launch with no plan yet: ask the Python builder whether it may be fast,
+// launch it from numbax's cache entry of the kernel if there is one, else
 // let Numba launch it (compiling it if needed), then record the plan.
 PyObject* LaunchAndRecord(LaunchHook* hook, const ActiveCall& call, PlanKey key,
-                          const std::vector<int>& slots, PyObject* const* args,
-                          size_t nargsf, PyObject* kwnames) {
+                          const std::vector<int>& slots,
+                          const std::vector<ViewInfo>& views,
+                          PyObject* const* args, size_t nargsf,
+                          PyObject* kwnames) {
   // `key` is a copy: the Python run below may launch again on this thread
   // (Numba's own initialisation), which reuses the caller's thread-local key.
   const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
@@ -294,6 +385,12 @@ PyObject* LaunchAndRecord(LaunchHook* hook, const ActiveCall& call, PlanKey key,
     Count(plan->stream != call.stream ? kFallbackOtherStream : plan->reason);
     if (store) StorePlan(key, std::move(plan));
     return CallOriginal(hook, args, nargsf, kwnames);
+  }
+  if (LaunchFromCachedPlan(hook, call, key, kernel_args, ours, args + 1, n - 1,
+                           slots, views)) {
+    Py_DECREF(kernel_args);
+    Py_DECREF(ours);
+    Py_RETURN_NONE;
   }
   PyObject* result = CallOriginal(hook, args, nargsf, kwnames);
   if (!result) {
@@ -390,7 +487,8 @@ PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
     it = plans.end();
   }
   if (it == plans.end()) {
-    return LaunchAndRecord(hook, *call, key, slots, args, nargsf, kwnames);
+    return LaunchAndRecord(hook, *call, key, slots, views, args, nargsf,
+                           kwnames);
   }
   // Held for the launch: nothing below runs Python that could clear the
   // cache, but a plan must outlive its use regardless.
@@ -409,52 +507,22 @@ PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
     return CallOriginal(hook, args, nargsf, kwnames);
   }
 
-  thread_local KernelArgs packed;
-  packed.Reset(plan->abi);
-  const PackResult packing = PackLaunchArguments(
-      plan->packing, args + 1, n - 1, slots, views, buffers, &packed);
-  if (packing != PackResult::kPacked) {
-    Count(packing == PackResult::kForeignArgument ? kFallbackForeignArgument
-                                                  : kFallbackPlanError);
-    return CallOriginal(hook, args, nargsf, kwnames);
+  switch (LaunchByPlan(*plan, *call, args + 1, n - 1, slots, views)) {
+    case Launched::kYes:
+      ++FastCounters().fast;
+      Py_RETURN_NONE;
+    case Launched::kForeignArgument:
+      Count(kFallbackForeignArgument);
+      break;
+    case Launched::kPlanError:
+      Count(kFallbackPlanError);
+      break;
+    case Launched::kDriverError:
+      // Nothing was launched: Numba's launch runs it, or raises its error.
+      Count(kFallbackLaunchError);
+      break;
   }
-
-  const Plan& p = *plan;
-  if (g_dry_run) {
-    DryLaunch& d = *g_dry_run;
-    d.function = reinterpret_cast<uintptr_t>(p.function);
-    std::memcpy(d.grid, p.grid, sizeof d.grid);
-    std::memcpy(d.block, p.block, sizeof d.block);
-    d.shared_mem = p.shared_mem;
-    d.cooperative = p.cooperative;
-    d.stream = reinterpret_cast<uintptr_t>(call->stream);
-    d.words = packed.words();
-    ++FastCounters().fast;
-    Py_RETURN_NONE;
-  }
-  const cuda::Driver* driver = cuda::Load();
-  void** params = packed.params();
-  const auto stream = static_cast<cuda::CUstream>(call->stream);
-  cuda::CUresult r;
-  if (driver == nullptr) {
-    r = 3;  // CUDA_ERROR_NOT_INITIALIZED: let Numba report it
-  } else {
-    // Without the GIL, as Numba's launch (cuda-bindings) does: a launch
-    // may block while the stream's queue is full, and work queued before
-    // it (a host callback) may need the GIL to drain. `plan` is held until
-    // the GIL is back, so its Python references are released with it.
-    Py_BEGIN_ALLOW_THREADS;
-    r = cuda::LaunchKernel(*driver, p.function, p.grid, p.block, p.shared_mem,
-                           p.cooperative, stream, params);
-    Py_END_ALLOW_THREADS;
-  }
-  if (r != cuda::CUDA_SUCCESS) {
-    // Nothing was launched: Numba's launch runs it, or raises its own error.
-    Count(kFallbackLaunchError);
-    return CallOriginal(hook, args, nargsf, kwnames);
-  }
-  ++FastCounters().fast;
-  Py_RETURN_NONE;
+  return CallOriginal(hook, args, nargsf, kwnames);
 }
 
 PyTypeObject* HookType() {
@@ -484,14 +552,18 @@ ActiveCallScope::~ActiveCallScope() {
   t_active = previous_;
 }
 
-PyObject* NewLaunchHook(PyObject* original, PyObject* check, PyObject* plan) {
+PyObject* NewLaunchHook(PyObject* original, PyObject* check, PyObject* plan,
+                        PyObject* cached) {
   if (!PyCallable_Check(original) || !PyCallable_Check(check) ||
-      !PyCallable_Check(plan)) {
+      !PyCallable_Check(plan) ||
+      (cached != Py_None && !PyCallable_Check(cached))) {
     PyErr_SetString(PyExc_TypeError,
-                    "launch hook: original, check and plan must be callable");
+                    "launch hook: original, check and plan must be callable, "
+                    "cached callable or None");
     return nullptr;
   }
-  return NewMethodHook(HookType(), HookVectorcall, original, {check, plan});
+  return NewMethodHook(HookType(), HookVectorcall, original,
+                       {check, plan, cached == Py_None ? nullptr : cached});
 }
 
 bool NoteSimulatorLaunch() {

@@ -49,6 +49,10 @@ const char* FallbackReasonName(int reason);
 
 struct FastLaunchCounters {
   uint64_t fast = 0;
+  // Plans built from numbax's cache entry of the kernel (no Numba launch
+  // first: src/numbax/_fast_launch.py, _cached_plan); their launches count
+  // in `fast` too.
+  uint64_t cached_plans = 0;
   uint64_t fallbacks[kFallbackReasonCount] = {};
 };
 FastLaunchCounters& FastCounters();
@@ -78,9 +82,12 @@ class ActiveCallScope {
 
 // A new LaunchHook (a new reference), or nullptr with a Python error set.
 // `original` is Numba's `_LaunchConfiguration.__call__`; `check(cfg, args,
-// ours, device, stream)` and `plan(cfg, args, ours, device)` are numbax's
-// Python plan builders (src/numbax/_fast_launch.py).
-PyObject* NewLaunchHook(PyObject* original, PyObject* check, PyObject* plan);
+// ours, device)`, `plan(cfg, args, ours, device)` and `cached(cfg, args,
+// ours, device)` are numbax's Python plan builders
+// (src/numbax/_fast_launch.py); `cached` may be None (no plans from a
+// cache: numba-cuda-mlir's launcher).
+PyObject* NewLaunchHook(PyObject* original, PyObject* check, PyObject* plan,
+                        PyObject* cached);
 
 // Counts a simulator launch made by func inside a numbax call (the
 // simulator's own launch is never replaced). Returns true when one was

@@ -166,13 +166,15 @@ NB_MODULE(_core, m) {
 
   m.def(
       "make_launch_hook",
-      [](nb::object original, nb::object check, nb::object plan) {
-        PyObject* hook =
-            numbax::NewLaunchHook(original.ptr(), check.ptr(), plan.ptr());
+      [](nb::object original, nb::object check, nb::object plan,
+         nb::object cached) {
+        PyObject* hook = numbax::NewLaunchHook(original.ptr(), check.ptr(),
+                                               plan.ptr(), cached.ptr());
         if (!hook) throw nb::python_error();
         return nb::steal(hook);
       },
       nb::arg("original"), nb::arg("check"), nb::arg("plan"),
+      nb::arg("cached").none() = nb::none(),
       "The object numbax sets as Numba's _LaunchConfiguration.__call__.");
   m.def(
       "make_configure_hook",
@@ -278,6 +280,21 @@ NB_MODULE(_core, m) {
       [](bool on) { numbax::SetResolveFunctions(on); }, nb::arg("on"),
       "Benchmarks: plans recorded from now on launch each kernel's CUfunction "
       "in the bound context (True, the default) or Numba's CUkernel handle.");
+  m.def(
+      "set_bridge_stop",
+      [](int stop) {
+        if (stop < 0 ||
+            stop > static_cast<int>(numbax::BridgeStop::kAfterGuard)) {
+          throw nb::value_error(
+              "the bridge stop must be 0 (the whole call) to 4");
+        }
+        numbax::SetBridgeStop(static_cast<numbax::BridgeStop>(stop));
+      },
+      nb::arg("stop"),
+      "Benchmarks: plain callables' calls return after stage `stop` without "
+      "calling func (0, the default: the whole call; 1 the call frame "
+      "decoded; 2 the GIL taken; 3 func's arrays found; 4 the guard entered "
+      "and left).");
   m.def("clear_launch_plans", &numbax::ClearLaunchPlans);
   m.def("launch_plan_count", &numbax::LaunchPlanCount);
   m.def("launch_plan_functions", &numbax::LaunchPlanFunctions,

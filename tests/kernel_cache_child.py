@@ -1,7 +1,9 @@
 """A fresh process for tests/test_kernel_cache.py.
 
-    python tests/kernel_cache_child.py gpu DIR SCALE   numbax ops on a GPU
-    python tests/kernel_cache_child.py entries DIR     numbax's entries, no GPU
+    python tests/kernel_cache_child.py gpu DIR SCALE       numbax ops on a GPU
+    python tests/kernel_cache_child.py callable DIR SCALE  a callable's launch
+    python tests/kernel_cache_child.py entries DIR         numbax's entries, no GPU
+    python tests/kernel_cache_child.py plans DIR           func's cached plans, no GPU
 
 DIR holds the kernel module (kmod.py, written by the test); NUMBA_CACHE_DIR
 comes from the environment. `gpu` runs a numba_cuda_kernel op, plain and
@@ -55,6 +57,88 @@ def gpu(scale: float):
         numba_overloads=len(kmod.affine.overloads),
         batched_overloads=sum(len(k.overloads) for k in batched),
         batched_kernels=len(batched))
+
+
+def callable_op(scale: float):
+    """A plain callable whose func launches the cached kernel: checked
+    against numpy over a poisoned output; reports whether Numba compiled or
+    loaded it (its overloads) and how the launch went (bridge counters)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import kmod
+    import numbax
+
+    rng = np.random.default_rng()
+    n = 1000
+
+    def func(x, poison, y, stream):
+        kmod.affine[(n + 255) // 256, 256, stream](x, poison, y)
+
+    op = jax.jit(numbax.numba_cuda_callable(
+        func, jax.ShapeDtypeStruct((n,), jnp.float32),
+        input_output_aliases={1: 0}))
+    results = []
+    for _ in range(2):  # the second call launches from the stored plan
+        x = rng.standard_normal(n).astype(np.float32)
+        got = np.asarray(op(x, jnp.full(n, jnp.nan, jnp.float32)))
+        want = (scale * x.astype(np.float64) + 1).astype(np.float32)
+        results.append(bool(np.allclose(got, want, rtol=1e-6, atol=1e-6))
+                       and not np.isnan(got).any())
+    counters = numbax.bridge_counters()
+    report(ok=all(results), numba_overloads=len(kmod.affine.overloads),
+           cached_plans=counters["cached_launch_plans"],
+           fast_launches=counters["fast_launches"],
+           new_plans=counters["fallback_new_plan"])
+
+
+def plans():
+    """_fast_launch's cached plans over a fake GPU: none before an entry
+    exists, one after _remember wrote it, none where Numba's dispatch could
+    pick another kernel (an overload exists, other argument types, more
+    dynamic shared memory than a function allows unprepared)."""
+    from numba import types
+
+    import kmod
+    from numbax import _fast_launch as fl
+    from numbax import _kernel_cache as kc
+
+    _no_gpu(kc)
+
+    class Arr:
+        ndim = 1
+        _numba_type_ = types.float32[::1]
+
+    class Cfg:
+        dispatcher = kmod.affine
+        griddim, blockdim, sharedmem = (4, 1, 1), (256, 1, 1), 0
+        pre_launch_callbacks: list = []
+
+    args, ours = (Arr(), Arr(), Arr()), (0, 1, 2)
+    argtypes = fl._exact_types(kmod.affine, args)
+    out = {"types": [str(t) for t in argtypes],
+           "before": fl._cached_plan(Cfg, args, ours, 0)}
+    saves = []
+    real_save = kc.save
+    kc.save = lambda *a, **k: saves.append(1) or real_save(*a, **k)
+    fl._remember(kmod.affine, argtypes, args, _Compiled())
+    fl._remember(kmod.affine, argtypes, args, _Compiled())  # known: no write
+    out["saves"] = len(saves)
+    plan = fl._cached_plan(Cfg, args, ours, 0)
+    out["plan"] = None if plan is None else list(plan[:6])
+    out["keeps_entry"] = plan is not None and isinstance(plan[6], kc.CachedKernel)
+    with_int = (Arr(), Arr(), Arr(), 3)
+    out["int_arg"] = fl._cached_plan(Cfg, with_int, ours + (-1,), 0)
+    Cfg.sharedmem = 64 * 1024
+    out["big_shared"] = fl._cached_plan(Cfg, args, ours, 0)
+    Cfg.sharedmem = 0
+    kmod.affine.overloads[argtypes] = object()
+    out["with_overload"] = fl._cached_plan(Cfg, args, ours, 0)
+    del kmod.affine.overloads[argtypes]
+    Cfg.dispatcher = kmod.uncached
+    out["uncached"] = fl._cached_plan(Cfg, args, ours, 0)
+    report(**out)
 
 
 class _Library:
@@ -236,6 +320,10 @@ if __name__ == "__main__":
     sys.path.insert(0, sys.argv[2])
     if sys.argv[1] == "gpu":
         gpu(float(sys.argv[3]))
+    elif sys.argv[1] == "callable":
+        callable_op(float(sys.argv[3]))
+    elif sys.argv[1] == "plans":
+        plans()
     elif sys.argv[1] == "key":
         key()
     elif sys.argv[1] == "hostile":

@@ -383,3 +383,30 @@ def test_array_and_stream_caches_hit(rng):
     # among a few addresses, which the per-slot cache holds.
     assert after["array_hits"] - before["array_hits"] >= 20
     assert after["stream_hits"] - before["stream_hits"] == 20
+
+
+@pytest.mark.parametrize("stop", [1, 2, 3, 4])
+def test_bridge_stop_skips_func_then_full_calls_resume(stop):
+    # bench/bridge_cost.py times the bridge stage by stage with this knob:
+    # a stopped call must not reach func, and stop 0 must restore the
+    # whole call (func runs and its result is right).
+    from numbax import _core
+    calls = []
+
+    def op(x, out, stream):
+        calls.append(stream)
+        launch_1d(copy_flat, x.shape[0], stream, x, out)
+
+    jitted = jax.jit(numbax.numba_cuda_callable(
+        op, outs=jax.ShapeDtypeStruct((8,), F32)))
+    x = jnp.arange(8, dtype=jnp.float32)
+    try:
+        _core.set_bridge_stop(stop)
+        jitted(x).block_until_ready()
+        assert calls == []
+    finally:
+        _core.set_bridge_stop(0)
+    np.testing.assert_array_equal(np.asarray(jitted(x)), np.arange(8))
+    assert len(calls) == 1
+    with pytest.raises(ValueError, match="bridge stop must be 0"):
+        _core.set_bridge_stop(5)

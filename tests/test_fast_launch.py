@@ -993,6 +993,61 @@ def test_hook_other_thread_callbacks_and_new_overloads(harness):
     assert numbax.bridge_counters()["fast_launches"] == 2
 
 
+def test_hook_launches_a_cached_plan_without_numba(harness):
+    """A plan from numbax's cache entry (_fast_launch._cached_plan): the
+    first launch of a key goes straight to the driver, Numba never runs;
+    a cached plan that does not fit the arguments, or a builder that
+    raises or has nothing, leaves the launch to Numba as before."""
+    cached = {"packing": "AAi", "raise": False, "none": False}
+    asked = []
+
+    def cached_plan(cfg, args, ours, device):
+        asked.append((tuple(ours), device))
+        if cached["raise"]:
+            raise RuntimeError("a broken cache")
+        if cached["none"]:
+            return None
+        return (0xCAC, (4, 1, 1), (64, 1, 1), 0, False, cached["packing"],
+                object(), harness.overloads, harness.callbacks)
+
+    core = harness.core
+    harness.Launcher.__call__ = core.make_launch_hook(
+        harness.Launcher.__dict__["__call__"].__wrapped__, harness.check,
+        harness.plan, cached_plan)
+    cfg = harness.Launcher()
+    harness.plan_packing = "AAi"
+    launch = lambda: cfg(harness.a, harness.b, 7)  # noqa: E731
+    harness.run(launch)
+    assert harness.numba_calls == [] and asked == [((0, 1, -1), 0)]
+    c = numbax.bridge_counters()
+    assert c["fast_launches"] == 1 and c["cached_launch_plans"] == 1, c
+    assert c["fallback_new_plan"] == 0, c
+    last = core.last_fast_launch()
+    assert last["function"] == 0xCAC and last["grid"] == (4, 1, 1)
+    assert last["words"][-1] == 7
+    harness.run(launch)  # the stored plan: no second question
+    assert len(asked) == 1 and harness.numba_calls == []
+    assert numbax.bridge_counters()["fast_launches"] == 2
+
+    # A new overload compiled since: Numba's dispatch decides again.
+    harness.overloads["another"] = object()
+    cached["none"] = True
+    harness.run(launch)
+    assert len(harness.numba_calls) == 1 and len(asked) == 2
+    assert core.last_fast_launch()["function"] == 0xCAC  # not relaunched
+
+    for fault in ("raise", "packing"):
+        core.clear_launch_plans()
+        cached.update({"none": False, "raise": fault == "raise",
+                       "packing": "AA"})  # too short for three arguments
+        before = len(harness.numba_calls)
+        harness.run(launch)
+        assert len(harness.numba_calls) == before + 1, fault
+        assert numbax.bridge_counters()["cached_launch_plans"] == 1, fault
+    with pytest.raises(TypeError, match="cached callable or None"):
+        core.make_launch_hook(print, print, print, 3)
+
+
 def test_hook_nested_launch_goes_to_numba(harness):
     harness.plan_packing = "AA"
     inner = harness.Launcher()

@@ -69,7 +69,7 @@ def run_child(mode, directory, *args, hash_seed=None):
     if hash_seed is not None:
         env["PYTHONHASHSEED"] = str(hash_seed)
     env.pop("NUMBA_ENABLE_CUDASIM", None)
-    if mode != "gpu":
+    if mode not in ("gpu", "callable"):
         env["JAX_PLATFORMS"] = "cpu"
     proc = subprocess.run(
         [sys.executable, CHILD, mode, str(directory), *map(str, args)],
@@ -161,6 +161,46 @@ def test_warm_start_launches_without_numba(tmp_path, gpu_only):
     edited = run_child("gpu", tmp_path, 3.0)
     assert edited["plain_ok"] and edited["vmap_ok"], edited
     assert edited["numba_overloads"] == 1, edited
+
+
+def test_funcs_launches_get_plans_from_entries_only_where_numba_agrees(
+        tmp_path):
+    write_kernels(tmp_path, "2.0")
+    got = run_child("plans", tmp_path)
+    assert got["types"] == ["array(float32, 1d, C)"] * 3, got
+    assert got["before"] is None and got["saves"] == 1, got
+    # (function, grid, block, dynamic shared memory, cooperative, packing)
+    assert got["plan"] == [1, [4, 1, 1], [256, 1, 1], 0, False, "AAA"], got
+    assert got["keeps_entry"], got
+    for refused in ("int_arg", "big_shared", "with_overload", "uncached"):
+        assert got[refused] is None, (refused, got)
+
+
+@pytest.mark.gpu
+def test_funcs_first_launch_in_a_warm_process_skips_numba(tmp_path, gpu_only):
+    """A plain callable's func launching a cache=True kernel: the first
+    process launches through Numba and writes numbax's entry; the next
+    launches from it (Numba compiles and loads nothing), correctly; an
+    entry the kernel op wrote serves func's launch too."""
+    write_kernels(tmp_path, "2.0")
+    cold = run_child("callable", tmp_path, 2.0)
+    assert cold["ok"] and cold["numba_overloads"] == 1, cold
+    assert cold["cached_plans"] == 0 and cold["new_plans"] == 1, cold
+    warm = run_child("callable", tmp_path, 2.0)
+    assert warm["ok"] and warm["numba_overloads"] == 0, warm
+    assert warm["cached_plans"] == 1 and warm["new_plans"] == 0, warm
+    assert warm["fast_launches"] == 2, warm
+
+    write_kernels(tmp_path, "3.0")  # stale: Numba again, the new code
+    edited = run_child("callable", tmp_path, 3.0)
+    assert edited["ok"] and edited["cached_plans"] == 0, edited
+    assert edited["numba_overloads"] == 1, edited
+
+    write_kernels(tmp_path, "4.0")
+    assert run_child("gpu", tmp_path, 4.0)["plain_ok"]  # the op's entry
+    shared = run_child("callable", tmp_path, 4.0)
+    assert shared["ok"] and shared["cached_plans"] == 1, shared
+    assert shared["numba_overloads"] == 0, shared
 
 
 def test_simulator_kernels_have_no_entries():

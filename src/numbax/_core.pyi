@@ -81,7 +81,7 @@ def counters() -> dict:
 
 def reset_counters() -> None: ...
 
-def make_launch_hook(original: object, check: object, plan: object) -> object:
+def make_launch_hook(original: object, check: object, plan: object, cached: object | None = None) -> object:
     """The object numbax sets as Numba's _LaunchConfiguration.__call__."""
 
 def make_configure_hook(original: object, configure: object, cls: object) -> object:
@@ -121,6 +121,11 @@ def time_driver_launches(function: int, grid: Sequence[int], block: Sequence[int
 def set_fast_launch_resolves_function(on: bool) -> None:
     """
     Benchmarks: plans recorded from now on launch each kernel's CUfunction in the bound context (True, the default) or Numba's CUkernel handle.
+    """
+
+def set_bridge_stop(stop: int) -> None:
+    """
+    Benchmarks: plain callables' calls return after stage `stop` without calling func (0, the default: the whole call; 1 the call frame decoded; 2 the GIL taken; 3 func's arrays found; 4 the guard entered and left).
     """
 
 def clear_launch_plans() -> None: ...

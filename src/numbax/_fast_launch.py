@@ -162,7 +162,8 @@ def _install() -> None:
     cls = dispatcher._LaunchConfiguration
     original = cls.__dict__["__call__"]
     if type(original).__name__ != "LaunchHook":  # never wrap a hook again
-        cls.__call__ = _core.make_launch_hook(original, _check, _plan)
+        cls.__call__ = _core.make_launch_hook(original, _check, _plan,
+                                              _cached_plan)
     _installed = True
     _note = f"on (numba-cuda {version})"
     # `kernel[grid, block, stream]` without Numba's Python frame: the same
@@ -308,7 +309,6 @@ def _plan(cfg, args, ours, device):
     tuple for C++, or the reason it cannot be replayed."""
     del device  # the plan is keyed by it; the current context is that device
     from numba.cuda import dispatcher as nd
-    from numba.cuda import types
     from numba.cuda.cext import _dispatcher
 
     dispatcher = cfg.dispatcher
@@ -334,6 +334,27 @@ def _plan(cfg, args, ours, device):
         if slot != OTHER and _signatures.conversion(
                 dispatcher.typingctx, value._numba_type_, ty) is None:
             return "signature_mismatch"
+    packing = _packing(argtypes, args, ours)
+    if packing in _REASONS:
+        return packing
+    _remember(dispatcher, argtypes, args, kernel)
+    # The current context is the device numbax bound for this call, the one
+    # Numba just launched on. Its handle is the CUkernel Numba launches
+    # (through cuda.core); C++ swaps it for that context's CUfunction unless
+    # the stream is being captured (fast_launch.cc, ResolveFunction). Nothing
+    # here calls the driver: this may run while a graph is recorded.
+    cufunc = kernel._codelibrary.get_cufunc()
+    return _plan_tuple(cfg, int(cufunc.handle), bool(kernel.cooperative),
+                       packing, kernel)
+
+
+_REASONS = ("plan_error", "foreign_argument")
+
+
+def _packing(argtypes, args, ours) -> str:
+    """Per argument, how C++ packs it for a kernel compiled for `argtypes`
+    (fast_launch.cc's Plan::packing), or the reason it cannot."""
+    from numba.cuda import types
     packing = []
     for ty, value, slot in zip(argtypes, args, ours):
         if slot != OTHER:
@@ -350,15 +371,70 @@ def _plan(cfg, args, ours, device):
         if how is None:
             return "foreign_argument"
         packing.append(how)
-    # The current context is the device numbax bound for this call, the one
-    # Numba just launched on. Its handle is the CUkernel Numba launches
-    # (through cuda.core); C++ swaps it for that context's CUfunction unless
-    # the stream is being captured (fast_launch.cc, ResolveFunction). Nothing
-    # here calls the driver: this may run while a graph is recorded.
-    cufunc = kernel._codelibrary.get_cufunc()
-    function = int(cufunc.handle)
+    return "".join(packing)
+
+
+def _plan_tuple(cfg, function: int, cooperative: bool, packing: str, keep):
+    """The plan as C++ reads it (fast_launch.cc, ParsePlan)."""
     grid = tuple(int(v) for v in cfg.griddim)
     block = tuple(int(v) for v in cfg.blockdim)
-    return (function, grid, block, int(cfg.sharedmem or 0),
-            bool(kernel.cooperative), "".join(packing), kernel,
-            dispatcher.overloads, cfg.pre_launch_callbacks)
+    return (function, grid, block, int(cfg.sharedmem or 0), cooperative,
+            packing, keep, cfg.dispatcher.overloads, cfg.pre_launch_callbacks)
+
+
+# Dynamic shared memory a kernel may take without an attribute set on its
+# function (cuFuncSetAttribute): what a launch from a cached plan, which
+# Numba never prepared, may ask for.
+_DEFAULT_DYNAMIC_SHARED = 48 * 1024
+
+
+def _exact_types(dispatcher, args):
+    """The types Numba's dispatch types `args` as (and compiles for, where
+    the dispatcher has no overload yet)."""
+    return tuple(dispatcher.typeof_pyval(a) for a in args)
+
+
+def _cached_plan(cfg, args, ours, device):
+    """A launch no plan covers yet, which _check let through, on a stream
+    not being captured: a plan from numbax's entry in the kernel's Numba
+    cache (_kernel_cache), so the first launch in a process skips Numba's
+    load (0.6 s, most of it Numba initialising its CUDA target). None
+    where Numba's dispatch could pick something else, or no entry exists:
+    Numba launches, and _plan records what it did (and writes the entry)."""
+    del device  # the entry is per architecture; the context is the device's
+    dispatcher = cfg.dispatcher
+    # Numba compiles the exact types of the arguments only when it has no
+    # overload it could convert them to: with none at all.
+    if dispatcher.overloads or getattr(dispatcher, "specialized", False):
+        return None
+    if int(cfg.sharedmem or 0) > _DEFAULT_DYNAMIC_SHARED:
+        return None
+    from . import _kernel_cache
+    if _kernel_cache.cache_of(dispatcher) is None:
+        return None
+    argtypes = _exact_types(dispatcher, args)
+    cached = _kernel_cache.load(dispatcher, (), argtypes)
+    if cached is None:
+        return None
+    packing = _packing(argtypes, args, ours)
+    if packing in _REASONS:
+        return None
+    return _plan_tuple(cfg, cached.kernel_handle(), False, packing, cached)
+
+
+def _remember(dispatcher, argtypes, args, kernel) -> None:
+    """After Numba compiled or loaded `kernel` for the exact types of
+    `args`: numbax's cache entry for it, unless one exists (the next
+    process's _cached_plan reads it; so does a numba_cuda_kernel op)."""
+    from . import _fold, _kernel_cache
+    try:
+        if (getattr(dispatcher, "specialized", False)
+                or _kernel_cache.cache_of(dispatcher) is None
+                or argtypes != _exact_types(dispatcher, args)
+                or _kernel_cache.has_entry(dispatcher, (), argtypes)):
+            return
+        _kernel_cache.save(dispatcher, (), argtypes, kernel,
+                           lambda: _fold.axes_read_by_compiled(kernel))
+    except Exception as exc:  # noqa: BLE001 - a cache: the plan stands
+        _log.debug("numbax: no cache entry for a launch in func: %s: %s",
+                   type(exc).__name__, exc)

@@ -58,6 +58,8 @@ FORMAT = 1
 # loaded once per dispatcher however often its ops are traced, and dropped
 # with the dispatcher (a kernel redefined, a module reloaded, is another).
 _loaded: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+# dispatcher -> {key}: entries known to exist on disk (has_entry, save).
+_present: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
 
 
 class CachedKernel:
@@ -260,6 +262,32 @@ def load(dispatcher, kind: tuple, argtypes, target=None) -> CachedKernel | None:
         return None
 
 
+def has_entry(dispatcher, kind: tuple, argtypes) -> bool:
+    """Whether numbax's entry for `dispatcher` compiled for `argtypes`
+    exists, without loading its cubin. The disk is read once per key and
+    dispatcher in a process (a func launching with a new configuration per
+    call asks per launch). Never raises."""
+    cache = cache_of(dispatcher)
+    if cache is None:
+        return False
+    try:
+        key = _key(dispatcher, cache, kind, argtypes,
+                   architecture(current_capability()))
+        with _lock:
+            known = _present.setdefault(dispatcher, set())
+            if key in known or key in _loaded.get(dispatcher, {}):
+                return True
+            data = _index(cache).load(key)
+            found = isinstance(data, dict) and data.get("key") == key
+            if found:
+                known.add(key)
+            return found
+    except Exception as exc:  # noqa: BLE001 - a cache, never an error
+        _log.debug("numbax: kernel cache not read: %s: %s",
+                   type(exc).__name__, exc)
+        return False
+
+
 def cachable_reason(compiled) -> str | None:
     """None if `compiled` (a Numba kernel) can launch from its cubin alone,
     else why not."""
@@ -315,6 +343,7 @@ def save(dispatcher, kind: tuple, argtypes, compiled, fold=None) -> bool:
             cache._impl.locator.ensure_cache_path()
             with _file_lock(cache):
                 _index(cache).save(key, data)
+            _present.setdefault(dispatcher, set()).add(key)
         return True
     except Exception as exc:  # noqa: BLE001 - a cache, never an error
         _log.debug("numbax: kernel cache not written: %s: %s",

@@ -15,10 +15,15 @@ Times, in one process on a GPU:
 (d) the ops XLA records into CUDA graphs (native command-buffer handler,
     numbax kernel, captured callable), chain and single;
 (e) the plain callable's chain op stage by stage, in interleaved rounds (so
-    the host's drift hits every row alike): func returning at once, func
-    only configuring the launch, the full fast launch, the same launching
-    Numba's CUkernel handle instead of the context's CUfunction, and with
-    numbax's guard against JAX calls inside func switched off.
+    the host's drift hits every row alike): a native handler that launches
+    nothing (what XLA itself spends on a custom call); the callable's call
+    stopped after each stage of the bridge (``_core.set_bridge_stop``: call
+    frame decoded, GIL taken, func's arrays found, guard entered and left);
+    func returning at once, with and without numbax's guard against JAX
+    calls inside func; func only configuring the launch; the full fast
+    launch, the same launching Numba's CUkernel handle instead of the
+    context's CUfunction, and with the guard off;
+(f) which thread XLA runs func on (the caller's, or one of its own).
 
 numbax's bridge share is (callable op) - (its launch inside func) - (native
 op): what the FFI call, the GIL and the call of func cost on their own.
@@ -171,7 +176,8 @@ def main() -> int:
     for name, op in recorded:
         _line(name, per_op(op))
         _line(name + " single", single_us(op))
-    _stages(native_op, fast_op, spec, blocks, length)
+    _stages(native_op, env.native.no_launch, fast_op, spec, blocks, length)
+    _report_thread(spec)
     c = counters_fast
     print(f"fast path over the fast chain: {c['fast_launches']} fast "
           f"launches, {c['fast_launch_fallbacks']} through Numba "
@@ -181,10 +187,11 @@ def main() -> int:
     return 0
 
 
-def _stages(native_op, fast, spec, blocks: int, length: int,
-            rounds: int = 15, inner: int = 20) -> None:
+def _stages(native_op, no_launch_target: str, fast, spec, blocks: int,
+            length: int, rounds: int = 15, inner: int = 20) -> None:
     """(e): what each stage of a plain callable's op adds, interleaved.
-    `fast` is (c)'s plain callable with fast launches."""
+    `fast` is (c)'s plain callable with fast launches; `no_launch_target`
+    the native handler that returns at once (what XLA spends on its own)."""
     import jax
     import jax.numpy as jnp
 
@@ -203,24 +210,35 @@ def _stages(native_op, fast, spec, blocks: int, length: int,
     def configures_only(a, b, s):
         affine[blocks, 256, s]
 
-    # (label, op, launch the CUfunction?, guard on?, row it differs from)
+    no_launch_call = jax.ffi.ffi_call(no_launch_target, spec)
+    empty = callable_op(returns_at_once)
+    # (label, op, launch the CUfunction?, guard on?, bridge stop, row it
+    # differs from): the stops (_core.set_bridge_stop) end each call early.
     variants = [
-        ("native plain FFI handler", native_op, True, True, None),
-        ("callable, func returns at once", callable_op(returns_at_once),
-         True, True, 0),
+        ("native plain FFI handler", native_op, True, True, 0, None),
+        ("native FFI handler, no launch", lambda x: no_launch_call(x),
+         True, True, 0, 0),
+        ("callable, stop: call frame decoded", empty, True, True, 1, 1),
+        ("callable, stop: GIL taken", empty, True, True, 2, 2),
+        ("callable, stop: func's arrays found", empty, True, True, 3, 3),
+        ("callable, stop: guard entered and left", empty, True, True, 4, 4),
+        ("callable, func returns at once", empty, True, True, 0, 5),
+        ("callable, func returns at once, guard off", empty, True, False, 0,
+         6),
         ("callable, func configures only", callable_op(configures_only),
-         True, True, 1),
-        ("callable, fast launch (CUfunction)", fast, True, True, 2),
-        ("callable, fast launch (Numba's CUkernel)", fast, False, True, 3),
-        ("callable, fast launch, guard off", fast, True, False, 3),
+         True, True, 0, 6),
+        ("callable, fast launch (CUfunction)", fast, True, True, 0, 8),
+        ("callable, fast launch (Numba's CUkernel)", fast, False, True, 0, 9),
+        ("callable, fast launch, guard off", fast, True, False, 0, 9),
     ]
     v = jnp.ones(spec.shape, spec.dtype)
     chains = [jax.jit(timing.chain_fn(op, length))
-              for _, op, _, _, _ in variants]
+              for _, op, *_ in variants]
     samples: list[list[float]] = [[] for _ in variants]
     try:
         for _ in range(rounds):
-            for i, (_, _, resolve, guard, _) in enumerate(variants):
+            for i, (_, _, resolve, guard, stop, _) in enumerate(variants):
+                _core.set_bridge_stop(stop)
                 _core.set_fast_launch_resolves_function(resolve)
                 _core.clear_launch_plans()  # re-recorded with `resolve`
                 if guard:
@@ -234,6 +252,7 @@ def _stages(native_op, fast, spec, blocks: int, length: int,
                 samples[i].append(
                     (time.perf_counter() - t0) / inner / length * 1e6)
     finally:
+        _core.set_bridge_stop(0)
         _core.set_fast_launch_resolves_function(True)
         _core.clear_launch_plans()
         _guard.install()
@@ -244,6 +263,28 @@ def _stages(native_op, fast, spec, blocks: int, length: int,
         step = ("" if base is None else
                 f"  {med - medians[base]:+.2f} vs row {base + 1}")
         _line(label, med, f"[{min(s):.2f}-{max(s):.2f}]{step}")
+
+
+def _report_thread(spec) -> None:
+    """Which thread XLA runs a plain callable's func on: the caller's
+    (Python's) or one of XLA's own (numbax made its Python thread state)."""
+    import threading
+
+    import jax
+    import jax.numpy as jnp
+
+    import numbax
+
+    seen = []
+
+    def where(a, b, s):
+        t = threading.current_thread()
+        seen.append("the main thread" if t is threading.main_thread()
+                    else f"{type(t).__name__} {t.name!r}")
+
+    jax.jit(numbax.numba_cuda_callable(where, spec))(
+        jnp.ones(spec.shape, spec.dtype)).block_until_ready()
+    print(f"func ran on: {seen[0] if seen else 'no call'}")
 
 
 if __name__ == "__main__":

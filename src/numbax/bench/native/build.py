@@ -16,6 +16,8 @@ PLAIN_SYMBOL = "NativeAffine"
 CMD_BUFFER_SYMBOL = "NativeAffineCmdBuffer"
 PLAIN_TARGET = "numbax_bench_native_affine"
 CMD_BUFFER_TARGET = "numbax_bench_native_affine_cmdbuf"
+NO_LAUNCH_SYMBOL = "NativeNoLaunch"
+NO_LAUNCH_TARGET = "numbax_bench_native_no_launch"
 
 # Header-only warnings from XLA's FFI headers; real errors still fail the build.
 _QUIET = ["-diag-suppress=940,2473", "-Xcompiler", "-Wno-return-type"]
@@ -29,6 +31,7 @@ class NativeTargets:
     library: str
     command: list[str]
     nvcc_version: str
+    no_launch: str = NO_LAUNCH_TARGET  # returns at once: XLA's own cost
 
 
 def find_nvcc() -> str:
@@ -85,7 +88,7 @@ _libraries: list[ctypes.CDLL] = []  # keep the handlers' code mapped
 def build_and_register(compute_capability: str | None,
                        build_dir: str | None = None) -> NativeTargets:
     """Builds the library (into a fresh temp dir unless build_dir), registers
-    both handlers for platform CUDA, once per process."""
+    its handlers for platform CUDA, once per process."""
     global _registered
     if _registered is not None:
         return _registered
@@ -102,6 +105,9 @@ def build_and_register(compute_capability: str | None,
         platform="CUDA")
     jax.ffi.register_ffi_target(
         CMD_BUFFER_TARGET, jax.ffi.pycapsule(getattr(lib, CMD_BUFFER_SYMBOL)),
+        platform="CUDA")
+    jax.ffi.register_ffi_target(
+        NO_LAUNCH_TARGET, jax.ffi.pycapsule(getattr(lib, NO_LAUNCH_SYMBOL)),
         platform="CUDA")
     _registered = NativeTargets(PLAIN_TARGET, CMD_BUFFER_TARGET, str(path),
                                 cmd, nvcc_version(nvcc))

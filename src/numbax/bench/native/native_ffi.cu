@@ -6,6 +6,9 @@
 //   NativeAffine           - plain: XLA launches it as a custom call.
 //   NativeAffineCmdBuffer  - declares kCmdBufferCompatible, so XLA may record
 //                            it into a CUDA graph (command buffer).
+// and one that launches nothing, to time what XLA itself spends on a plain
+// custom call (bridge_cost's stage split):
+//   NativeNoLaunch         - decodes the same call frame and returns.
 
 #include <cstdint>
 #include <string>
@@ -47,7 +50,19 @@ ffi::Error AffineImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> x,
   return ffi::Error::Success();
 }
 
+// Leaves y unwritten: only its time is read.
+ffi::Error NoLaunchImpl(cudaStream_t, ffi::Buffer<ffi::F32>,
+                        ffi::ResultBuffer<ffi::F32>) {
+  return ffi::Error::Success();
+}
+
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NativeNoLaunch, NoLaunchImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(NativeAffine, AffineImpl,
                               ffi::Ffi::Bind()
