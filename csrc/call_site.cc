@@ -271,7 +271,8 @@ ffi::Error CallSite::ShuttingDown() const {
 }
 
 ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
-                            Platform platform, int device, void* stream) {
+                            Platform platform, int device, void* stream,
+                            bool cached_plans) {
   ++Counters().calls;
   if (buffers.size() != slots_.size()) {
     ++Counters().errors;
@@ -353,6 +354,7 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
   active.device = device;
   active.cuda = platform == Platform::kCuda;
   active.enabled = fast_launch_;
+  active.cached_plans = cached_plans;
   PyObject* result;
   {
     ActiveCallScope scope(&active);

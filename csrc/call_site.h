@@ -83,9 +83,13 @@ class CallSite {
 
   // Calls func(*arrays, stream) with the GIL held by the caller. `buffers`
   // are the inputs, outputs and scratch buffers in that order. For CUDA,
-  // the device's primary context must already be current.
+  // the device's primary context must already be current. `cached_plans`:
+  // whether func's first launches may come from numbax's cache entries
+  // (fast_launch.h); not in capture mode, whose warm-up call must have
+  // Numba load every kernel before the recording call (no load there).
   ::xla::ffi::Error Invoke(const std::vector<BufferView>& buffers,
-                           Platform platform, int device, void* stream);
+                           Platform platform, int device, void* stream,
+                           bool cached_plans = true);
 
   // Drops every cached array (tests, and numbax.clear_caches()).
   void ClearCache();

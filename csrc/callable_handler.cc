@@ -30,7 +30,8 @@ ffi::ErrorOr<std::unique_ptr<CpuCallSite>> InstantiateCpu(
 
 // Shared tail of both platforms: decode, take the GIL, call.
 ffi::Error Run(CallSite* site, ffi::RemainingArgs args, ffi::RemainingRets rets,
-               Platform platform, int device, void* stream) {
+               Platform platform, int device, void* stream,
+               bool cached_plans = true) {
   thread_local std::vector<BufferView> buffers;
   if (ffi::Error err = site->DecodeBuffers(args, rets, &buffers);
       err.failure()) {
@@ -42,7 +43,7 @@ ffi::Error Run(CallSite* site, ffi::RemainingArgs args, ffi::RemainingRets rets,
   if (!use.admitted()) return site->ShuttingDown();
   GilScope gil;
   if (stop == BridgeStop::kAfterGil) return ffi::Error::Success();
-  return site->Invoke(buffers, platform, device, stream);
+  return site->Invoke(buffers, platform, device, stream, cached_plans);
 }
 
 ffi::Error ExecuteCpu(CpuCallSite* site, std::string_view /*key*/,
@@ -56,6 +57,13 @@ ffi::Error ExecuteCallableCuda(void* stream, int32_t device, CudaCallSite* site,
                                std::string_view /*key*/,
                                ffi::RemainingArgs args,
                                ffi::RemainingRets rets) {
+  return RunCallableCuda(stream, device, site, args, rets,
+                         /*cached_plans=*/true);
+}
+
+ffi::Error RunCallableCuda(void* stream, int32_t device, CudaCallSite* site,
+                           ffi::RemainingArgs args, ffi::RemainingRets rets,
+                           bool cached_plans) {
   std::string why;
   const cuda::Driver* driver = cuda::Load(&why);
   if (!driver) return ffi::Error::Internal("numbax: " + why);
@@ -63,7 +71,7 @@ ffi::Error ExecuteCallableCuda(void* stream, int32_t device, CudaCallSite* site,
   // it the primary context of the device XLA placed this call on.
   DeviceBinding bind(*driver, device);
   if (!bind.ok()) return ffi::Error::Internal("numbax: " + bind.Error());
-  return Run(site, args, rets, Platform::kCuda, device, stream);
+  return Run(site, args, rets, Platform::kCuda, device, stream, cached_plans);
 }
 
 }  // namespace numbax

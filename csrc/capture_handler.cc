@@ -53,7 +53,8 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
   if (capture_status != cuda::CU_STREAM_CAPTURE_STATUS_NONE) {
     // XLA is recording a command buffer: func's launches land in it.
     ++GraphStats().xla_captures;
-    return ExecuteCallableCuda(stream_ptr, device, site, {}, args, rets);
+    return RunCallableCuda(stream_ptr, device, site, args, rets,
+                           /*cached_plans=*/false);
   }
 
   thread_local std::vector<BufferView> buffers;
@@ -73,7 +74,8 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
   ++GraphStats().misses;
   if (!driver->cuStreamBeginCapture || !driver->cuGraphInstantiateWithFlags ||
       !driver->cuGraphLaunch) {
-    return ExecuteCallableCuda(stream_ptr, device, site, {}, args, rets);
+    return RunCallableCuda(stream_ptr, device, site, args, rets,
+                           /*cached_plans=*/false);
   }
   DeviceBinding bind(*driver, device);
   if (!bind.ok()) return ffi::Error::Internal("numbax: " + bind.Error());
@@ -82,9 +84,11 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
   GilScope gil;
   if (!site->graphs.Warmed(device)) {
     // First call on this device runs plainly: Numba compiles and loads its
-    // kernels here, which it could not do inside a capture.
-    ffi::Error result =
-        site->Invoke(buffers, Platform::kCuda, device, stream_ptr);
+    // kernels here, which it could not do inside a capture (so no launch
+    // from numbax's cache entries, which would leave Numba's load to the
+    // recording call).
+    ffi::Error result = site->Invoke(buffers, Platform::kCuda, device,
+                                     stream_ptr, /*cached_plans=*/false);
     if (result.success()) site->graphs.MarkWarmed(device);
     return result;
   }
@@ -104,7 +108,8 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
     return CaptureError(*site,
                         "cannot begin capture: " + cuda::ErrorText(*driver, r));
   }
-  ffi::Error invoked = site->Invoke(buffers, Platform::kCuda, device, recorder);
+  ffi::Error invoked = site->Invoke(buffers, Platform::kCuda, device, recorder,
+                                    /*cached_plans=*/false);
   cuda::CUgraph graph = nullptr;
   cuda::CUresult ended = driver->cuStreamEndCapture(recorder, &graph);
   if (invoked.failure()) {

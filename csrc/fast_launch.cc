@@ -203,8 +203,9 @@ void ResolveFunction(const ActiveCall& call, Plan* plan) {
   cuda::CUfunction function = nullptr;
   std::string error;
   // Shared memory 0: no attribute is set. Numba's launch of this very
-  // configuration just succeeded, so the function already allows it, and
-  // setting the limit to this launch's size could lower one the user set.
+  // configuration just succeeded (a plan from a cache entry asks for at
+  // most the 48 KiB a function allows unprepared), and setting the limit to
+  // this launch's size could lower one the user set.
   if (cuda::KernelFunction(*driver,
                            reinterpret_cast<cuda::CUkernel>(plan->function), 0,
                            &function, &error) &&
@@ -312,7 +313,7 @@ bool LaunchFromCachedPlan(LaunchHook* hook, const ActiveCall& call,
                           PyObject* ours, PyObject* const* args,
                           Py_ssize_t nargs, const std::vector<int>& slots,
                           const std::vector<ViewInfo>& views) {
-  if (hook->refs[kCached] == nullptr) return false;
+  if (hook->refs[kCached] == nullptr || !call.cached_plans) return false;
   if (g_dry_run == nullptr && MayBeCapturing(call.stream)) return false;
   PyObject* built = PyObject_CallFunction(hook->refs[kCached], "OOOi", key.cfg,
                                           kernel_args, ours, call.device);

@@ -65,6 +65,9 @@ struct ActiveCall {
   int device = -1;
   bool cuda = false;
   bool enabled = false;  // the fast path is on for this call site
+  // A first launch may come from numbax's cache entry of the kernel (not
+  // in capture mode: CallSite::Invoke).
+  bool cached_plans = true;
 };
 
 // Publishes `call` on this thread for its scope (restoring the previous

@@ -59,7 +59,7 @@ def gpu(scale: float):
         batched_kernels=len(batched))
 
 
-def callable_op(scale: float):
+def callable_op(scale: float, capture: bool = False):
     """A plain callable whose func launches the cached kernel: checked
     against numpy over a poisoned output; reports whether Numba compiled or
     loaded it (its overloads) and how the launch went (bridge counters)."""
@@ -78,9 +78,11 @@ def callable_op(scale: float):
 
     op = jax.jit(numbax.numba_cuda_callable(
         func, jax.ShapeDtypeStruct((n,), jnp.float32),
-        input_output_aliases={1: 0}))
+        input_output_aliases={1: 0}, capture=capture))
     results = []
-    for _ in range(2):  # the second call launches from the stored plan
+    # Plain: the second call launches from the stored plan. Captured: the
+    # first call warms up, the second records a graph, the third replays.
+    for _ in range(3 if capture else 2):
         x = rng.standard_normal(n).astype(np.float32)
         got = np.asarray(op(x, jnp.full(n, jnp.nan, jnp.float32)))
         want = (scale * x.astype(np.float64) + 1).astype(np.float32)
@@ -125,6 +127,7 @@ def plans():
     fl._remember(kmod.affine, argtypes, args, _Compiled())
     fl._remember(kmod.affine, argtypes, args, _Compiled())  # known: no write
     out["saves"] = len(saves)
+    kc.save = real_save
     plan = fl._cached_plan(Cfg, args, ours, 0)
     out["plan"] = None if plan is None else list(plan[:6])
     out["keeps_entry"] = plan is not None and isinstance(plan[6], kc.CachedKernel)
@@ -136,6 +139,19 @@ def plans():
     kmod.affine.overloads[argtypes] = object()
     out["with_overload"] = fl._cached_plan(Cfg, args, ours, 0)
     del kmod.affine.overloads[argtypes]
+    other = (types.float64[::1],) * 3
+    kmod.affine.overloads[other] = object()  # Numba still compiles ours
+    out["other_overload"] = fl._cached_plan(Cfg, args, ours, 0) is not None
+    del kmod.affine.overloads[other]
+    kmod.affine._can_compile = False  # explicit signatures: Numba converts
+    out["cannot_compile"] = fl._cached_plan(Cfg, args, ours, 0)
+    kmod.affine._can_compile = True
+    # A kernel a factory makes per call (no closure): one library for all.
+    made = [kmod.make_plain() for _ in range(3)]
+    for k in made:
+        fl._remember(k, argtypes, args, _Compiled())
+    images = {id(kc.load(k, (), argtypes)._image) for k in made}
+    out["factory_images"] = len(images)
     Cfg.dispatcher = kmod.uncached
     out["uncached"] = fl._cached_plan(Cfg, args, ours, 0)
     report(**out)
@@ -165,9 +181,10 @@ class _Compiled:
 def _no_gpu(kc):
     """What needs a GPU or the toolkit, faked: the device's capability,
     NVRTC's version, and the driver's load of the cubin."""
+    from numbax import _mlir
     kc.current_capability = lambda: (9, 0)
     kc._toolkit_version = lambda: (13, 0)
-    kc.CachedKernel.kernel_handle = lambda self: 1
+    _mlir.CompiledKernel.kernel_handle = lambda self: 1
 
 
 def entries():
@@ -321,7 +338,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "gpu":
         gpu(float(sys.argv[3]))
     elif sys.argv[1] == "callable":
-        callable_op(float(sys.argv[3]))
+        callable_op(float(sys.argv[3]), sys.argv[4:] == ["capture"])
     elif sys.argv[1] == "plans":
         plans()
     elif sys.argv[1] == "key":

@@ -46,6 +46,15 @@ def with_set(x, y):  # a frozenset constant: its order varies per process
         y[i] = x[i]
 
 
+def make_plain():
+    @cuda.jit(cache=True)
+    def made(x, poison, y):
+        i = cuda.grid(1)
+        if i < x.size:
+            y[i] = x[i]
+    return made
+
+
 def make_closure(scale):
     @cuda.jit(cache=True)
     def scaled(x, y):
@@ -172,16 +181,20 @@ def test_funcs_launches_get_plans_from_entries_only_where_numba_agrees(
     # (function, grid, block, dynamic shared memory, cooperative, packing)
     assert got["plan"] == [1, [4, 1, 1], [256, 1, 1], 0, False, "AAA"], got
     assert got["keeps_entry"], got
-    for refused in ("int_arg", "big_shared", "with_overload", "uncached"):
+    for refused in ("int_arg", "big_shared", "with_overload", "uncached",
+                    "cannot_compile"):
         assert got[refused] is None, (refused, got)
+    assert got["other_overload"], got
+    assert got["factory_images"] == 1, got
 
 
 @pytest.mark.gpu
 def test_funcs_first_launch_in_a_warm_process_skips_numba(tmp_path, gpu_only):
     """A plain callable's func launching a cache=True kernel: the first
     process launches through Numba and writes numbax's entry; the next
-    launches from it (Numba compiles and loads nothing), correctly; an
-    entry the kernel op wrote serves func's launch too."""
+    launches from it (Numba compiles and loads nothing), correctly, unless
+    the callable captures; an entry the kernel op wrote serves func's
+    launch too."""
     write_kernels(tmp_path, "2.0")
     cold = run_child("callable", tmp_path, 2.0)
     assert cold["ok"] and cold["numba_overloads"] == 1, cold
@@ -190,6 +203,11 @@ def test_funcs_first_launch_in_a_warm_process_skips_numba(tmp_path, gpu_only):
     assert warm["ok"] and warm["numba_overloads"] == 0, warm
     assert warm["cached_plans"] == 1 and warm["new_plans"] == 0, warm
     assert warm["fast_launches"] == 2, warm
+    # capture=True: its warm-up has Numba load the kernel (its recording
+    # call could not), so no cached plan, and the graph records and replays.
+    captured = run_child("callable", tmp_path, 2.0, "capture")
+    assert captured["ok"] and captured["cached_plans"] == 0, captured
+    assert captured["numba_overloads"] == 1, captured
 
     write_kernels(tmp_path, "3.0")  # stale: Numba again, the new code
     edited = run_child("callable", tmp_path, 3.0)

@@ -23,6 +23,8 @@ import inspect
 import logging
 import os
 import threading
+import weakref
+from typing import Any
 
 import numpy as np
 
@@ -403,16 +405,24 @@ def _cached_plan(cfg, args, ours, device):
     Numba launches, and _plan records what it did (and writes the entry)."""
     del device  # the entry is per architecture; the context is the device's
     dispatcher = cfg.dispatcher
-    # Numba compiles the exact types of the arguments only when it has no
-    # overload it could convert them to: with none at all.
-    if dispatcher.overloads or getattr(dispatcher, "specialized", False):
+    # A dispatcher that may compile launches code for the exact types of
+    # the arguments (Numba requires an exact match then, and compiles one
+    # when it has none); one that may not (explicit signatures) picks among
+    # its overloads by conversion rules: Numba's choice.
+    if (getattr(dispatcher, "specialized", False)
+            or not getattr(dispatcher, "_can_compile", False)):
         return None
+    # More dynamic shared memory needs the function's limit raised
+    # (cuFuncSetAttribute), which a user sets on Numba's function, not on
+    # numbax's copy of the code.
     if int(cfg.sharedmem or 0) > _DEFAULT_DYNAMIC_SHARED:
         return None
     from . import _kernel_cache
     if _kernel_cache.cache_of(dispatcher) is None:
         return None
     argtypes = _exact_types(dispatcher, args)
+    if argtypes in dispatcher.overloads:
+        return None  # Numba has it in this process: its own, as recorded
     cached = _kernel_cache.load(dispatcher, (), argtypes)
     if cached is None:
         return None
@@ -422,14 +432,28 @@ def _cached_plan(cfg, args, ours, device):
     return _plan_tuple(cfg, cached.kernel_handle(), False, packing, cached)
 
 
+# dispatcher -> {argument types}: entries _remember has seen to, once per
+# process (a func making a new configuration per call records a plan per
+# call; the disk is not read for each).
+_remembered: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
+
+
 def _remember(dispatcher, argtypes, args, kernel) -> None:
     """After Numba compiled or loaded `kernel` for the exact types of
     `args`: numbax's cache entry for it, unless one exists (the next
-    process's _cached_plan reads it; so does a numba_cuda_kernel op)."""
+    process's _cached_plan reads it; so does a numba_cuda_kernel op).
+    The entry holds what Numba produced: the code it loaded from its own
+    cache where it did (Numba's key leaves out compiler options)."""
     from . import _fold, _kernel_cache
     try:
         if (getattr(dispatcher, "specialized", False)
-                or _kernel_cache.cache_of(dispatcher) is None
+                or _kernel_cache.cache_of(dispatcher) is None):
+            return
+        seen = _remembered.setdefault(dispatcher, set())
+        if argtypes in seen:
+            return
+        seen.add(argtypes)
+        if (_kernel_cache.cachable_reason(kernel) is not None
                 or argtypes != _exact_types(dispatcher, args)
                 or _kernel_cache.has_entry(dispatcher, (), argtypes)):
             return

@@ -60,6 +60,10 @@ FORMAT = 1
 _loaded: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 # dispatcher -> {key}: entries known to exist on disk (has_entry, save).
 _present: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
+# key -> the loaded library of that entry, for every dispatcher: a kernel
+# made by a factory on each call (not a closure: the same code) is a new
+# dispatcher each time, and its entry is loaded once, not once per call.
+_images: dict = {}
 
 
 class CachedKernel:
@@ -75,10 +79,9 @@ class CachedKernel:
     cooperative = False
     debug = False
 
-    def __init__(self, cubin: bytes, entry: str, capability: tuple,
-                 axes_read, why, target, argtypes):
-        from . import _mlir
-        self._image = _mlir.CompiledKernel(cubin, entry, capability, None)
+    def __init__(self, image, capability: tuple, axes_read, why, target,
+                 argtypes):
+        self._image = image  # an _mlir.CompiledKernel, shared (_images)
         self.capability = capability
         self.axes_read = axes_read
         self.why = why
@@ -247,13 +250,19 @@ def load(dispatcher, kind: tuple, argtypes, target=None) -> CachedKernel | None:
                     and isinstance(data.get("entry"), str)
                     and tuple(data.get("arch", ())) == arch):
                 return None
+            image = _images.get(key)
+            if image is None:
+                from . import _mlir
+                image = _mlir.CompiledKernel(data["cubin"], data["entry"],
+                                             capability, None)
+                image.kernel_handle()  # refused by this driver: a miss
+                _images[key] = image
             axes = data.get("axes_read")
-            hit = CachedKernel(data["cubin"], data["entry"], capability,
+            hit = CachedKernel(image, capability,
                                None if axes is None else frozenset(axes),
                                data.get("why"),
                                dispatcher if target is None else target,
                                argtypes)
-            hit.kernel_handle()  # refused by this driver: a miss (raises)
             memo[key] = hit
             return hit
     except Exception as exc:  # noqa: BLE001 - a cache, never an error
@@ -271,14 +280,16 @@ def has_entry(dispatcher, kind: tuple, argtypes) -> bool:
     if cache is None:
         return False
     try:
-        key = _key(dispatcher, cache, kind, argtypes,
-                   architecture(current_capability()))
+        key_arch = architecture(current_capability())
+        key = _key(dispatcher, cache, kind, argtypes, key_arch)
         with _lock:
             known = _present.setdefault(dispatcher, set())
             if key in known or key in _loaded.get(dispatcher, {}):
                 return True
             data = _index(cache).load(key)
-            found = isinstance(data, dict) and data.get("key") == key
+            found = (isinstance(data, dict) and data.get("key") == key
+                     and data.get("format") == FORMAT
+                     and tuple(data.get("arch", ())) == key_arch)
             if found:
                 known.add(key)
             return found
