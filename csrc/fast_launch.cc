@@ -84,6 +84,10 @@ struct Plan {
   unsigned block[3] = {1, 1, 1};
   unsigned shared_mem = 0;
   bool cooperative = false;
+  // Built from numbax's cache entry (LaunchFromCachedPlan): Numba has not
+  // loaded the kernel. A call that must leave that to Numba
+  // (ActiveCall::cached_plans false) records the plan again.
+  bool from_entry = false;
   std::string packing;  // per argument: A array, i int, b bool, f float32,
                         // d float64, c complex64, z complex128, M array of
                         // a numba-cuda-mlir kernel (an MLIR memref)
@@ -323,6 +327,7 @@ bool LaunchFromCachedPlan(LaunchHook* hook, const ActiveCall& call,
   }
   auto plan = std::make_shared<Plan>();
   plan->stream = call.stream;
+  plan->from_entry = true;
   const bool parsed = built != Py_None && ParsePlan(built, plan.get()) &&
                       plan->packing.size() == static_cast<size_t>(nargs);
   Py_DECREF(built);
@@ -479,10 +484,13 @@ PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
       ((it->second->reason < 0 &&
         PyDict_GET_SIZE(it->second->overloads) != it->second->overload_count) ||
        (it->second->reason == kFallbackOtherStream &&
-        it->second->stream == call->stream))) {
+        it->second->stream == call->stream) ||
+       (it->second->from_entry && !call->cached_plans))) {
     // A new overload was compiled since (Numba's dispatch may now choose
-    // another one for these types), or a configuration first seen on
-    // another stream now launches on numbax's: record the plan again.
+    // another one for these types), a configuration first seen on another
+    // stream now launches on numbax's, or a plan from a cache entry meets a
+    // call whose launches Numba must load (a capture-mode warm-up): record
+    // the plan again.
     stale = std::move(it->second);
     plans.erase(it);
     it = plans.end();

@@ -45,7 +45,8 @@ PyObject* LastLaunch() {
 }
 
 PyObject* CallAsNumbax(PyObject* func, PyObject* arrays, PyObject* buffers,
-                       void* stream, int device, bool enabled) {
+                       void* stream, int device, bool enabled,
+                       bool cached_plans) {
   if (!PyTuple_Check(arrays) || !PyList_Check(buffers) ||
       PyTuple_GET_SIZE(arrays) != PyList_GET_SIZE(buffers)) {
     PyErr_SetString(PyExc_ValueError,
@@ -98,6 +99,7 @@ PyObject* CallAsNumbax(PyObject* func, PyObject* arrays, PyObject* buffers,
   call.device = device;
   call.cuda = true;
   call.enabled = enabled;
+  call.cached_plans = cached_plans;
   ActiveCallScope scope(&call);
   return PyObject_CallNoArgs(func);
 }

@@ -20,7 +20,8 @@ namespace numbax {
 void SetDryRun(bool on);
 PyObject* LastLaunch();
 PyObject* CallAsNumbax(PyObject* func, PyObject* arrays, PyObject* buffers,
-                       void* stream, int device, bool enabled);
+                       void* stream, int device, bool enabled,
+                       bool cached_plans);
 PyObject* PackScalarForTest(char how, PyObject* value);
 
 // Benchmarks (python -m numbax.bench.launch_cost): the driver's own cost.

@@ -243,18 +243,20 @@ NB_MODULE(_core, m) {
   m.def(
       "call_as_numbax",
       [](nb::object func, nb::object arrays, nb::object buffers,
-         uint64_t stream, int device, bool enabled) {
+         uint64_t stream, int device, bool enabled, bool cached_plans) {
         PyObject* r = numbax::CallAsNumbax(
             func.ptr(), arrays.ptr(), buffers.ptr(),
             reinterpret_cast<void*>(static_cast<uintptr_t>(stream)), device,
-            enabled);
+            enabled, cached_plans);
         if (!r) throw nb::python_error();
         return nb::steal(r);
       },
       nb::arg("func"), nb::arg("arrays"), nb::arg("buffers"), nb::arg("stream"),
       nb::arg("device") = 0, nb::arg("enabled") = true,
+      nb::arg("cached_plans") = true,
       "Tests only: runs func() as numbax runs a func, with `arrays` over "
-      "`buffers` ((address, dtype, shape) each) on `stream`.");
+      "`buffers` ((address, dtype, shape) each) on `stream`; "
+      "cached_plans=False as a capture-mode call does.");
   m.def(
       "time_driver_launches",
       [](uint64_t function, std::array<unsigned, 3> grid,

@@ -1,7 +1,7 @@
 """A fresh process for tests/test_kernel_cache.py.
 
     python tests/kernel_cache_child.py gpu DIR SCALE       numbax ops on a GPU
-    python tests/kernel_cache_child.py callable DIR SCALE  a callable's launch
+    python tests/kernel_cache_child.py callable DIR SCALE [MODE ...]  callables
     python tests/kernel_cache_child.py entries DIR         numbax's entries, no GPU
     python tests/kernel_cache_child.py plans DIR           func's cached plans, no GPU
 
@@ -59,10 +59,11 @@ def gpu(scale: float):
         batched_kernels=len(batched))
 
 
-def callable_op(scale: float, capture: bool = False):
-    """A plain callable whose func launches the cached kernel: checked
-    against numpy over a poisoned output; reports whether Numba compiled or
-    loaded it (its overloads) and how the launch went (bridge counters)."""
+def callable_op(scale: float, modes: list):
+    """Plain callables (and, per `modes`, capture=True ones, in that order,
+    in this process) whose func launches the cached kernel: checked against
+    numpy over a poisoned output; reports whether Numba compiled or loaded
+    it (its overloads) and how the launches went (bridge counters)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -76,23 +77,28 @@ def callable_op(scale: float, capture: bool = False):
     def func(x, poison, y, stream):
         kmod.affine[(n + 255) // 256, 256, stream](x, poison, y)
 
-    op = jax.jit(numbax.numba_cuda_callable(
-        func, jax.ShapeDtypeStruct((n,), jnp.float32),
-        input_output_aliases={1: 0}, capture=capture))
     results = []
-    # Plain: the second call launches from the stored plan. Captured: the
-    # first call warms up, the second records a graph, the third replays.
-    for _ in range(3 if capture else 2):
-        x = rng.standard_normal(n).astype(np.float32)
-        got = np.asarray(op(x, jnp.full(n, jnp.nan, jnp.float32)))
-        want = (scale * x.astype(np.float64) + 1).astype(np.float32)
-        results.append(bool(np.allclose(got, want, rtol=1e-6, atol=1e-6))
-                       and not np.isnan(got).any())
+    for mode in modes:
+        capture = mode == "capture"
+        op = jax.jit(numbax.numba_cuda_callable(
+            func, jax.ShapeDtypeStruct((n,), jnp.float32),
+            input_output_aliases={1: 0}, capture=capture))
+        # Plain: the second call launches from the stored plan. Captured:
+        # the first call warms up, the second records a graph, the third
+        # replays it.
+        for _ in range(3 if capture else 2):
+            x = rng.standard_normal(n).astype(np.float32)
+            got = np.asarray(op(x, jnp.full(n, jnp.nan, jnp.float32)))
+            want = (scale * x.astype(np.float64) + 1).astype(np.float32)
+            results.append(
+                bool(np.allclose(got, want, rtol=1e-6, atol=1e-6))
+                and not np.isnan(got).any())
     counters = numbax.bridge_counters()
     report(ok=all(results), numba_overloads=len(kmod.affine.overloads),
            cached_plans=counters["cached_launch_plans"],
            fast_launches=counters["fast_launches"],
-           new_plans=counters["fallback_new_plan"])
+           new_plans=counters["fallback_new_plan"],
+           graphs=counters["graph_misses"])
 
 
 def plans():
@@ -152,6 +158,15 @@ def plans():
         fl._remember(k, argtypes, args, _Compiled())
     images = {id(kc.load(k, (), argtypes)._image) for k in made}
     out["factory_images"] = len(images)
+    import kmod2
+    pair = (kmod.by_global, kmod2.by_global)
+    arch = kc.architecture((9, 0))
+    assert len({kc._key(k, kc.cache_of(k), (), argtypes, arch)
+                for k in pair}) == 1, "the keys differ: the test tests nothing"
+    for k, cubin in zip(pair, (b"two", b"three")):
+        assert kc.save(k, (), argtypes, _Compiled(cubin=cubin))
+    out["same_code_other_globals"] = [
+        kc.load(k, (), argtypes)._image.cubin.decode() for k in pair]
     Cfg.dispatcher = kmod.uncached
     out["uncached"] = fl._cached_plan(Cfg, args, ours, 0)
     report(**out)
@@ -338,7 +353,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "gpu":
         gpu(float(sys.argv[3]))
     elif sys.argv[1] == "callable":
-        callable_op(float(sys.argv[3]), sys.argv[4:] == ["capture"])
+        callable_op(float(sys.argv[3]), sys.argv[4:] or ["plain"])
     elif sys.argv[1] == "plans":
         plans()
     elif sys.argv[1] == "key":

@@ -886,10 +886,11 @@ class _Harness:
         self.b = FakeArray(0x20000, (4, 3), (12, 4))
         self.buffers = [(0x10000, "float32", (8,)), (0x20000, "float32", (4, 3))]
 
-    def run(self, func, enabled=True, stream=None):
+    def run(self, func, enabled=True, stream=None, cached_plans=True):
         return self.core.call_as_numbax(
             func, (self.a, self.b), self.buffers,
-            self.STREAM if stream is None else stream, 0, enabled)
+            self.STREAM if stream is None else stream, 0, enabled,
+            cached_plans)
 
 
 STREAM_DEFAULT = _Harness.STREAM
@@ -1029,12 +1030,21 @@ def test_hook_launches_a_cached_plan_without_numba(harness):
     assert len(asked) == 1 and harness.numba_calls == []
     assert numbax.bridge_counters()["fast_launches"] == 2
 
+    # A capture-mode call (its warm-up must have Numba load the kernel)
+    # meeting that plan: Numba launches, and its plan replaces the entry's;
+    # a capture-mode call never asks for a cached plan either.
+    harness.run(launch, cached_plans=False)
+    assert len(harness.numba_calls) == 1 and len(asked) == 1
+    harness.run(launch)
+    assert len(harness.numba_calls) == 1
+    assert core.last_fast_launch()["function"] == 0xABC  # Numba's plan
+
     # A new overload compiled since: Numba's dispatch decides again.
     harness.overloads["another"] = object()
     cached["none"] = True
     harness.run(launch)
-    assert len(harness.numba_calls) == 1 and len(asked) == 2
-    assert core.last_fast_launch()["function"] == 0xCAC  # not relaunched
+    assert len(harness.numba_calls) == 2 and len(asked) == 2
+    assert core.last_fast_launch()["function"] == 0xABC  # not relaunched
 
     for fault in ("raise", "packing"):
         core.clear_launch_plans()
@@ -1044,6 +1054,10 @@ def test_hook_launches_a_cached_plan_without_numba(harness):
         harness.run(launch)
         assert len(harness.numba_calls) == before + 1, fault
         assert numbax.bridge_counters()["cached_launch_plans"] == 1, fault
+    core.clear_launch_plans()
+    cached.update({"raise": False, "packing": "AAi"})
+    harness.run(launch, cached_plans=False)  # capture mode: never asked
+    assert len(asked) == 4 and numbax.bridge_counters()["cached_launch_plans"] == 1
     with pytest.raises(TypeError, match="cached callable or None"):
         core.make_launch_hook(print, print, print, 3)
 

@@ -46,6 +46,16 @@ def with_set(x, y):  # a frozenset constant: its order varies per process
         y[i] = x[i]
 
 
+FACTOR = {scale}
+
+
+@cuda.jit(cache=True)
+def by_global(x, poison, y):  # the same code in every module written here
+    i = cuda.grid(1)
+    if i < x.size:
+        y[i] = FACTOR * x[i]
+
+
 def make_plain():
     @cuda.jit(cache=True)
     def made(x, poison, y):
@@ -65,8 +75,8 @@ def make_closure(scale):
 """
 
 
-def write_kernels(directory, scale, pad=""):
-    (directory / "kmod.py").write_text(
+def write_kernels(directory, scale, pad="", name="kmod"):
+    (directory / f"{name}.py").write_text(
         textwrap.dedent(KMOD).format(scale=scale) + pad)
 
 
@@ -175,6 +185,7 @@ def test_warm_start_launches_without_numba(tmp_path, gpu_only):
 def test_funcs_launches_get_plans_from_entries_only_where_numba_agrees(
         tmp_path):
     write_kernels(tmp_path, "2.0")
+    write_kernels(tmp_path, "3.0", name="kmod2")
     got = run_child("plans", tmp_path)
     assert got["types"] == ["array(float32, 1d, C)"] * 3, got
     assert got["before"] is None and got["saves"] == 1, got
@@ -186,6 +197,9 @@ def test_funcs_launches_get_plans_from_entries_only_where_numba_agrees(
         assert got[refused] is None, (refused, got)
     assert got["other_overload"], got
     assert got["factory_images"] == 1, got
+    # Equal keys (the same code reading a global of its own module), other
+    # code: each module's kernel gets its own.
+    assert got["same_code_other_globals"] == ["two", "three"], got
 
 
 @pytest.mark.gpu
@@ -204,10 +218,16 @@ def test_funcs_first_launch_in_a_warm_process_skips_numba(tmp_path, gpu_only):
     assert warm["cached_plans"] == 1 and warm["new_plans"] == 0, warm
     assert warm["fast_launches"] == 2, warm
     # capture=True: its warm-up has Numba load the kernel (its recording
-    # call could not), so no cached plan, and the graph records and replays.
+    # call could not), so no cached plan, and the graph records and replays;
+    # also after a plain callable in the same process launched the kernel
+    # from its entry (the capture's warm-up records Numba's plan again).
     captured = run_child("callable", tmp_path, 2.0, "capture")
     assert captured["ok"] and captured["cached_plans"] == 0, captured
     assert captured["numba_overloads"] == 1, captured
+    assert captured["graphs"] == 1, captured
+    both = run_child("callable", tmp_path, 2.0, "plain", "capture")
+    assert both["ok"] and both["cached_plans"] == 1, both
+    assert both["numba_overloads"] == 1 and both["graphs"] == 1, both
 
     write_kernels(tmp_path, "3.0")  # stale: Numba again, the new code
     edited = run_child("callable", tmp_path, 3.0)

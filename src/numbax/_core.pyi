@@ -108,9 +108,9 @@ def set_fast_launch_dry_run(on: bool) -> None:
 
 def last_fast_launch() -> object: ...
 
-def call_as_numbax(func: object, arrays: object, buffers: object, stream: int, device: int = 0, enabled: bool = True) -> object:
+def call_as_numbax(func: object, arrays: object, buffers: object, stream: int, device: int = 0, enabled: bool = True, cached_plans: bool = True) -> object:
     """
-    Tests only: runs func() as numbax runs a func, with `arrays` over `buffers` ((address, dtype, shape) each) on `stream`.
+    Tests only: runs func() as numbax runs a func, with `arrays` over `buffers` ((address, dtype, shape) each) on `stream`; cached_plans=False as a capture-mode call does.
     """
 
 def time_driver_launches(function: int, grid: Sequence[int], block: Sequence[int], words: Sequence[int], stream: int, count: int, mode: int) -> float:

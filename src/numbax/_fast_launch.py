@@ -432,8 +432,8 @@ def _cached_plan(cfg, args, ours, device):
     return _plan_tuple(cfg, cached.kernel_handle(), False, packing, cached)
 
 
-# dispatcher -> {argument types}: entries _remember has seen to, once per
-# process (a func making a new configuration per call records a plan per
+# dispatcher -> {(argument types, compute capability)}: entries _remember
+# has seen to, once per process (a func making a new configuration per call records a plan per
 # call; the disk is not read for each).
 _remembered: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
 
@@ -450,9 +450,10 @@ def _remember(dispatcher, argtypes, args, kernel) -> None:
                 or _kernel_cache.cache_of(dispatcher) is None):
             return
         seen = _remembered.setdefault(dispatcher, set())
-        if argtypes in seen:
+        what = (argtypes, _kernel_cache.current_capability())
+        if what in seen:
             return
-        seen.add(argtypes)
+        seen.add(what)
         if (_kernel_cache.cachable_reason(kernel) is not None
                 or argtypes != _exact_types(dispatcher, args)
                 or _kernel_cache.has_entry(dispatcher, (), argtypes)):

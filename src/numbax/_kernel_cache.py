@@ -60,9 +60,11 @@ FORMAT = 1
 _loaded: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 # dispatcher -> {key}: entries known to exist on disk (has_entry, save).
 _present: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
-# key -> the loaded library of that entry, for every dispatcher: a kernel
-# made by a factory on each call (not a closure: the same code) is a new
-# dispatcher each time, and its entry is loaded once, not once per call.
+# (cubin digest, entry point, capability) -> its loaded library, for every
+# dispatcher: a kernel made by a factory on each call (not a closure: the
+# same code) is a new dispatcher each time, and its code is loaded once, not
+# once per call. Keyed by the code itself: equal entry keys do not mean
+# equal code (a kernel reading a module global, the same in two modules).
 _images: dict = {}
 
 
@@ -250,13 +252,15 @@ def load(dispatcher, kind: tuple, argtypes, target=None) -> CachedKernel | None:
                     and isinstance(data.get("entry"), str)
                     and tuple(data.get("arch", ())) == arch):
                 return None
-            image = _images.get(key)
+            code = (hashlib.sha256(data["cubin"]).hexdigest(), data["entry"],
+                    tuple(capability))
+            image = _images.get(code)
             if image is None:
                 from . import _mlir
                 image = _mlir.CompiledKernel(data["cubin"], data["entry"],
                                              capability, None)
                 image.kernel_handle()  # refused by this driver: a miss
-                _images[key] = image
+                _images[code] = image
             axes = data.get("axes_read")
             hit = CachedKernel(image, capability,
                                None if axes is None else frozenset(axes),
