@@ -224,10 +224,10 @@ def test_funcs_first_launch_in_a_warm_process_skips_numba(tmp_path, gpu_only):
     captured = run_child("callable", tmp_path, 2.0, "capture")
     assert captured["ok"] and captured["cached_plans"] == 0, captured
     assert captured["numba_overloads"] == 1, captured
-    assert captured["graphs"] == 1, captured
+    assert captured["graphs"] >= 1, captured  # recorded (per buffer set)
     both = run_child("callable", tmp_path, 2.0, "plain", "capture")
     assert both["ok"] and both["cached_plans"] == 1, both
-    assert both["numba_overloads"] == 1 and both["graphs"] == 1, both
+    assert both["numba_overloads"] == 1 and both["graphs"] >= 1, both
 
     write_kernels(tmp_path, "3.0")  # stale: Numba again, the new code
     edited = run_child("callable", tmp_path, 3.0)
