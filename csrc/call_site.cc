@@ -272,7 +272,7 @@ ffi::Error CallSite::ShuttingDown() const {
 
 ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
                             Platform platform, int device, void* stream,
-                            bool cached_plans) {
+                            bool plain) {
   ++Counters().calls;
   if (buffers.size() != slots_.size()) {
     ++Counters().errors;
@@ -332,7 +332,7 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
     Py_INCREF(array);
     argv[i + 1] = array;
   }
-  const BridgeStop stop = GetBridgeStop();
+  const BridgeStop stop = plain ? GetBridgeStop() : BridgeStop::kFull;
   if (stop == BridgeStop::kAfterArrays) return ffi::Error::Success();
   GuardedCall guard;
   if (!guard.Enter()) {
@@ -342,8 +342,9 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
                   "could not enter the call guard: " + TakePythonError()));
   }
   if (stop == BridgeStop::kAfterGuard) {
-    guard.Exit();
-    return ffi::Error::Success();
+    if (guard.Exit()) return ffi::Error::Success();
+    PyErr_Clear();
+    return ffi::Error::Internal("numbax: could not restore the guard");
   }
   // Launches func makes on this thread see which arrays and stream are
   // numbax's (csrc/fast_launch.h).
@@ -354,7 +355,7 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
   active.device = device;
   active.cuda = platform == Platform::kCuda;
   active.enabled = fast_launch_;
-  active.cached_plans = cached_plans;
+  active.cached_plans = plain;
   PyObject* result;
   {
     ActiveCallScope scope(&active);

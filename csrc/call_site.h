@@ -22,10 +22,11 @@
 
 namespace numbax {
 
-// Benchmarks only (numbax.bench.bridge_cost): where every plain callable's
-// call returns, so that the bridge can be timed stage by stage. kFull, the
-// default, is the only setting numbax itself uses; the others return
-// success without calling func (outputs are left unwritten).
+// Benchmarks only (numbax.bench.bridge_cost): where every plain-mode call
+// of a callable returns, so that the bridge can be timed stage by stage
+// (capture-mode calls always run whole). kFull, the default, is the only
+// setting numbax itself uses; the others return success without calling
+// func (outputs are left unwritten).
 enum class BridgeStop : int {
   kFull = 0,
   kAfterDecode = 1,  // call frame decoded, device bound; no Python
@@ -83,13 +84,16 @@ class CallSite {
 
   // Calls func(*arrays, stream) with the GIL held by the caller. `buffers`
   // are the inputs, outputs and scratch buffers in that order. For CUDA,
-  // the device's primary context must already be current. `cached_plans`:
-  // whether func's first launches may come from numbax's cache entries
-  // (fast_launch.h); not in capture mode, whose warm-up call must have
-  // Numba load every kernel before the recording call (no load there).
+  // the device's primary context must already be current. `plain`: a
+  // plain-mode call (func runs on every call). Only those may take func's
+  // first launches from numbax's cache entries (fast_launch.h): a
+  // capture-mode warm-up must have Numba load every kernel before the
+  // recording call, where nothing may be loaded. Only those stop early
+  // for the bridge benchmark (BridgeStop): a capture-mode call stopped
+  // early would warm up or record nothing, and replay that later.
   ::xla::ffi::Error Invoke(const std::vector<BufferView>& buffers,
                            Platform platform, int device, void* stream,
-                           bool cached_plans = true);
+                           bool plain);
 
   // Drops every cached array (tests, and numbax.clear_caches()).
   void ClearCache();

@@ -30,25 +30,24 @@ ffi::ErrorOr<std::unique_ptr<CpuCallSite>> InstantiateCpu(
 
 // Shared tail of both platforms: decode, take the GIL, call.
 ffi::Error Run(CallSite* site, ffi::RemainingArgs args, ffi::RemainingRets rets,
-               Platform platform, int device, void* stream,
-               bool cached_plans = true) {
+               Platform platform, int device, void* stream, bool plain) {
   thread_local std::vector<BufferView> buffers;
   if (ffi::Error err = site->DecodeBuffers(args, rets, &buffers);
       err.failure()) {
     return err;
   }
-  const BridgeStop stop = GetBridgeStop();
+  const BridgeStop stop = plain ? GetBridgeStop() : BridgeStop::kFull;
   if (stop == BridgeStop::kAfterDecode) return ffi::Error::Success();
   InterpreterUse use;
   if (!use.admitted()) return site->ShuttingDown();
   GilScope gil;
   if (stop == BridgeStop::kAfterGil) return ffi::Error::Success();
-  return site->Invoke(buffers, platform, device, stream, cached_plans);
+  return site->Invoke(buffers, platform, device, stream, plain);
 }
 
 ffi::Error ExecuteCpu(CpuCallSite* site, std::string_view /*key*/,
                       ffi::RemainingArgs args, ffi::RemainingRets rets) {
-  return Run(site, args, rets, Platform::kCpu, -1, nullptr);
+  return Run(site, args, rets, Platform::kCpu, -1, nullptr, /*plain=*/true);
 }
 
 }  // namespace
@@ -58,12 +57,12 @@ ffi::Error ExecuteCallableCuda(void* stream, int32_t device, CudaCallSite* site,
                                ffi::RemainingArgs args,
                                ffi::RemainingRets rets) {
   return RunCallableCuda(stream, device, site, args, rets,
-                         /*cached_plans=*/true);
+                         /*plain=*/true);
 }
 
 ffi::Error RunCallableCuda(void* stream, int32_t device, CudaCallSite* site,
                            ffi::RemainingArgs args, ffi::RemainingRets rets,
-                           bool cached_plans) {
+                           bool plain) {
   std::string why;
   const cuda::Driver* driver = cuda::Load(&why);
   if (!driver) return ffi::Error::Internal("numbax: " + why);
@@ -71,7 +70,7 @@ ffi::Error RunCallableCuda(void* stream, int32_t device, CudaCallSite* site,
   // it the primary context of the device XLA placed this call on.
   DeviceBinding bind(*driver, device);
   if (!bind.ok()) return ffi::Error::Internal("numbax: " + bind.Error());
-  return Run(site, args, rets, Platform::kCuda, device, stream, cached_plans);
+  return Run(site, args, rets, Platform::kCuda, device, stream, plain);
 }
 
 }  // namespace numbax

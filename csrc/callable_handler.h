@@ -26,10 +26,10 @@ ffi::Error ExecuteCallableCuda(void* stream, int32_t device, CudaCallSite* site,
                                std::string_view key, ffi::RemainingArgs args,
                                ffi::RemainingRets rets);
 
-// The same call; `cached_plans` false keeps func's first launches on Numba
-// (capture mode: CallSite::Invoke).
+// The same call, for plain mode (`plain`) or for capture mode where it
+// cannot record (`plain` false: see CallSite::Invoke).
 ffi::Error RunCallableCuda(void* stream, int32_t device, CudaCallSite* site,
                            ffi::RemainingArgs args, ffi::RemainingRets rets,
-                           bool cached_plans);
+                           bool plain);
 
 }  // namespace numbax

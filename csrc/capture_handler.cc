@@ -54,7 +54,7 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
     // XLA is recording a command buffer: func's launches land in it.
     ++GraphStats().xla_captures;
     return RunCallableCuda(stream_ptr, device, site, args, rets,
-                           /*cached_plans=*/false);
+                           /*plain=*/false);
   }
 
   thread_local std::vector<BufferView> buffers;
@@ -75,7 +75,7 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
   if (!driver->cuStreamBeginCapture || !driver->cuGraphInstantiateWithFlags ||
       !driver->cuGraphLaunch) {
     return RunCallableCuda(stream_ptr, device, site, args, rets,
-                           /*cached_plans=*/false);
+                           /*plain=*/false);
   }
   DeviceBinding bind(*driver, device);
   if (!bind.ok()) return ffi::Error::Internal("numbax: " + bind.Error());
@@ -88,7 +88,7 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
     // from numbax's cache entries, which would leave Numba's load to the
     // recording call).
     ffi::Error result = site->Invoke(buffers, Platform::kCuda, device,
-                                     stream_ptr, /*cached_plans=*/false);
+                                     stream_ptr, /*plain=*/false);
     if (result.success()) site->graphs.MarkWarmed(device);
     return result;
   }
@@ -109,7 +109,7 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
                         "cannot begin capture: " + cuda::ErrorText(*driver, r));
   }
   ffi::Error invoked = site->Invoke(buffers, Platform::kCuda, device, recorder,
-                                    /*cached_plans=*/false);
+                                    /*plain=*/false);
   cuda::CUgraph graph = nullptr;
   cuda::CUresult ended = driver->cuStreamEndCapture(recorder, &graph);
   if (invoked.failure()) {

@@ -65,8 +65,8 @@ struct ActiveCall {
   int device = -1;
   bool cuda = false;
   bool enabled = false;  // the fast path is on for this call site
-  // A first launch may come from numbax's cache entry of the kernel (not
-  // in capture mode: CallSite::Invoke).
+  // A first launch may come from numbax's cache entry of the kernel (in
+  // plain mode only: CallSite::Invoke).
   bool cached_plans = true;
 };
 

@@ -160,3 +160,21 @@ def test_scratch_buffers(rng, capture):
 def test_graph_cache_size_validation():
     with pytest.raises(ValueError, match=">= 1"):
         numbax.set_graph_cache_size(0)
+
+
+@pytest.mark.parametrize("stop", [1, 2, 3, 4])
+def test_bridge_stops_never_reach_capture_mode(gpu_only, rng, stop):
+    # The bridge benchmark's stops end plain calls early; a capture-mode
+    # call stopped so would warm up or record nothing, and replay that
+    # (wrong outputs) after the stop is lifted. Capture-mode calls run whole.
+    from numbax import _core
+    jc = jax.jit(make(True))
+    x = jnp.asarray(random_array(rng, (1000,), np.float32))
+    try:
+        _core.set_bridge_stop(stop)
+        during = [np.asarray(jc(x)) for _ in range(3)]  # warm-up, record, replay
+    finally:
+        _core.set_bridge_stop(0)
+    expected = 2 * np.asarray(x) + 1
+    for got in during + [np.asarray(jc(x))]:
+        np.testing.assert_allclose(got, expected, rtol=1e-6)

@@ -10,7 +10,10 @@ C++ and sent to ``cuLaunchKernel`` from a plan recorded per (configuration,
 device, argument types). Everything else goes to Numba's own launch,
 unchanged: launches outside numbax calls, from other threads, on other
 streams, with other arguments, and the first launch of each plan, which
-Numba types, compiles and launches itself before numbax records what it did.
+Numba types, compiles and launches itself before numbax records what it did
+(where the kernel has ``cache=True`` and numbax's entry in its cache holds
+the code for these argument types, that first launch is built from the
+entry instead, without Numba: _cached_plan, _kernel_cache).
 
 The functions here build those plans; they run once per plan, never per
 launch. The hook is installed only on numba-cuda versions whose launch path
@@ -336,26 +339,26 @@ def _plan(cfg, args, ours, device):
         if slot != OTHER and _signatures.conversion(
                 dispatcher.typingctx, value._numba_type_, ty) is None:
             return "signature_mismatch"
-    packing = _packing(argtypes, args, ours)
-    if packing in _REASONS:
-        return packing
+    packing, refused = _packing(argtypes, args, ours)
+    if refused is not None:
+        return refused
+    # The entry the next process's first launch is built from. It reads the
+    # current device and writes files; like the rest here it launches and
+    # loads nothing, which a graph being recorded would not allow.
     _remember(dispatcher, argtypes, args, kernel)
     # The current context is the device numbax bound for this call, the one
     # Numba just launched on. Its handle is the CUkernel Numba launches
     # (through cuda.core); C++ swaps it for that context's CUfunction unless
-    # the stream is being captured (fast_launch.cc, ResolveFunction). Nothing
-    # here calls the driver: this may run while a graph is recorded.
+    # the stream is being captured (fast_launch.cc, ResolveFunction).
     cufunc = kernel._codelibrary.get_cufunc()
     return _plan_tuple(cfg, int(cufunc.handle), bool(kernel.cooperative),
                        packing, kernel)
 
 
-_REASONS = ("plan_error", "foreign_argument")
-
-
-def _packing(argtypes, args, ours) -> str:
-    """Per argument, how C++ packs it for a kernel compiled for `argtypes`
-    (fast_launch.cc's Plan::packing), or the reason it cannot."""
+def _packing(argtypes, args, ours) -> tuple[str, str | None]:
+    """(per argument, how C++ packs it for a kernel compiled for `argtypes`
+    (fast_launch.cc's Plan::packing), None), or ("", the fallback reason
+    why it cannot)."""
     from numba.cuda import types
     packing = []
     for ty, value, slot in zip(argtypes, args, ours):
@@ -366,14 +369,14 @@ def _packing(argtypes, args, ours) -> str:
             layout = "C" if slot >= 0 else VIEW_LAYOUTS.get(slot)
             if (not isinstance(ty, types.Array) or ty.ndim != value.ndim
                     or value._numba_type_.layout != layout):
-                return "plan_error"
+                return "", "plan_error"
             packing.append("A")
             continue
         how = _scalar_packing(ty, value)
         if how is None:
-            return "foreign_argument"
+            return "", "foreign_argument"
         packing.append(how)
-    return "".join(packing)
+    return "".join(packing), None
 
 
 def _plan_tuple(cfg, function: int, cooperative: bool, packing: str, keep):
@@ -426,15 +429,16 @@ def _cached_plan(cfg, args, ours, device):
     cached = _kernel_cache.load(dispatcher, (), argtypes)
     if cached is None:
         return None
-    packing = _packing(argtypes, args, ours)
-    if packing in _REASONS:
+    packing, refused = _packing(argtypes, args, ours)
+    if refused is not None:
         return None
     return _plan_tuple(cfg, cached.kernel_handle(), False, packing, cached)
 
 
-# dispatcher -> {(argument types, compute capability)}: entries _remember
-# has seen to, once per process (a func making a new configuration per call records a plan per
-# call; the disk is not read for each).
+# dispatcher -> {(argument types, compute capability)}: what _remember has
+# already handled in this process, written or not. A func that makes a new
+# launch configuration per call records a new plan per call; this keeps
+# each of those from reading the cache's index again.
 _remembered: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
 
 

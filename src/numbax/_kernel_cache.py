@@ -5,9 +5,11 @@ Loading a kernel from Numba's cache (``@cuda.jit(cache=True)``) costs about
 Numba initialising its CUDA target (``load_overload`` refreshes the target
 context: every lowering registry, and a BLAS probe that imports SciPy),
 before it reads the cached code. A ``numba_cuda_kernel`` op needs none of
-that: it launches the kernel's cubin from C++. So when a
-``numba_cuda_kernel`` compiles a kernel that Numba caches, numbax writes an
-entry of its own beside Numba's: the cubin Numba built (for the same
+that: it launches the kernel's cubin from C++, and neither does a plain
+callable's fast launch (_fast_launch). So when a ``numba_cuda_kernel``
+compiles a kernel that Numba caches, or Numba compiles one for a launch
+inside a plain callable's func, numbax writes an entry of its own beside
+Numba's: the cubin Numba built (for the same
 architecture, e.g. sm_90a), its entry point, the architecture, and the
 fold analysis that ``jax.vmap`` reads. The generated kernels that fold a
 vmapped call into one launch, which Numba cannot cache (they have no source
@@ -61,7 +63,8 @@ _loaded: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 # dispatcher -> {key}: entries known to exist on disk (has_entry, save).
 _present: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
 # (cubin digest, entry point, capability) -> its loaded library, for every
-# dispatcher: a kernel made by a factory on each call (not a closure: the
+# dispatcher, for the life of the process (a loaded library is never
+# unloaded: CachedKernel): a kernel made by a factory on each call (not a closure: the
 # same code) is a new dispatcher each time, and its code is loaded once, not
 # once per call. Keyed by the code itself: equal entry keys do not mean
 # equal code (a kernel reading a module global, the same in two modules).

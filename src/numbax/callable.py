@@ -227,8 +227,10 @@ def numba_cuda_callable(
       fast_launch: let ``func``'s kernel launches skip Numba's Python launch
         (default True): a launch on ``stream`` whose arguments are arrays
         numbax gave ``func`` and plain scalars is packed and launched from
-        C++ after its first launch through Numba; any other launch goes
-        through Numba unchanged. False (or the environment variable
+        C++ after its first launch through Numba (or from its first, for a
+        ``cache=True`` kernel numbax's cache entry holds; see
+        docs/warm_start.md); any other launch goes through Numba
+        unchanged. False (or the environment variable
         ``NUMBAX_FAST_LAUNCH=0`` for every op) launches everything through
         Numba. See docs/fast_launch.md.
 

@@ -22,8 +22,9 @@ def bridge_counters() -> dict[str, int]:
       numbax recorded into a CUDA graph, and calls that replayed one);
       ``fast_launches`` (kernel launches made
       by a plain callable's func that numbax packed and launched from C++),
-      ``cached_launch_plans`` (of those, first launches whose plan came
-      from numbax's entry in the kernel's Numba cache, docs/warm_start.md),
+      ``cached_launch_plans`` (launch plans built from numbax's entry in the
+      kernel's Numba cache rather than from a launch through Numba: one per
+      plan recorded, docs/warm_start.md),
       ``fast_launch_fallbacks`` (launches made inside numbax calls that went
       through Numba's own launch) and, per reason, ``fallback_disabled``,
       ``fallback_simulator``, ``fallback_other_thread``,
