@@ -85,14 +85,12 @@ constexpr int64_t kGraphMinSlices = 16;
 bool MayRecord(const LaunchPlan& plan, const cuda::Driver& driver,
                cuda::CUstream stream) {
   if (plan.batch < kGraphMinSlices || plan.cooperative ||
-      !driver.cuStreamIsCapturing || !driver.cuStreamBeginCapture ||
-      !driver.cuStreamEndCapture || !driver.cuGraphInstantiateWithFlags ||
-      !driver.cuGraphLaunch || !driver.cuGraphDestroy) {
+      !driver.cuStreamBeginCapture || !driver.cuStreamEndCapture ||
+      !driver.cuGraphInstantiateWithFlags || !driver.cuGraphLaunch ||
+      !driver.cuGraphDestroy) {
     return false;
   }
-  int status = cuda::CU_STREAM_CAPTURE_STATUS_NONE;
-  return driver.cuStreamIsCapturing(stream, &status) == cuda::CUDA_SUCCESS &&
-         status == cuda::CU_STREAM_CAPTURE_STATUS_NONE;
+  return !cuda::MayBeCapturing(driver, stream);
 }
 
 ffi::Error LaunchSlices(const KernelSite& site, const cuda::Driver& driver,

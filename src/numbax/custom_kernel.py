@@ -78,13 +78,10 @@ def _canonical_platform(platform: Any) -> str:
     raise ValueError(f"platform must be 'cpu' or 'gpu', got {platform!r}")
 
 
-def _wrap_error(exc: Exception, message: str) -> Exception:
-    """`exc`'s type with `message` where it can be built that way."""
-    try:
-        new = type(exc)(message)
-    except Exception:
-        new = RuntimeError(message)
-    return new
+def _wrap_error(exc: Exception, message: str) -> BaseException:
+    """`exc`'s type with `message` where it can be built that way, else a
+    RuntimeError."""
+    return _checks.renamed(exc, message) or RuntimeError(message)
 
 
 class XLACustomKernel:
