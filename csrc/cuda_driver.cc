@@ -129,13 +129,6 @@ CUresult PrimaryContext(const Driver& driver, int ordinal, CUcontext* out) {
   return CUDA_SUCCESS;
 }
 
-bool MayBeCapturing(const Driver& driver, CUstream stream) {
-  int status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return driver.cuStreamIsCapturing == nullptr ||
-         driver.cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS ||
-         status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 CUresult LaunchKernel(const Driver& driver, CUfunction function,
                       const unsigned grid[3], const unsigned block[3],
                       unsigned shared_mem, bool cooperative, CUstream stream,

@@ -76,11 +76,6 @@ std::string ErrorText(const Driver& driver, CUresult result);
 // Returns CUDA_SUCCESS or the driver's error.
 CUresult PrimaryContext(const Driver& driver, int ordinal, CUcontext* out);
 
-// Whether `stream` is being captured into a graph, or that cannot be told
-// (no cuStreamIsCapturing, or it fails): where a driver call must not risk
-// the capture (loading a module, looking up a function), callers skip it.
-bool MayBeCapturing(const Driver& driver, CUstream stream);
-
 // Launches `function` (cooperatively when asked), or returns
 // CUDA_ERROR_NOT_FOUND when the driver has no cooperative launch.
 CUresult LaunchKernel(const Driver& driver, CUfunction function,

@@ -192,7 +192,13 @@ void ResolveFunction(const ActiveCall& call, Plan* plan) {
   if (!g_resolve_functions || g_dry_run) return;
   const cuda::Driver* driver = cuda::Load();
   if (driver == nullptr || driver->cuKernelGetFunction == nullptr ||
-      cuda::MayBeCapturing(*driver, static_cast<cuda::CUstream>(call.stream))) {
+      driver->cuStreamIsCapturing == nullptr) {
+    return;
+  }
+  int capturing = cuda::CU_STREAM_CAPTURE_STATUS_NONE;
+  if (driver->cuStreamIsCapturing(static_cast<cuda::CUstream>(call.stream),
+                                  &capturing) != cuda::CUDA_SUCCESS ||
+      capturing != cuda::CU_STREAM_CAPTURE_STATUS_NONE) {
     return;
   }
   // The plan's device, whatever func made current since.
@@ -291,6 +297,17 @@ Launched LaunchByPlan(const Plan& p, const ActiveCall& call,
   return r == cuda::CUDA_SUCCESS ? Launched::kYes : Launched::kDriverError;
 }
 
+// Whether `stream` is being captured into a graph (or that is unknown):
+// no module is loaded then (an unsafe call in a capture invalidates it).
+bool MayBeCapturing(void* stream) {
+  const cuda::Driver* driver = cuda::Load();
+  if (driver == nullptr || driver->cuStreamIsCapturing == nullptr) return true;
+  int capturing = cuda::CU_STREAM_CAPTURE_STATUS_NONE;
+  return driver->cuStreamIsCapturing(static_cast<cuda::CUstream>(stream),
+                                     &capturing) != cuda::CUDA_SUCCESS ||
+         capturing != cuda::CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 // The first launch of a key in this process, where the kernel has an entry
 // in numbax's cache: the plan from `_cached_plan`, launched and stored.
 // False (nothing launched, nothing stored) where there is no such plan or
@@ -301,16 +318,7 @@ bool LaunchFromCachedPlan(LaunchHook* hook, const ActiveCall& call,
                           Py_ssize_t nargs, const std::vector<int>& slots,
                           const std::vector<ViewInfo>& views) {
   if (hook->refs[kCached] == nullptr || !call.cached_plans) return false;
-  // No module is loaded while the stream is captured: an unsafe call in a
-  // capture invalidates it.
-  if (g_dry_run == nullptr) {
-    const cuda::Driver* driver = cuda::Load();
-    if (driver == nullptr ||
-        cuda::MayBeCapturing(*driver,
-                             static_cast<cuda::CUstream>(call.stream))) {
-      return false;
-    }
-  }
+  if (g_dry_run == nullptr && MayBeCapturing(call.stream)) return false;
   PyObject* built = PyObject_CallFunction(hook->refs[kCached], "OOOi", key.cfg,
                                           kernel_args, ours, call.device);
   if (!built) {

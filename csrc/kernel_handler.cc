@@ -85,12 +85,14 @@ constexpr int64_t kGraphMinSlices = 16;
 bool MayRecord(const LaunchPlan& plan, const cuda::Driver& driver,
                cuda::CUstream stream) {
   if (plan.batch < kGraphMinSlices || plan.cooperative ||
-      !driver.cuStreamBeginCapture || !driver.cuStreamEndCapture ||
-      !driver.cuGraphInstantiateWithFlags || !driver.cuGraphLaunch ||
-      !driver.cuGraphDestroy) {
+      !driver.cuStreamIsCapturing || !driver.cuStreamBeginCapture ||
+      !driver.cuStreamEndCapture || !driver.cuGraphInstantiateWithFlags ||
+      !driver.cuGraphLaunch || !driver.cuGraphDestroy) {
     return false;
   }
-  return !cuda::MayBeCapturing(driver, stream);
+  int status = cuda::CU_STREAM_CAPTURE_STATUS_NONE;
+  return driver.cuStreamIsCapturing(stream, &status) == cuda::CUDA_SUCCESS &&
+         status == cuda::CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 ffi::Error LaunchSlices(const KernelSite& site, const cuda::Driver& driver,
