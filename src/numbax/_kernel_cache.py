@@ -60,6 +60,8 @@ FORMAT = 1
 # loaded once per dispatcher however often its ops are traced, and dropped
 # with the dispatcher (a kernel redefined, a module reloaded, is another).
 _loaded: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+# dispatcher -> {key}: entries known to exist on disk (has_entry, save).
+_present: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
 # (cubin digest, entry point, capability) -> its loaded library, for every
 # dispatcher, for the life of the process (a loaded library is never
 # unloaded: CachedKernel): a kernel made by a factory on each call (not a closure: the
@@ -246,8 +248,12 @@ def load(dispatcher, kind: tuple, argtypes, target=None) -> CachedKernel | None:
                 if target is not None and hit._target() is None:
                     hit._target = weakref.ref(target)  # regenerated
                 return hit
-            data = _read_entry(cache, key, arch)
-            if data is None:
+            data = _index(cache).load(key)
+            if not (isinstance(data, dict) and data.get("format") == FORMAT
+                    and data.get("key") == key
+                    and isinstance(data.get("cubin"), bytes)
+                    and isinstance(data.get("entry"), str)
+                    and tuple(data.get("arch", ())) == arch):
                 return None
             code = (hashlib.sha256(data["cubin"]).hexdigest(), data["entry"],
                     tuple(capability))
@@ -272,31 +278,28 @@ def load(dispatcher, kind: tuple, argtypes, target=None) -> CachedKernel | None:
         return None
 
 
-def _read_entry(cache, key, arch) -> dict | None:
-    """The entry stored under `key`, if it is whole and is that key's."""
-    data = _index(cache).load(key)
-    if (isinstance(data, dict) and data.get("format") == FORMAT
-            and data.get("key") == key
-            and isinstance(data.get("cubin"), bytes)
-            and isinstance(data.get("entry"), str)
-            and tuple(data.get("arch", ())) == arch):
-        return data
-    return None
-
-
 def has_entry(dispatcher, kind: tuple, argtypes) -> bool:
     """Whether numbax's entry for `dispatcher` compiled for `argtypes`
-    exists, without loading its cubin (its callers ask once per key: see
-    _fast_launch._remember). Never raises."""
+    exists, without loading its cubin. The disk is read once per key and
+    dispatcher in a process (a func launching with a new configuration per
+    call asks per launch). Never raises."""
     cache = cache_of(dispatcher)
     if cache is None:
         return False
     try:
-        arch = architecture(current_capability())
-        key = _key(dispatcher, cache, kind, argtypes, arch)
+        key_arch = architecture(current_capability())
+        key = _key(dispatcher, cache, kind, argtypes, key_arch)
         with _lock:
-            return (key in _loaded.get(dispatcher, {})
-                    or _read_entry(cache, key, arch) is not None)
+            known = _present.setdefault(dispatcher, set())
+            if key in known or key in _loaded.get(dispatcher, {}):
+                return True
+            data = _index(cache).load(key)
+            found = (isinstance(data, dict) and data.get("key") == key
+                     and data.get("format") == FORMAT
+                     and tuple(data.get("arch", ())) == key_arch)
+            if found:
+                known.add(key)
+            return found
     except Exception as exc:  # noqa: BLE001 - a cache, never an error
         _log.debug("numbax: kernel cache not read: %s: %s",
                    type(exc).__name__, exc)
@@ -358,6 +361,7 @@ def save(dispatcher, kind: tuple, argtypes, compiled, fold=None) -> bool:
             cache._impl.locator.ensure_cache_path()
             with _file_lock(cache):
                 _index(cache).save(key, data)
+            _present.setdefault(dispatcher, set()).add(key)
         return True
     except Exception as exc:  # noqa: BLE001 - a cache, never an error
         _log.debug("numbax: kernel cache not written: %s: %s",
