@@ -42,6 +42,27 @@ void CollectGarbage() {
   PyErr_Restore(type, value, traceback);
 }
 
+// Reads the resolver's aliases, a sequence of (input, output) int pairs,
+// into `out`; false (a Python error set) for anything else.
+bool ReadAliases(PyObject* object, AliasList* out) {
+  out->clear();
+  if (object == nullptr || object == Py_None) return true;
+  PyObject* seq = PySequence_Fast(object, "aliases must be a sequence");
+  if (!seq) return false;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    long long input = 0, output = 0;
+    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "LL", &input,
+                          &output)) {
+      Py_DECREF(seq);
+      return false;
+    }
+    out->push_back({input, output});
+  }
+  Py_DECREF(seq);
+  return true;
+}
+
 }  // namespace
 
 void SetBridgeStop(BridgeStop stop) {
@@ -65,6 +86,8 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
   ++Counters().resolves;
   ffi::Error error = ffi::Error::Success();
   PyObject* resolved = nullptr;
+  int fast = 0;
+  PyObject* aliases = nullptr;  // borrowed from `resolved`
   if (!Hooks().resolve) {
     error = ffi::Error::Internal(
         "numbax: the Python package was not imported in this process; "
@@ -75,15 +98,21 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
         platform == Platform::kCuda ? "cuda" : "cpu");
     if (!resolved) {
       error = ffi::Error::InvalidArgument(TakePythonError());
-    } else if (int fast = 0;
-               !PyArg_ParseTuple(resolved, "OLLL|p", &func_, &num_inputs_,
-                                 &num_outputs_, &num_scratch_, &fast)) {
+    } else if (!PyArg_ParseTuple(resolved, "OLLL|pO", &func_, &num_inputs_,
+                                 &num_outputs_, &num_scratch_, &fast,
+                                 &aliases) ||
+               !ReadAliases(aliases, &aliases_)) {
       error = ffi::Error::Internal("numbax: bad resolve result: " +
                                    TakePythonError());
       func_ = nullptr;
+    } else if (std::string bad =
+                   CheckAliases(aliases_, num_inputs_, num_outputs_);
+               !bad.empty()) {
+      error = ffi::Error::Internal("numbax: bad resolve result: " + bad);
+      func_ = nullptr;
     } else {
-      Py_INCREF(func_);
       fast_launch_ = fast != 0;
+      Py_INCREF(func_);
       slots_.resize(
           static_cast<size_t>(num_inputs_ + num_outputs_ + num_scratch_));
       for (auto& slot : slots_) slot.reserve(kArraysPerSlot);

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "aliases.h"
 #include "call_frame.h"
 #include "graph_cache.h"
 #include "python_errors.h"
@@ -66,6 +67,9 @@ class CallSite {
   // Whether func's kernel launches may take numbax's fast path
   // (csrc/fast_launch.h); fixed when the key is resolved.
   bool fast_launch() const { return fast_launch_; }
+  // input_output_aliases of the op, (input, output) pairs; checked against
+  // the counts when the key is resolved.
+  const AliasList& aliases() const { return aliases_; }
 
   // Decodes XLA's call frame into `buffers`, checked against the counts
   // this site resolved; a failure names the op. Inline: every call of every
@@ -143,6 +147,7 @@ class CallSite {
   int64_t num_outputs_ = 0;
   int64_t num_scratch_ = 0;
   bool fast_launch_ = false;
+  AliasList aliases_;
   std::vector<std::vector<CachedArray>> slots_;
   int active_calls_ = 0;  // Invoke calls running func now (under the GIL)
 };

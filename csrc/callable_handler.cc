@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "aliases.h"
 #include "cuda_driver.h"
 #include "device_binding.h"
 #include "ffi_binding.h"
@@ -28,6 +29,26 @@ ffi::ErrorOr<std::unique_ptr<CpuCallSite>> InstantiateCpu(
   return CallSite::Create<CpuCallSite>(key, Platform::kCpu);
 }
 
+}  // namespace
+
+ffi::Error KeepAliasedInputs(const CallSite& site, Platform platform,
+                             void* stream,
+                             const std::vector<BufferView>& buffers) {
+  const cuda::Driver* driver = nullptr;
+  if (platform == Platform::kCuda) {
+    std::string why;
+    driver = cuda::Load(&why);
+    if (!driver) return ffi::Error::Internal("numbax: " + why);
+  }
+  const std::string bad =
+      KeepAliasedInputs(driver, static_cast<cuda::CUstream>(stream), buffers,
+                        site.num_inputs(), site.aliases());
+  if (bad.empty()) return ffi::Error::Success();
+  return ffi::Error::Internal(OpMessage(OpKind::kCallable, site.key(), bad));
+}
+
+namespace {
+
 // Shared tail of both platforms: decode, take the GIL, call.
 ffi::Error Run(CallSite* site, ffi::RemainingArgs args, ffi::RemainingRets rets,
                Platform platform, int device, void* stream, bool plain) {
@@ -35,6 +56,14 @@ ffi::Error Run(CallSite* site, ffi::RemainingArgs args, ffi::RemainingRets rets,
   if (ffi::Error err = site->DecodeBuffers(args, rets, &buffers);
       err.failure()) {
     return err;
+  }
+  // An aliased output starts out holding its input's values, whatever
+  // buffers XLA handed us (aliases.h); on the CPU with a host copy.
+  if (!site->aliases().empty()) {
+    if (ffi::Error err = KeepAliasedInputs(*site, platform, stream, buffers);
+        err.failure()) {
+      return err;
+    }
   }
   const BridgeStop stop = plain ? GetBridgeStop() : BridgeStop::kFull;
   if (stop == BridgeStop::kAfterDecode) return ffi::Error::Success();

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "call_site.h"
 #include "xla/ffi/api/c_api.h"
@@ -31,5 +32,12 @@ ffi::Error ExecuteCallableCuda(void* stream, int32_t device, CudaCallSite* site,
 ffi::Error RunCallableCuda(void* stream, int32_t device, CudaCallSite* site,
                            ffi::RemainingArgs args, ffi::RemainingRets rets,
                            bool plain);
+
+// Gives each of the site's aliased outputs its input's values where XLA
+// handed it a buffer of its own (aliases.h): on `stream` on CUDA, on the
+// host on the CPU. The error names the op.
+ffi::Error KeepAliasedInputs(const CallSite& site, Platform platform,
+                             void* stream,
+                             const std::vector<BufferView>& buffers);
 
 }  // namespace numbax

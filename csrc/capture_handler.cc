@@ -62,6 +62,14 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
       err.failure()) {
     return err;
   }
+  // Before the replay or the recording, on XLA's stream (aliases.h).
+  if (!site->aliases().empty()) {
+    if (ffi::Error err =
+            KeepAliasedInputs(*site, Platform::kCuda, stream_ptr, buffers);
+        err.failure()) {
+      return err;
+    }
+  }
   if (cuda::CUgraphExec exec = site->graphs.Find(device, buffers)) {
     ++GraphStats().hits;
     cuda::CUresult r = driver->cuGraphLaunch(exec, stream);

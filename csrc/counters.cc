@@ -1,5 +1,7 @@
 #include "counters.h"
 
+#include "aliases.h"
+
 #include "fast_launch.h"
 #include "graph_cache.h"
 
@@ -16,6 +18,7 @@ std::vector<std::pair<std::string, uint64_t>> CounterSnapshot() {
       {"errors", c.errors},
       {"resolves", c.resolves},
   };
+  all.emplace_back("alias_copies", AliasCopyCount().load());
   const GraphCounters& g = GraphStats();
   all.emplace_back("graph_hits", g.hits.load());
   all.emplace_back("graph_misses", g.misses.load());
@@ -38,6 +41,7 @@ std::vector<std::pair<std::string, uint64_t>> CounterSnapshot() {
 
 void ResetCounters() {
   Counters() = {};
+  AliasCopyCount() = 0;
   GraphCounters& g = GraphStats();
   g.hits = 0;
   g.misses = 0;

@@ -39,6 +39,7 @@ Driver LoadTable(void* lib) {
   Resolve(lib, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
           d.cuOccupancyMaxActiveBlocksPerMultiprocessor);
   Resolve(lib, "cuMemsetD8Async", d.cuMemsetD8Async);
+  Resolve(lib, "cuMemcpyDtoDAsync_v2", d.cuMemcpyDtoDAsync);
   Resolve(lib, "cuGraphInstantiateWithFlags", d.cuGraphInstantiateWithFlags);
   Resolve(lib, "cuGraphLaunch", d.cuGraphLaunch);
   Resolve(lib, "cuGraphDestroy", d.cuGraphDestroy);
@@ -68,7 +69,7 @@ const Loaded& LoadOnce() {
     const Driver& d = l->table;
     if (!d.cuInit || !d.cuDeviceGet || !d.cuDevicePrimaryCtxRetain ||
         !d.cuCtxGetCurrent || !d.cuCtxSetCurrent || !d.cuLaunchKernel ||
-        !d.cuMemsetD8Async) {
+        !d.cuMemsetD8Async || !d.cuMemcpyDtoDAsync) {
       l->why = "the CUDA driver lacks required entry points (too old?)";
       return l;
     }

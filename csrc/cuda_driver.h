@@ -58,6 +58,7 @@ struct Driver {
   CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int,
                                                           size_t);
   CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec*, CUgraph,
                                           unsigned long long);
   CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "aliases.h"
 #include "call_frame.h"
 #include "cuda_driver.h"
 #include "device_binding.h"
@@ -200,16 +201,27 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
   DeviceBinding bind(*driver, device);
   if (!bind.ok()) return Fail(*site, bind.Error());
 
+  // An aliased output starts out holding its input's values, whatever
+  // buffers XLA handed us (aliases.h).
+  if (!plan.aliases.empty()) {
+    if (std::string bad = KeepAliasedInputs(driver, stream, buffers,
+                                            plan.num_inputs, plan.aliases);
+        !bad.empty()) {
+      return Fail(*site, bad);
+    }
+  }
+
   if (plan.empty_launch) {
     // Nothing to launch, but outputs must never be returned uninitialised.
-    // An output aliased to an input (XLA hands both the same buffer) keeps
-    // the input's values: no kernel ran to change them.
+    // An output aliased to an input keeps the input's values (copied in
+    // above where XLA did not hand both the same buffer): no kernel ran to
+    // change them.
     for (size_t i = plan.num_inputs; i < buffers.size(); ++i) {
       if (buffers[i].nbytes == 0) continue;
-      bool aliased = false;
-      for (size_t j = 0; j < static_cast<size_t>(plan.num_inputs); ++j) {
-        aliased |= buffers[j].data == buffers[i].data;
-      }
+      const int64_t output = static_cast<int64_t>(i) - plan.num_inputs;
+      const bool aliased = std::any_of(
+          plan.aliases.begin(), plan.aliases.end(),
+          [output](const Alias& a) { return a.output == output; });
       if (aliased) continue;
       cuda::CUresult r = driver->cuMemsetD8Async(
           reinterpret_cast<cuda::CUdeviceptr>(buffers[i].data), 0,

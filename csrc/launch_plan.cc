@@ -1,6 +1,7 @@
 #include "launch_plan.h"
 
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -39,7 +40,9 @@ std::string MakePlan(const std::vector<uint64_t>& functions, int64_t num_inputs,
                      const std::vector<int64_t>& block, int64_t shared_mem,
                      bool cooperative, bool empty_launch, int64_t batch,
                      const std::vector<bool>& broadcast, int fold_axis,
-                     int64_t max_slices, int abi, LaunchPlan* plan) {
+                     int64_t max_slices, int abi,
+                     const std::vector<std::pair<int64_t, int64_t>>& aliases,
+                     LaunchPlan* plan) {
   if (abi != static_cast<int>(ArrayAbi::kNumba) &&
       abi != static_cast<int>(ArrayAbi::kMemref)) {
     return "abi must be 0 (numba-cuda) or 1 (numba-cuda-mlir memrefs)";
@@ -60,6 +63,13 @@ std::string MakePlan(const std::vector<uint64_t>& functions, int64_t num_inputs,
   if (static_cast<uint64_t>(shared_mem) >
       std::numeric_limits<unsigned>::max()) {
     return "shared_mem does not fit in 32 bits";
+  }
+  for (const auto& [input, output] : aliases) {
+    plan->aliases.push_back({input, output});
+  }
+  if (std::string bad = CheckAliases(plan->aliases, num_inputs, num_outputs);
+      !bad.empty()) {
+    return bad;
   }
   for (uint64_t f : functions) {
     plan->functions.push_back(reinterpret_cast<cuda::CUfunction>(f));
@@ -96,12 +106,13 @@ void BindLaunchPlan(nb::module_& m) {
              int64_t num_outputs, std::vector<int64_t> grid,
              std::vector<int64_t> block, int64_t shared_mem, bool cooperative,
              bool empty_launch, int64_t batch, std::vector<bool> broadcast,
-             int fold_axis, int64_t max_slices, int abi) {
+             int fold_axis, int64_t max_slices, int abi,
+             std::vector<std::pair<int64_t, int64_t>> aliases) {
             LaunchPlan plan;
-            const std::string error =
-                MakePlan(functions, num_inputs, num_outputs, grid, block,
-                         shared_mem, cooperative, empty_launch, batch,
-                         broadcast, fold_axis, max_slices, abi, &plan);
+            const std::string error = MakePlan(
+                functions, num_inputs, num_outputs, grid, block, shared_mem,
+                cooperative, empty_launch, batch, broadcast, fold_axis,
+                max_slices, abi, aliases, &plan);
             if (!error.empty()) {
               throw nb::value_error(("LaunchPlan: " + error).c_str());
             }
@@ -111,7 +122,8 @@ void BindLaunchPlan(nb::module_& m) {
           nb::arg("num_inputs"), nb::arg("num_outputs"), nb::arg("grid"),
           nb::arg("block"), nb::arg("shared_mem"), nb::arg("cooperative"),
           nb::arg("empty_launch"), nb::arg("batch"), nb::arg("broadcast"),
-          nb::arg("fold_axis"), nb::arg("max_slices"), nb::arg("abi"))
+          nb::arg("fold_axis"), nb::arg("max_slices"), nb::arg("abi"),
+          nb::arg("aliases"))
       .def_prop_ro("owner", [](const PyLaunchPlan& p) { return p.owner; })
       .def_prop_ro("functions",
                    [](const PyLaunchPlan& p) {
@@ -146,8 +158,14 @@ void BindLaunchPlan(nb::module_& m) {
                    [](const PyLaunchPlan& p) { return p.plan.fold_axis; })
       .def_prop_ro("max_slices",
                    [](const PyLaunchPlan& p) { return p.plan.max_slices; })
-      .def_prop_ro("abi", [](const PyLaunchPlan& p) {
-        return static_cast<int>(p.plan.abi);
+      .def_prop_ro("abi",
+                   [](const PyLaunchPlan& p) {
+                     return static_cast<int>(p.plan.abi);
+                   })
+      .def_prop_ro("aliases", [](const PyLaunchPlan& p) {
+        std::vector<std::pair<int64_t, int64_t>> out;
+        for (const Alias& a : p.plan.aliases) out.emplace_back(a.input, a.output);
+        return out;
       });
 }
 

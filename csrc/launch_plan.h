@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "aliases.h"
 #include "cuda_driver.h"
 #include "kernel_args.h"
 
@@ -46,6 +47,10 @@ struct LaunchPlan {
   // How the kernel takes its array parameters: Numba's ABI, or MLIR memrefs
   // for a numba-cuda-mlir kernel.
   ArrayAbi abi = ArrayAbi::kNumba;
+  // input_output_aliases, (input, output) pairs: where XLA hands an aliased
+  // output a buffer of its own, the input is copied into it first
+  // (aliases.h). A vmapped call's pairs are whole batched buffers.
+  AliasList aliases;
 };
 
 // Registers numbax._core.LaunchPlan on the extension module.

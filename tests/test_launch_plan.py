@@ -15,7 +15,7 @@ def _fields(**overrides):
                   num_outputs=1, grid=(3, 2, 1), block=(128, 1, 1),
                   shared_mem=4096, cooperative=True, empty_launch=False,
                   batch=5, broadcast=[False, True], fold_axis=1,
-                  max_slices=65535, abi=0)
+                  max_slices=65535, abi=0, aliases=[(1, 0)])
     fields.update(overrides)
     return fields
 
@@ -36,6 +36,7 @@ def test_fields_read_back_as_given():
     assert plan.fold_axis == 1
     assert plan.max_slices == 65535
     assert plan.abi == 0
+    assert plan.aliases == [(1, 0)]
     # numba-cuda-mlir kernels: arrays packed as MLIR memrefs (kernel_args.h)
     assert _core.LaunchPlan(**_fields(abi=1)).abi == 1
 
@@ -69,6 +70,10 @@ def test_unknown_field_and_positional_arguments_fail():
     ("shared_mem", 2**32, "shared_mem does not fit in 32 bits"),
     ("abi", 2, "abi must be 0 .numba-cuda. or 1"),
     ("abi", -1, "abi must be 0 .numba-cuda. or 1"),
+    # input_output_aliases the C++ copy would act on (csrc/aliases.h)
+    ("aliases", [(2, 0)], "alias input index 2 is not one of the 2 inputs"),
+    ("aliases", [(0, 1)], "alias output index 1 is not one of the 1 outputs"),
+    ("aliases", [(0, 0), (1, 0)], "two inputs alias output 0"),
 ])
 def test_values_no_launch_can_take_fail(name, value, message):
     with pytest.raises(ValueError, match=message):

@@ -35,6 +35,7 @@ from __future__ import annotations
 import dis
 import re
 import types
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -404,6 +405,116 @@ def _plain(value) -> bool:
         return False
 
 
+# -- the values the body was compiled with -----------------------------------
+#
+# Numba freezes the module globals a kernel reads (numbers, arrays, tuples of
+# them) into its code when it compiles it. The batched kernel compiles the
+# body again, later: from the module as it is then, it would see a global
+# changed since (a single call giving the old value, the folded vmap the new
+# one). So numbax notes the values right before it has Numba compile (or
+# load) the unbatched kernel for a signature, and compiles the batched body
+# against those. Where Numba compiled the kernel for that signature without
+# numbax (a launch through Numba, an explicit signature compiled when it was
+# decorated), the values it froze are unknown: a body that reads such
+# globals then does not fold.
+
+_UNKNOWN = object()
+# dispatcher -> {unbatched argtypes: {name: value} or _UNKNOWN}; per kernel,
+# not per op: ops re-created around one kernel share its compiled code.
+_frozen: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def _global_names(code, out: set) -> set:
+    for op in dis.get_instructions(code):
+        if op.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(
+                op.argval, str):
+            out.add(op.argval)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _global_names(const, out)
+    return out
+
+
+def _frozen_value(value):
+    """The value as Numba would freeze it, or _UNKNOWN where it is not one
+    (functions, modules, kernels: code, looked up again at compile)."""
+    if isinstance(value, np.ndarray):
+        return value.copy()  # Numba copies a global array into the code
+    if isinstance(value, tuple):
+        items = [_frozen_value(v) for v in value]
+        return _UNKNOWN if any(v is _UNKNOWN for v in items) else tuple(items)
+    if isinstance(value, (str, bytes)) or not _plain(value):
+        return _UNKNOWN
+    return value
+
+
+def globals_read(py_func) -> dict:
+    """{name: value} of the module globals `py_func`'s code reads that
+    Numba freezes into compiled code, as they are now."""
+    code = getattr(py_func, "__code__", None)
+    scope = getattr(py_func, "__globals__", None)
+    if code is None or scope is None:
+        return {}
+    values = {}
+    for name in sorted(_global_names(code, set())):
+        if name in scope:
+            value = _frozen_value(scope[name])
+            if value is not _UNKNOWN:
+                values[name] = value
+    return values
+
+
+def note_compile(kernel, argtypes) -> None:
+    """Numbax is about to have Numba compile (or load) `kernel` for
+    `argtypes`: the globals it reads are frozen now."""
+    per = _frozen.setdefault(kernel, {})
+    if argtypes not in per:
+        per[argtypes] = globals_read(getattr(kernel, "py_func", kernel))
+
+
+def note_compiled_elsewhere(kernel, argtypes) -> None:
+    """Numba had compiled `kernel` for `argtypes` before numbax asked."""
+    _frozen.setdefault(kernel, {}).setdefault(argtypes, _UNKNOWN)
+
+
+def frozen_globals(kernel, argtypes):
+    """The values the compiled unbatched kernel holds, or None when unknown."""
+    values = _frozen.get(kernel, {}).get(argtypes, _UNKNOWN)
+    return None if values is _UNKNOWN else values
+
+
+def unknown_globals_reason(kernel, argtypes) -> str | None:
+    """Why a folded launch could read other values than the unbatched
+    kernel's, or None."""
+    if frozen_globals(kernel, argtypes) is not None:
+        return None
+    read = globals_read(getattr(kernel, "py_func", kernel))
+    if not read:
+        return None
+    return (f"the kernel reads module globals ({', '.join(sorted(read))}) "
+            "and Numba compiled it for these types before numbax did (a "
+            "launch through Numba, or an explicit signature), so numbax "
+            "cannot know the values frozen into it, and a batched kernel "
+            "compiled now could read others. Create the op before the "
+            "kernel's first launch to let it fold")
+
+
+def with_globals(py_func, values: dict):
+    """`py_func` reading `values` for those globals (a copy of the function
+    over a copy of its module's namespace); `py_func` itself when none."""
+    if not values:
+        return py_func
+    scope = dict(py_func.__globals__)
+    scope.update(values)
+    clone = types.FunctionType(py_func.__code__, scope, py_func.__name__,
+                               py_func.__defaults__, py_func.__closure__)
+    clone.__kwdefaults__ = py_func.__kwdefaults__
+    clone.__qualname__ = py_func.__qualname__
+    clone.__module__ = py_func.__module__
+    clone.__doc__ = py_func.__doc__
+    return clone
+
+
 # -- the batched kernel --------------------------------------------------------
 
 def batched_source(num_args: int, broadcast: tuple, axis: int) -> str:
@@ -419,10 +530,12 @@ def batched_source(num_args: int, broadcast: tuple, axis: int) -> str:
             f"    body({', '.join(picks)})\n")
 
 
-def make_batched_kernel(kernel, num_args: int, broadcast: tuple, axis: int):
-    """A @cuda.jit kernel running `kernel`'s body on one slice per block row."""
+def make_batched_kernel(kernel, num_args: int, broadcast: tuple, axis: int,
+                        frozen: dict | None = None):
+    """A @cuda.jit kernel running `kernel`'s body on one slice per block
+    row, reading `frozen` for the globals the unbatched kernel froze."""
     from numba import cuda
-    py_func = getattr(kernel, "py_func", kernel)
+    py_func = with_globals(getattr(kernel, "py_func", kernel), frozen or {})
     options = dict(getattr(kernel, "targetoptions", None) or {})
     options.pop("device", None)
     options.pop("link", None)  # never folded: decide() falls back on links

@@ -9,9 +9,12 @@ call shape and batch size.
 from __future__ import annotations
 
 def make_launcher(kernel, shared_mem, py_func, n_in, grid, block, empty, batch,
-                  broadcast, batched, fold_axis, max_slices):
+                  broadcast, batched, fold_axis, max_slices,
+                  aliased_outputs=frozenset()):
     """The simulator's version of the C++ launch (same slicing, same
-    chunks of at most MAX_SLICES_PER_LAUNCH slices when folded)."""
+    chunks of at most MAX_SLICES_PER_LAUNCH slices when folded).
+    `aliased_outputs`: the indices of outputs aliased to an input, which
+    the CPU handler has already given the input's values."""
 
     def launcher(*args):
         *arrays, stream = args
@@ -20,8 +23,9 @@ def make_launcher(kernel, shared_mem, py_func, n_in, grid, block, empty, batch,
             # aliased to an input, which keeps the input's values.
             inputs = {a._ary.__array_interface__["data"][0]
                       for a in arrays[:n_in]}
-            for out in arrays[n_in:]:
-                if out._ary.__array_interface__["data"][0] not in inputs:
+            for o, out in enumerate(arrays[n_in:]):
+                if (o not in aliased_outputs and
+                        out._ary.__array_interface__["data"][0] not in inputs):
                     out._ary.fill(0)
             return None
         if batched is not None:

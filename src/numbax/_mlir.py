@@ -318,14 +318,15 @@ def axes_read_by_compiled(compiled: CompiledKernel, kernel
     return axes_read_by_mlir(text)
 
 
-def make_batched_kernel(kernel, num_args: int, broadcast: tuple, axis: int):
+def make_batched_kernel(kernel, num_args: int, broadcast: tuple, axis: int,
+                        frozen: dict | None = None):
     """_fold.make_batched_kernel for a numba-cuda-mlir kernel: the same
     generated kernel, compiled by numba-cuda-mlir around the kernel's body
     as a device function (inlined into it)."""
     from numba_cuda_mlir import cuda
 
     from . import _fold
-    py_func = kernel.py_func
+    py_func = _fold.with_globals(kernel.py_func, frozen or {})
     options = getattr(kernel, "targetoptions", {}) or {}
     # Only what changes results: the batched kernel must compute exactly
     # what the kernel does per slice.

@@ -48,6 +48,9 @@ class CallableEntry:
     func_id: int = 0
     bfloat16: bool = False
     fast_launch: bool = True
+    # input_output_aliases as sorted (input, output) pairs: C++ copies an
+    # input into its aliased output where XLA hands them two buffers.
+    aliases: tuple = ()
 
 
 @dataclass
@@ -215,6 +218,29 @@ def parse_avals(text: str) -> list:
             else ()
         avals.append((shape, dtype_from_name(m.group(1))))
     return avals
+
+
+def alias_spec(aliases) -> str:
+    """';alias=0:0,2:1' for input_output_aliases {0: 0, 2: 1} (normalised by
+    _checks.check_aliases), '' for none: a key without aliases is spelled as
+    before. In the key's call part, so that the same function called with
+    and without aliases never shares an entry, and a process that rebuilds
+    the entry from the key alone knows them."""
+    if not aliases:
+        return ""
+    return ";alias=" + ",".join(f"{i}:{o}" for i, o in sorted(aliases.items()))
+
+
+def parse_aliases(fields: dict) -> tuple:
+    """The sorted (input, output) pairs of a call spec's alias field."""
+    text = fields.get("alias", "")
+    pairs = []
+    for part in filter(None, text.split(",")):
+        i, sep, o = part.partition(":")
+        if not sep or not i.isdigit() or not o.isdigit():
+            raise ValueError(f"malformed alias spec {text!r}")
+        pairs.append((int(i), int(o)))
+    return tuple(sorted(pairs))
 
 
 def spec_fields(text: str) -> dict:
@@ -476,7 +502,8 @@ def _build_entry(key, group_key, call, member, kind, platform):
                                   [d for _, d in avals]) or "bfloat16" in
                               _config(group_key),
                               fast_launch=spec_fields(
-                                  _config(group_key)).get("fast") != "0")
+                                  _config(group_key)).get("fast") != "0",
+                              aliases=parse_aliases(fields))
     entry.func_id = id(func)
     with _lock:
         existing = _entries.get(key)
@@ -505,7 +532,7 @@ def _resolve_callable(key: str, platform: str):
     if platform == "cpu":
         func = _one_simulated_launch_at_a_time(func)
     return (func, entry.num_inputs, entry.num_outputs, entry.num_scratch,
-            _fast_launch.enabled_for(entry.fast_launch))
+            _fast_launch.enabled_for(entry.fast_launch), entry.aliases)
 
 
 # Numba's simulator runs one kernel launch at a time in the whole process

@@ -64,9 +64,10 @@ class NumbaCudaCallable:
                 # checking wrapper, never shared with an op that does not.
                 + (";check=1" if self._called is not self.func else ""))
 
-    def _key(self, inputs) -> str:
+    def _key(self, inputs, aliases=None) -> str:
         call = "in=" + _registry.avals_text(
             (tuple(x.shape), np.dtype(x.dtype)) for x in inputs)
+        call += _registry.alias_spec(aliases)
         n_in = len(inputs)
         specs = inputs + self.out_specs + self.scratch_specs
         bf16 = _numba.has_bfloat16(s.dtype for s in specs)
@@ -76,7 +77,8 @@ class NumbaCudaCallable:
                 # What XLA calls: func, or func checked for input writes.
                 key, _registry.weak_ref_to(self._called), n_in,
                 len(self.out_specs), len(self.scratch_specs), bfloat16=bf16,
-                fast_launch=self.fast_launch)
+                fast_launch=self.fast_launch,
+                aliases=tuple(sorted((aliases or {}).items())))
         return _registry.program_key(self.func, self._group, call, entry)
 
     def __call__(self, *args):
@@ -94,7 +96,7 @@ class NumbaCudaCallable:
                 _checks.arg_layout(len(inputs), len(self.out_specs),
                                    len(self.scratch_specs), stream=True))
             self._arities_checked.add(nargs)
-        key = self._key(inputs)
+        key = self._key(inputs, aliases)
         target = (_targets.CAPTURE_TARGET if self.capture
                   else _targets.CALLABLE_TARGET)
         # ffi_call's own 'expand_dims' batching gives an unbatched aliased

@@ -169,18 +169,28 @@ class NumbaCudaKernel:
             decision = _fold.decide(
                 vmap_method=self.vmap_method, grid=grid,
                 cooperative=cooperative, axes_read=read, unreadable=why)
+            # The simulator reads globals live, batched or not.
+            if decision.folds and not _numba.simulator_enabled():
+                why = _fold.unknown_globals_reason(self.kernel, argtypes)
+                if why:
+                    decision = _fold.fallback(why)
         self._fold_decisions[argtypes] = decision
         return decision
 
-    def _batched_kernel(self, num_args, broadcast, decision):
-        """The generated kernel for a folded launch (one per broadcast pattern)."""
-        key = (num_args, broadcast, decision.axis)
+    def _batched_kernel(self, num_args, broadcast, decision, argtypes=None):
+        """The generated kernel for a folded launch (one per broadcast
+        pattern and set of frozen globals)."""
+        frozen = (None if _numba.simulator_enabled() or argtypes is None
+                  else _fold.frozen_globals(self.kernel, tuple(argtypes)))
+        # The frozen values live as long as the kernel: their id is stable.
+        key = (num_args, broadcast, decision.axis,
+               id(frozen) if frozen else None)
         kernel = self._batched_kernels.get(key)
         if kernel is None:
             make = (_mlir.make_batched_kernel if self._mlir
                     else _fold.make_batched_kernel)
             axis = _fold.AXIS_NAMES.index(decision.axis)
-            kernel = make(self.kernel, num_args, broadcast, axis)
+            kernel = make(self.kernel, num_args, broadcast, axis, frozen)
             if not self._mlir:
                 # What generated it, as numbax's entry in the kernel's Numba
                 # cache names it (_kernel_cache).
@@ -201,7 +211,8 @@ class NumbaCudaKernel:
         n_args = len(argtypes)
         flags = tuple(broadcast) + (False,) * (n_args - len(broadcast))
         try:
-            return decision, self._batched_kernel(n_args, flags, decision)
+            return decision, self._batched_kernel(n_args, flags, decision,
+                                                  argtypes)
         except Exception as exc:  # e.g. a body Numba refuses as a device fn
             decision = _fold.fallback(
                 f"the batched kernel did not build ({type(exc).__name__}: "
@@ -269,20 +280,26 @@ class NumbaCudaKernel:
         return tuple(tys)
 
     def _compile(self, argtypes, n_in=None):
+        argtypes = tuple(argtypes)
         if self._mlir:
+            _fold.note_compile(self.kernel, argtypes)
             return _mlir.compile_kernel(self.kernel, argtypes, self._label)
         # A kernel compiled for explicit signatures: the version Numba's own
         # launch would pick, or a TypeError (never another type's code).
         compiled = _signatures.select(self.kernel, argtypes, self._label,
                                       n_in)
         if compiled is not None:
+            _fold.note_compiled_elsewhere(self.kernel, argtypes)
             return self._refuse_debug(compiled)
         # Compiled (or loaded) by Numba in this process already: that one,
         # rather than a second copy of its code from numbax's entry.
         compiled = (getattr(self.kernel, "overloads", None) or {}).get(
-            tuple(argtypes))
+            argtypes)
         if compiled is not None:
+            _fold.note_compiled_elsewhere(self.kernel, argtypes)
             return self._refuse_debug(compiled)
+        # The module globals the body reads are frozen into the code now.
+        _fold.note_compile(self.kernel, argtypes)
         # A warm start: numbax's entry beside the kernel's Numba cache, if
         # any, spares this process Numba's compile or load (_kernel_cache).
         cached = _kernel_cache.load(self.kernel, (), argtypes)
@@ -332,11 +349,19 @@ class NumbaCudaKernel:
         return (f"kernel;outs={outs};grid={dims(grid)};block={dims(block)}"
                 f";smem={self.shared_mem}")
 
+    def _alias_pairs(self) -> tuple:
+        """input_output_aliases as sorted (input, output) int pairs (checked
+        by _checked_inputs before any trace)."""
+        return tuple(sorted((int(i), int(o)) for i, o in
+                            (self.input_output_aliases or {}).items()))
+
     @staticmethod
-    def _call_spec(avals, batch, broadcast, fold: str = "") -> str:
+    def _call_spec(avals, batch, broadcast, fold: str = "",
+                   aliases: tuple = ()) -> str:
         flags = "".join("1" if b else "0" for b in broadcast)
         spec = (f"in={_registry.avals_text(avals)};batch={int(batch)}"
                 f";bcast={flags}")
+        spec += _registry.alias_spec(dict(aliases))
         # How a vmapped call launches (axis/slices per launch) is decided
         # anew from the compiled kernel wherever the key is resolved; it is
         # in the key so that a program built under another chunk limit
@@ -363,7 +388,7 @@ class NumbaCudaKernel:
         broadcast = tuple(c == "1" for c in fields.get("bcast", ""))
         if len(broadcast) != len(avals):
             raise ValueError(f"{self!r}: malformed call spec {call!r}")
-        return avals, batch, broadcast
+        return avals, batch, broadcast, _registry.parse_aliases(fields)
 
     def _out_avals(self, batch):
         lead = (batch,) if batch else ()
@@ -374,20 +399,21 @@ class NumbaCudaKernel:
         """The registry entry of a key this process did not trace (a
         deserialised or cached program): built from the call spec, the
         kernel compiled here once per key."""
-        avals, batch, broadcast = self._parse_call(call)
+        avals, batch, broadcast, aliases = self._parse_call(call)
         if platform == "cpu":
             launcher = self._simulator_launcher(
-                avals, self._out_avals(batch), batch, broadcast)
+                avals, self._out_avals(batch), batch, broadcast, aliases)
             return _registry.CallableEntry(
                 key, _registry.weak_ref_to(launcher), len(avals),
-                len(self.out_specs), 0)
+                len(self.out_specs), 0, aliases=aliases)
         # On XLA's instantiating thread: compile with device 0's primary
         # context bound for the call (as a trace on the main thread would),
         # so that Numba does not push a context of its own onto XLA's thread.
         return _core.call_on_device(
-            0, lambda: self._kernel_entry(key, avals, batch, broadcast))
+            0, lambda: self._kernel_entry(key, avals, batch, broadcast,
+                                          aliases))
 
-    def _kernel_entry(self, key, avals, batch, broadcast):
+    def _kernel_entry(self, key, avals, batch, broadcast, aliases=()):
         out_avals = self._out_avals(batch)
         dtypes = [d for _, d in list(avals) + out_avals]
         if _numba.has_bfloat16(dtypes):
@@ -417,7 +443,7 @@ class NumbaCudaKernel:
 
         plan = _kernel_plan.builder(op_ref, compiled, grid, block, empty,
                                     batch, broadcast, n_in, fold_axis,
-                                    max_slices)
+                                    max_slices, aliases)
         return _registry.KernelEntry(key, plan, op_ref)
 
     def _gpu_key(self, avals, out_avals, batch, broadcast):
@@ -426,7 +452,8 @@ class NumbaCudaKernel:
             raise ValueError(f"{self!r}: outputs {out_avals} do not match "
                              f"outs {self.out_specs} (batch {batch})")
         # Compiled now, at trace time, so that compile errors surface here.
-        entry = self._kernel_entry("", avals, batch, broadcast)
+        aliases = self._alias_pairs()
+        entry = self._kernel_entry("", avals, batch, broadcast, aliases)
 
         def make_entry(key):
             entry.key = key
@@ -434,11 +461,12 @@ class NumbaCudaKernel:
         return _registry.program_key(
             self.kernel, self._group,
             self._call_spec(avals, batch, broadcast,
-                            self._fold_spec(avals, batch, broadcast)),
+                            self._fold_spec(avals, batch, broadcast), aliases),
             make_entry)
 
     # -- CPU: the same launch through Numba's simulator -------------------
-    def _simulator_launcher(self, avals, out_shapes, batch, broadcast):
+    def _simulator_launcher(self, avals, out_shapes, batch, broadcast,
+                            aliases=()):
         """The function the CPU handler calls: the launch(es) in the simulator."""
         if self._mlir:
             raise _mlir.no_simulator_error(self._label)
@@ -451,12 +479,14 @@ class NumbaCudaKernel:
                      else _fold.AXIS_NAMES.index(decision.axis))
         max_slices = _fold.MAX_SLICES_PER_LAUNCH if batched is not None \
             else None
-        signature = (n_in, batch, tuple(broadcast), fold_axis, max_slices)
+        signature = (n_in, batch, tuple(broadcast), fold_axis, max_slices,
+                     aliases)
         launcher = self._launchers.get(signature)
         if launcher is None:
             launcher = _kernel_simulator.make_launcher(
                 self.kernel, self.shared_mem, self._py_func, n_in, grid, block,
-                empty, batch, broadcast, batched, fold_axis, max_slices)
+                empty, batch, broadcast, batched, fold_axis, max_slices,
+                {o for _, o in aliases})
             # Kept alive here: the registry refers to it weakly.
             launcher = self._launchers.setdefault(signature, launcher)
         try:
@@ -473,16 +503,18 @@ class NumbaCudaKernel:
 
     def _simulator_key(self, avals, out_shapes, batch, broadcast):
         n_in = len(avals)
-        launcher = self._simulator_launcher(avals, out_shapes, batch, broadcast)
+        aliases = self._alias_pairs()
+        launcher = self._simulator_launcher(avals, out_shapes, batch, broadcast,
+                                            aliases)
 
         def make_entry(key):
             return _registry.CallableEntry(
                 key, _registry.weak_ref_to(launcher), n_in,
-                len(self.out_specs), 0)
+                len(self.out_specs), 0, aliases=aliases)
         return _registry.program_key(
             self.kernel, self._group,
             self._call_spec(avals, batch, broadcast,
-                            self._fold_spec(avals, batch, broadcast)),
+                            self._fold_spec(avals, batch, broadcast), aliases),
             make_entry)
 
     def _checked_inputs(self, args, shapes=False):

@@ -1,0 +1,112 @@
+// Tests for keeping input_output_aliases (csrc/aliases.*) without a GPU:
+// the host copy the CPU handlers make, and the driver copy through a fake
+// driver table.
+#include "aliases.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+using numbax::Alias;
+using numbax::AliasList;
+using numbax::BufferView;
+using numbax::KeepAliasedInputs;
+
+BufferView View(float* data, int64_t n) {
+  BufferView v;
+  v.data = data;
+  v.element_count = n;
+  v.nbytes = static_cast<size_t>(n) * sizeof(float);
+  return v;
+}
+
+TEST(Aliases, CheckRefusesBadPairs) {
+  EXPECT_EQ(numbax::CheckAliases({{0, 0}, {1, 1}}, 2, 2), "");
+  EXPECT_NE(numbax::CheckAliases({{2, 0}}, 2, 1), "");
+  EXPECT_NE(numbax::CheckAliases({{-1, 0}}, 2, 1), "");
+  EXPECT_NE(numbax::CheckAliases({{0, 1}}, 2, 1), "");
+  EXPECT_NE(numbax::CheckAliases({{0, 0}, {1, 0}}, 2, 1), "");
+}
+
+// Two buffers where XLA promised one: the output gets the input's values;
+// the other outputs are left alone.
+TEST(Aliases, HostCopyWhereXlaHandedTwoBuffers) {
+  std::vector<float> in = {1, 2, 3}, other = {9, 9, 9};
+  std::vector<float> out = {0, 0, 0}, free_out = {7, 7, 7};
+  const auto before = numbax::AliasCopyCount().load();
+  std::vector<BufferView> buffers = {View(in.data(), 3), View(other.data(), 3),
+                                     View(free_out.data(), 3),
+                                     View(out.data(), 3)};
+  EXPECT_EQ(KeepAliasedInputs(nullptr, nullptr, buffers, 2, {{0, 1}}), "");
+  EXPECT_EQ(out, in);
+  EXPECT_EQ(free_out, (std::vector<float>{7, 7, 7}));
+  EXPECT_EQ(numbax::AliasCopyCount().load(), before + 1);
+}
+
+TEST(Aliases, NoCopyWhenXlaKeptThePromise) {
+  std::vector<float> in = {1, 2, 3};
+  const auto before = numbax::AliasCopyCount().load();
+  std::vector<BufferView> buffers = {View(in.data(), 3), View(in.data(), 3)};
+  EXPECT_EQ(KeepAliasedInputs(nullptr, nullptr, buffers, 1, {{0, 0}}), "");
+  EXPECT_EQ(numbax::AliasCopyCount().load(), before);
+}
+
+TEST(Aliases, RefusesDifferentSizesAndPartialOverlap) {
+  std::vector<float> a(8, 1.0f), b(4, 0.0f);
+  std::vector<BufferView> sizes = {View(a.data(), 8), View(b.data(), 4)};
+  EXPECT_NE(KeepAliasedInputs(nullptr, nullptr, sizes, 1, {{0, 0}}), "");
+  std::vector<BufferView> overlap = {View(a.data(), 4), View(a.data() + 2, 4)};
+  const std::string why = KeepAliasedInputs(nullptr, nullptr, overlap, 1,
+                                            {{0, 0}});
+  EXPECT_NE(why.find("overlap"), std::string::npos) << why;
+  EXPECT_EQ(a[2], 1.0f);  // nothing was written
+}
+
+// On CUDA the copy goes through cuMemcpyDtoDAsync on the op's stream.
+struct Copy {
+  numbax::cuda::CUdeviceptr dst, src;
+  size_t bytes;
+  numbax::cuda::CUstream stream;
+};
+std::vector<Copy> g_copies;
+numbax::cuda::CUresult g_copy_result = numbax::cuda::CUDA_SUCCESS;
+
+numbax::cuda::CUresult FakeCopy(numbax::cuda::CUdeviceptr dst,
+                                numbax::cuda::CUdeviceptr src, size_t bytes,
+                                numbax::cuda::CUstream stream) {
+  g_copies.push_back({dst, src, bytes, stream});
+  return g_copy_result;
+}
+
+numbax::cuda::CUresult FakeErrorName(numbax::cuda::CUresult,
+                                     const char** name) {
+  *name = "CUDA_ERROR_FAKE";
+  return numbax::cuda::CUDA_SUCCESS;
+}
+
+TEST(Aliases, DriverCopyOnTheOpsStream) {
+  numbax::cuda::Driver driver{};
+  driver.cuMemcpyDtoDAsync = FakeCopy;
+  driver.cuGetErrorName = FakeErrorName;
+  std::vector<float> in(16), out(16);
+  std::vector<BufferView> buffers = {View(in.data(), 16), View(out.data(), 16)};
+  auto* stream = reinterpret_cast<numbax::cuda::CUstream>(0x5);
+  g_copies.clear();
+  EXPECT_EQ(KeepAliasedInputs(&driver, stream, buffers, 1, {{0, 0}}), "");
+  ASSERT_EQ(g_copies.size(), 1u);
+  EXPECT_EQ(g_copies[0].dst, reinterpret_cast<uintptr_t>(out.data()));
+  EXPECT_EQ(g_copies[0].src, reinterpret_cast<uintptr_t>(in.data()));
+  EXPECT_EQ(g_copies[0].bytes, 64u);
+  EXPECT_EQ(g_copies[0].stream, stream);
+
+  g_copy_result = static_cast<numbax::cuda::CUresult>(700);
+  const std::string why = KeepAliasedInputs(&driver, stream, buffers, 1,
+                                            {{0, 0}});
+  g_copy_result = numbax::cuda::CUDA_SUCCESS;
+  EXPECT_NE(why.find("CUDA_ERROR_FAKE"), std::string::npos) << why;
+}
+
+}  // namespace

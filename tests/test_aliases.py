@@ -1,0 +1,191 @@
+"""input_output_aliases hold inside XLA's loops, for every op kind.
+
+An aliased output must start out holding its input's values. Inside a loop
+over slices (vmap 'sequential', lax.map, scan, fori_loop) XLA's GPU
+dynamic_slice_fusion once handed such a call two different buffers, and an
+in-place kernel started from zeros: `jax.jit(jax.vmap(op))(x)` gave 1 where
+2x + 1 was due (H200, jax 0.11.2, slices of 1024 elements and more). Every
+numbax handler now copies the input into its aliased output where XLA hands
+them two buffers (csrc/aliases.h).
+
+The loop tests run on the GPU (`gpu`) and on the CPU simulator; the
+simulator takes a single small size.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from numba import cuda
+
+import numbax
+from numbax import _registry
+from conftest import SIMULATOR
+
+# Slices of 1024 elements and more broke on the H200; 8 did not.
+SIZES = (40,) if SIMULATOR else (8, 1024, 4099, 65536)
+BATCH = 3
+
+
+@cuda.jit
+def twice_plus_one(x, out):
+    # In place: reads the output (the input's values, by the alias), never x.
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = 2 * out[i] + 1
+
+
+def launch_flat(x, out, stream):
+    # Any batch layout func may get ('expand_dims' & co.): one flat pass.
+    flat = out.reshape(out.size)
+    twice_plus_one[(flat.size + 255) // 256, 256, stream](flat, flat)
+
+
+def kernel_op(n, vmap_method=None):
+    return numbax.numba_cuda_kernel(
+        twice_plus_one, jax.ShapeDtypeStruct((n,), jnp.float32),
+        launch_dims=n, input_output_aliases={0: 0}, vmap_method=vmap_method)
+
+
+def callable_op(n, vmap_method="sequential", capture=False):
+    return numbax.numba_cuda_callable(
+        launch_flat, jax.ShapeDtypeStruct((n,), jnp.float32),
+        input_output_aliases={0: 0}, vmap_method=vmap_method, capture=capture)
+
+
+_custom_ops: dict = {}
+
+
+def custom_op(n):
+    # One XLACustomKernel for the module: its name is global.
+    if "op" not in _custom_ops:
+        op = numbax.XLACustomKernel("test_aliases_twice_plus_one")
+        op.def_numba_cuda_kernel(lambda *, outs: numbax.numba_cuda_kernel(
+            twice_plus_one, outs, launch_dims=outs.shape[0],
+            input_output_aliases={0: 0}))
+        _custom_ops["op"] = op
+    op = _custom_ops["op"]
+    spec = jax.ShapeDtypeStruct((n,), jnp.float32)
+    return lambda x: op(x, outs=spec)
+
+
+def fresh(rng, n):
+    return rng.standard_normal((BATCH, n)).astype(np.float32)
+
+
+# Each loop runs op on every row of xs; the result is 2 * xs + 1.
+LOOPS = {
+    "vmap": lambda op: jax.jit(jax.vmap(op)),
+    "lax.map": lambda op: jax.jit(lambda b: lax.map(op, b)),
+    "scan": lambda op: jax.jit(
+        lambda b: lax.scan(lambda c, x: (c, op(x)), 0, b)[1]),
+    "fori_loop": lambda op: jax.jit(lambda b: lax.fori_loop(
+        0, b.shape[0], lambda i, acc: acc.at[i].set(op(acc[i])), b)),
+}
+
+
+def check(f, xs):
+    got = np.asarray(f(xs))
+    np.testing.assert_allclose(got, 2 * xs + 1, rtol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+@pytest.mark.parametrize("vmap_method", [None, "sequential"])
+def test_kernel_in_place_inside_loops(loop, vmap_method, n, rng):
+    if loop != "vmap" and vmap_method is not None:
+        pytest.skip("vmap_method only changes jax.vmap")
+    check(LOOPS[loop](kernel_op(n, vmap_method)), fresh(rng, n))
+
+
+CALLABLE_METHODS = ["sequential", "sequential_unrolled", "expand_dims",
+                    "broadcast_all", "legacy_vectorized"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])
+@pytest.mark.parametrize("loop", ["vmap-" + m for m in CALLABLE_METHODS]
+                         + ["lax.map", "scan", "fori_loop"])
+def test_callable_in_place_inside_loops(loop, capture, n, rng):
+    if loop.startswith("vmap-"):
+        op = callable_op(n, loop[len("vmap-"):], capture)
+        f = LOOPS["vmap"](op)
+    else:
+        f = LOOPS[loop](callable_op(n, "sequential", capture))
+    xs = fresh(rng, n)
+    check(f, xs)
+    # Called again on new data (a captured op replays its graph).
+    check(f, fresh(rng, n))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_custom_kernel_in_place_inside_loops(loop, n, rng):
+    check(LOOPS[loop](custom_op(n)), fresh(rng, n))
+
+
+@pytest.mark.gpu
+def test_repeated_in_place_steps_keep_their_state(rng):
+    # RNG-state style: the state advanced in place k times in a fori_loop.
+    n = SIZES[-1]
+    op = kernel_op(n)
+    x = rng.standard_normal(n).astype(np.float32)
+    got = jax.jit(lambda s: lax.fori_loop(0, 4, lambda _, v: op(v), s))(x)
+    want = x
+    for _ in range(4):
+        want = 2 * want + 1
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5)
+
+
+# -- what the handlers are told (CPU) ------------------------------------
+
+def _plain(x, out, stream):
+    pass
+
+
+def test_aliases_are_in_the_key_and_reach_the_handler():
+    spec = jax.ShapeDtypeStruct((4,), jnp.float32)
+    aliased = numbax.numba_cuda_callable(
+        launch_flat, spec, input_output_aliases={0: 0})
+    plain = numbax.numba_cuda_callable(launch_flat, spec)
+    x = jnp.ones(4, jnp.float32)
+    key = aliased._key([x], {0: 0})
+    assert key.endswith(";alias=0:0")
+    # The same function without aliases never shares the entry.
+    assert plain._key([x], None) != key
+    assert ";alias" not in plain._key([x], None)
+    # The resolver hands C++ the pairs, also for an entry rebuilt from the
+    # key alone (a deserialised program).
+    assert _registry._resolve_callable(key, "cpu")[5] == ((0, 0),)
+    with _registry._lock:
+        _registry._entries.pop(key)
+    assert _registry._resolve_callable(key, "cpu")[5] == ((0, 0),)
+    del plain
+
+
+def test_alias_spec_round_trip_and_malformed():
+    fields = _registry.spec_fields("in=float32[4];alias=2:0,0:1")
+    assert _registry.parse_aliases(fields) == ((0, 1), (2, 0))
+    assert _registry.alias_spec({2: 0, 0: 1}) == ";alias=0:1,2:0"
+    assert _registry.alias_spec(None) == _registry.alias_spec({}) == ""
+    with pytest.raises(ValueError, match="malformed alias spec"):
+        _registry.parse_aliases({"alias": "0-1"})
+
+
+def test_kernel_key_carries_its_aliases():
+    n = 8
+    x = jnp.arange(n, dtype=jnp.float32)
+    aliased = kernel_op(n)
+    unaliased = numbax.numba_cuda_kernel(
+        twice_plus_one, jax.ShapeDtypeStruct((n,), jnp.float32),
+        launch_dims=n)
+    text_a = jax.jit(aliased).lower(x).as_text()
+    text_u = jax.jit(unaliased).lower(x).as_text()
+    assert ";alias=0:0" in text_a
+    assert ";alias" not in text_u
+    np.testing.assert_allclose(np.asarray(jax.jit(aliased)(x)),
+                               2 * np.arange(n) + 1)

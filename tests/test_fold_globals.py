@@ -1,0 +1,128 @@
+"""A folded vmap sees the module globals the unbatched kernel was compiled with.
+
+Numba freezes the globals a kernel reads when it compiles it. The folded
+vmap compiles the body again inside a generated kernel: before, from the
+module as it was then, so a global changed after the first call gave the
+old value in a single call and under 'sequential', and the new one under a
+folded jax.vmap. Now the batched body is compiled against the values numbax
+noted right before the unbatched compile (_fold.note_compile); where Numba
+compiled the kernel without numbax, a body reading such globals does not
+fold, and vmap_fold says why.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numba import cuda
+
+import numbax
+from numbax import _fold
+
+SCALE = 1.0
+OFFSETS = np.array([1.0, 2.0], np.float32)
+N = 64
+
+
+@cuda.jit
+def scale_by_global(x, out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = x[i] * SCALE + OFFSETS[0]
+
+
+@pytest.fixture
+def restore_globals():
+    saved = SCALE, OFFSETS.copy()
+    yield
+    globals()["SCALE"] = saved[0]
+    OFFSETS[:] = saved[1]
+
+
+@pytest.mark.gpu
+def test_folded_vmap_uses_the_values_the_kernel_was_compiled_with(
+        gpu_only, restore_globals, rng):
+    op = numbax.numba_cuda_kernel(
+        scale_by_global, jax.ShapeDtypeStruct((N,), jnp.float32),
+        launch_dims=N)
+    x = rng.standard_normal(N).astype(np.float32)
+    xs = rng.standard_normal((3, N)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(jax.jit(op)(x)), x + 1, rtol=1e-6)
+    # Changed after Numba compiled the kernel: frozen at 1.0 and 1.0.
+    globals()["SCALE"] = 5.0
+    OFFSETS[0] = 100.0
+    assert op.vmap_fold(x).folds
+    np.testing.assert_allclose(np.asarray(jax.jit(op)(x)), x + 1, rtol=1e-6)
+    for f in (jax.vmap(op), jax.jit(jax.vmap(op)), jax.jit(jax.vmap(
+            numbax.numba_cuda_kernel(
+                scale_by_global, jax.ShapeDtypeStruct((N,), jnp.float32),
+                launch_dims=N, vmap_method="sequential")))):
+        np.testing.assert_allclose(np.asarray(f(xs)), xs + 1, rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_kernel_numba_compiled_first_does_not_fold_and_says_why(
+        gpu_only, restore_globals, rng):
+    @cuda.jit
+    def scaled(x, out):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = x[i] * SCALE
+
+    x = rng.standard_normal(N).astype(np.float32)
+    out = cuda.device_array(N, np.float32)
+    scaled[1, N](cuda.to_device(x), out)  # Numba compiles, SCALE = 1.0
+    globals()["SCALE"] = 3.0
+    op = numbax.numba_cuda_kernel(
+        scaled, jax.ShapeDtypeStruct((N,), jnp.float32), launch_dims=N)
+    decision = op.vmap_fold(x)
+    assert not decision.folds
+    assert "module globals (SCALE)" in decision.reason
+    xs = rng.standard_normal((3, N)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(op))(xs)), xs,
+                               rtol=1e-6)
+
+
+# -- the helpers, without a GPU -----------------------------------------
+
+def test_globals_read_copies_what_numba_freezes(restore_globals):
+    values = _fold.globals_read(scale_by_global.py_func)
+    assert values["SCALE"] == 1.0
+    assert values["OFFSETS"] is not OFFSETS  # a copy, as Numba's
+    np.testing.assert_array_equal(values["OFFSETS"], OFFSETS)
+    assert "cuda" not in values  # modules and code are not values
+
+
+def test_with_globals_reads_the_noted_values(restore_globals):
+    def reads():
+        return SCALE, OFFSETS[0]
+    frozen = _fold.globals_read(reads)
+    globals()["SCALE"] = 9.0
+    OFFSETS[0] = 50.0
+    clone = _fold.with_globals(reads, frozen)
+    assert clone() == (1.0, 1.0)
+    assert reads() == (9.0, 50.0)
+    assert clone.__qualname__ == reads.__qualname__
+    assert _fold.with_globals(reads, {}) is reads
+
+
+def test_unknown_values_block_the_fold_only_for_bodies_reading_globals():
+    class Kernel:  # stands for a dispatcher
+        def __init__(self, py_func):
+            self.py_func = py_func
+
+    def reads(x):
+        return x * SCALE
+
+    def pure(x):
+        return x * 2
+
+    a, b = Kernel(reads), Kernel(pure)
+    _fold.note_compiled_elsewhere(a, ("t",))
+    _fold.note_compiled_elsewhere(b, ("t",))
+    assert "module globals (SCALE)" in _fold.unknown_globals_reason(a, ("t",))
+    assert _fold.unknown_globals_reason(b, ("t",)) is None
+    c = Kernel(reads)
+    _fold.note_compile(c, ("t",))
+    assert _fold.unknown_globals_reason(c, ("t",)) is None
+    assert _fold.frozen_globals(c, ("t",)) == {"SCALE": SCALE}
