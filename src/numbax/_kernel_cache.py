@@ -17,7 +17,8 @@ file), get entries there too, keyed by what generated them.
 
 The entries live in the kernel's cache directory, in an index of numbax's
 own (``<Numba's file name>.numbax.nbi`` and its ``.nbc`` data files, written
-by Numba's own index class under a file lock), stamped with the kernel's
+by Numba's own index class under a file lock, waited for at most
+LOCK_WAIT_S; an index that is garbage is rebuilt), stamped with the kernel's
 source file like Numba's index, so an edit of that file drops them. A key
 holds numbax's entry format, what was compiled (the kernel or a generated
 one) for which argument types and compiler options, the kernel's bytecode
