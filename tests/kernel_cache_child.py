@@ -348,6 +348,111 @@ def reload_edited(directory):
            after_edit=kc.load(kmod.affine, (), f32) is not None)
 
 
+class _Records:
+    """numbax's log records at WARNING and above, as text."""
+
+    def __init__(self):
+        import logging
+
+        self.messages = []
+        handler = logging.Handler(logging.WARNING)
+        handler.emit = lambda record: self.messages.append(
+            record.getMessage())
+        logging.getLogger("numbax").addHandler(handler)
+
+
+def garbage_index():
+    """An index file that is not an index (garbage bytes, a truncated
+    pickle, the right header over garbage, a pickle of the wrong shape):
+    the next save rebuilds it, and a later load hits."""
+    import pickle
+
+    import numba
+    from numba import types
+
+    import kmod
+    from numbax import _kernel_cache as kc
+
+    _no_gpu(kc)
+    records = _Records()
+    f32 = (types.float32[::1], types.float32[::1])
+    k = kmod.affine
+    cache = kc.cache_of(k)
+    header = pickle.dumps(numba.__version__, protocol=-1)
+    garbage = {"bytes": b"this is not an index",
+               "truncated": b"\x80",
+               "header_then_garbage": header + b"junk",
+               "wrong_shape": header + pickle.dumps(["not", "a", "pair"])}
+    out = {"first_saved": kc.save(k, (), f32, _Compiled(cubin=b"first"))}
+    index = kc._index(cache)
+    for name, text in garbage.items():
+        with open(index._index_path, "wb") as f:
+            f.write(text)
+        kc._loaded.clear()
+        kc._present.clear()
+        miss = kc.load(k, (), f32) is None
+        saved = kc.save(k, (), f32, _Compiled(cubin=name.encode()),
+                        lambda: ({0}, None))
+        kc._loaded.clear()
+        kc._present.clear()
+        hit = kc.load(k, (), f32)
+        out[name] = {"miss": miss, "saved": saved,
+                     "cubin": None if hit is None else hit._image.cubin.decode(),
+                     "has_entry": kc.has_entry(k, (), f32)}
+    out["warnings"] = records.messages
+    report(**out)
+
+
+_HOLD_LOCK = """
+import fcntl, sys, time
+f = open(sys.argv[1], "a")
+fcntl.flock(f, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def locked():
+    """The cache's lock held by another process: save gives up after
+    LOCK_WAIT_S (False, never raising), warns once, and writes again once
+    the lock is free."""
+    import subprocess
+
+    from numba import types
+
+    import kmod
+    from numbax import _kernel_cache as kc
+
+    _no_gpu(kc)
+    records = _Records()
+    f32 = (types.float32[::1], types.float32[::1])
+    f64 = (types.float64[::1], types.float64[::1])
+    k = kmod.affine
+    cache = kc.cache_of(k)
+    cache._impl.locator.ensure_cache_path()
+    path = os.path.join(cache.cache_path,
+                        cache._impl.filename_base + ".numbax.lock")
+    # Held far longer than the bound: a save that waited for the holder
+    # would return True (after it exits), not False.
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, path, "30"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        kc.LOCK_WAIT_S = 0.2
+        out = {"saved_while_locked": kc.save(k, (), f32, _Compiled()),
+               "saved_again_while_locked": kc.save(k, (), f64, _Compiled()),
+               "holder_still_running": holder.poll() is None,
+               "warnings": list(records.messages)}
+    finally:
+        holder.kill()
+        holder.wait()
+    out["saved_after"] = kc.save(k, (), f32, _Compiled(cubin=b"after"))
+    kc._loaded.clear()
+    hit = kc.load(k, (), f32)
+    out["cubin_after"] = None if hit is None else hit._image.cubin.decode()
+    report(**out)
+
+
 if __name__ == "__main__":
     sys.path.insert(0, sys.argv[2])
     if sys.argv[1] == "gpu":
@@ -364,5 +469,9 @@ if __name__ == "__main__":
         crossed()
     elif sys.argv[1] == "reload":
         reload_edited(sys.argv[2])
+    elif sys.argv[1] == "garbage_index":
+        garbage_index()
+    elif sys.argv[1] == "locked":
+        locked()
     else:
         entries()

@@ -153,6 +153,41 @@ def test_broken_or_unwritable_caches_are_misses(tmp_path):
         assert not got["saved_read_only"], got
 
 
+def test_a_garbage_index_is_rebuilt_by_the_next_save(tmp_path):
+    """Issue 38, item 8a: an index file that is not an index made every
+    save fail too (logged at DEBUG only), so the kernel never warm-started
+    again. The next save rebuilds it (with a warning naming the file), and
+    later loads hit."""
+    write_kernels(tmp_path, "2.0")
+    got = run_child("garbage_index", tmp_path)
+    assert got["first_saved"], got
+    for name in ("bytes", "truncated", "header_then_garbage", "wrong_shape"):
+        assert got[name] == {"miss": True, "saved": True, "cubin": name,
+                             "has_entry": True}, (name, got)
+    assert len(got["warnings"]) == 4, got
+    for message in got["warnings"]:
+        assert "kmod.affine" in message and ".numbax.nbi" in message, message
+        assert "rebuilt" in message, message
+    again = run_child("entries", tmp_path)  # another process reads it
+    assert again["found_before"] and again["cubin"] == "wrong_shape", again
+
+
+def test_a_held_cache_lock_bounds_the_save(tmp_path):
+    """Issue 38, item 8b: the writer's file lock waited without a bound for
+    another process holding it. It waits LOCK_WAIT_S, then skips the save
+    (the kernel still runs, compiled by Numba), warning once; once the lock
+    is free, saves write again."""
+    write_kernels(tmp_path, "2.0")
+    got = run_child("locked", tmp_path)
+    assert got["holder_still_running"], got  # the save did not outwait it
+    assert not got["saved_while_locked"], got
+    assert not got["saved_again_while_locked"], got
+    (warning,) = got["warnings"]
+    assert "kmod.affine" in warning and ".numbax.lock" in warning, warning
+    assert "LOCK_WAIT_S" in warning and "NUMBA_CACHE_DIR" in warning, warning
+    assert got["saved_after"] and got["cubin_after"] == "after", got
+
+
 def test_an_edited_and_reloaded_kernel_misses_in_the_same_process(tmp_path):
     write_kernels(tmp_path, "2.0")
     got = run_child("reload", tmp_path)

@@ -244,6 +244,83 @@ def test_simulator_inputs_are_read_only_and_the_error_names_the_input():
     np.testing.assert_array_equal(x, np.ones(8))
 
 
+@cuda.jit
+def double_first_8(x, out):
+    i = cuda.grid(1)
+    if i < 8:
+        out[i] = x[i] * 2
+
+
+# Views of a (4, 4) input, each holding 8 of its elements; numpy computes
+# the same view of the input's values for the expected result.
+_INPUT_VIEWS = {
+    "reshape-then-slice": lambda y: y.reshape(y.size)[:8],
+    "ravel-then-slice": lambda y: y.ravel()[8:],
+    "strided": lambda y: y.reshape(16)[::2],
+    "view-then-reshape": lambda y: y.view(np.float32)[1:3].reshape(8),
+    "squeeze": lambda y: y[None].squeeze()[2:].reshape(8),
+    "bound-to-a-stream": lambda y: (
+        y.bind(0) if hasattr(y, "bind") else y)[:2].reshape(8),
+    "transposed": lambda y: y.T.reshape(16)[8:],
+    "np.asarray": lambda y: np.asarray(y).reshape(16)[4:12],
+}
+
+
+@pytest.mark.usefixtures("simulator_only")
+@pytest.mark.parametrize("view", list(_INPUT_VIEWS))
+def test_simulator_kernels_read_inputs_through_views(view, rng):
+    # Issue 38, item 6: a func passing a reshaped or sliced input to a
+    # kernel failed with "ValueError: assignment destination is read-only":
+    # the view was a bare numpy array, which Numba's simulator copies to a
+    # device array and back after the launch, into the read-only input.
+    make = _INPUT_VIEWS[view]
+
+    def func(y, out, stream):
+        double_first_8[1, 8, stream](make(y), out)
+
+    op = numbax.numba_cuda_callable(
+        func, _spec(), name=f"test_misuse.input_view.{view}")
+    data = random_array(rng, (4, 4), np.float32)
+    expected = 2 * make(data.copy())
+    np.testing.assert_array_equal(jax.jit(op)(jnp.asarray(data)), expected)
+    np.testing.assert_array_equal(op(jnp.asarray(data)), expected)
+
+
+@pytest.mark.usefixtures("simulator_only")
+@pytest.mark.parametrize("view", ["reshape-then-slice", "ravel-then-slice",
+                                  "strided", "np.asarray"])
+def test_simulator_kernel_writing_an_input_view_names_the_input(view):
+    make = _INPUT_VIEWS[view]
+
+    def func(x, y, out, stream):
+        write_first[1, 8, stream](make(y), out)
+
+    op = numbax.numba_cuda_callable(
+        func, _spec(), name=f"test_misuse.input_view_write.{view}")
+    x, y = jnp.ones(8, F32), jnp.zeros((4, 4), F32)
+    with pytest.raises(Exception, match="func wrote to input 1, which is "
+                       "read-only.*input_output_aliases"):
+        jax.block_until_ready(op(x, y))
+    np.testing.assert_array_equal(y, np.zeros((4, 4)))  # unchanged
+
+
+@pytest.mark.usefixtures("simulator_only")
+def test_simulator_host_copy_of_an_input_is_funcs_own(rng):
+    # A copy of an input (copy_to_host, astype) is func's to write: before,
+    # it refused writes with a false "func wrote to input 0".
+    def func(y, out, stream):
+        h = y.copy_to_host()
+        h[0] = 100.0
+        double_first_8[1, 8, stream](h, out)
+
+    op = numbax.numba_cuda_callable(
+        func, _spec(), name="test_misuse.input_host_copy")
+    data = random_array(rng, (8,), np.float32)
+    expected = 2 * data
+    expected[0] = 200.0
+    np.testing.assert_array_equal(op(jnp.asarray(data)), expected)
+
+
 def test_aliased_input_stays_writable(rng):
     def bump(x, out, stream):
         write_first[1, 8, stream](x, out)  # writes x[0] = 42 in place

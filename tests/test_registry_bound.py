@@ -9,6 +9,9 @@ one from its key when a program needs it again; numbax.clear_caches()
 drops them all.
 """
 
+import sys
+import threading
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -142,3 +145,54 @@ def test_a_foreign_plain_key_of_a_shared_name_is_still_refused():
     with pytest.raises(KeyError, match="is ambiguous in this process"):
         _registry._lookup(key, "cuda", "kernel")
     del a, b
+
+
+def test_clear_caches_while_first_calls_of_new_kernel_ops_run(simulator_only):
+    # Issue 38, item 5: numbax.clear_caches() from another thread while new
+    # kernel ops make their first calls. A kernel op's simulator launcher is
+    # what its registry entry refers to (weakly); clear_caches dropped it
+    # between the trace and XLA's instantiate stage, and about a third of
+    # the calls failed with a false "function was garbage-collected" that
+    # named numba_cuda_callable. A call racing with clear_caches must
+    # rebuild what it needs from the op, and succeed.
+    stop = threading.Event()
+    clears = [0]
+    errors = []
+
+    def clear_loop():
+        while not stop.is_set() and clears[0] < 100_000:
+            numbax.clear_caches()
+            clears[0] += 1
+
+    def first_calls(t):
+        try:
+            for i in range(12):
+                n = 3 + 16 * t + i  # a new op (and a new compile) per call
+                op = numbax.numba_cuda_kernel(
+                    plus_one, jax.ShapeDtypeStruct((n,), jnp.float32),
+                    launch_dims=n)
+                x = np.arange(n, dtype=np.float32) * (t + 1)
+                np.testing.assert_array_equal(
+                    np.asarray(jax.jit(op)(x)), x + 1)
+        except Exception as exc:  # reported, with its message, below
+            errors.append(exc)
+
+    # Switch threads often, so that the clears land inside the calls.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    clearer = threading.Thread(target=clear_loop, daemon=True)
+    workers = [threading.Thread(target=first_calls, args=(t,), daemon=True)
+               for t in range(3)]
+    try:
+        clearer.start()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(timeout=240)
+    finally:
+        stop.set()
+        clearer.join(timeout=60)
+        sys.setswitchinterval(interval)
+    assert not any(w.is_alive() for w in workers), "a worker did not finish"
+    assert clears[0] > 0
+    assert not errors, [str(e)[:600] for e in errors]

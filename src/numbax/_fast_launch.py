@@ -244,6 +244,9 @@ def _install_simulator_counter() -> None:
         # launches.
         if not self._device and sim._kernel_context is None:
             _core.note_simulator_launch()
+            # Views of numbax's read-only inputs, passed without the copy
+            # back Numba's simulator makes of numpy arguments (_numba.py).
+            args = _numba.simulator_launch_args(args)
         return original(self, *args)
 
     __call__.__numbax_counter__ = True  # type: ignore[attr-defined]

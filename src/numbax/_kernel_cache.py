@@ -17,7 +17,8 @@ file), get entries there too, keyed by what generated them.
 
 The entries live in the kernel's cache directory, in an index of numbax's
 own (``<Numba's file name>.numbax.nbi`` and its ``.nbc`` data files, written
-by Numba's own index class under a file lock), stamped with the kernel's
+by Numba's own index class under a file lock, waited for at most
+LOCK_WAIT_S; an index that is garbage is rebuilt), stamped with the kernel's
 source file like Numba's index, so an edit of that file drops them. A key
 holds numbax's entry format, what was compiled (the kernel or a generated
 one) for which argument types and compiler options, the kernel's bytecode
@@ -214,19 +215,71 @@ def _index(cache):
         source_stamp=numba_index._source_stamp)
 
 
+#: Seconds a save waits for another process's lock on the index before it
+#: skips writing (the kernel still runs; the entry is written another time).
+LOCK_WAIT_S = 5.0
+# How often the lock is tried meanwhile.
+_LOCK_POLL_S = 0.02
+# Lock files a save gave up on in this process: later saves try them once,
+# without waiting again, until one gets the lock.
+_busy_locks: set = set()
+# Lock files warned about (once each per process).
+_warned: set = set()
+
+
+class _LockBusy(Exception):
+    """Another process held the index's lock for LOCK_WAIT_S."""
+
+
+def _lock_path(cache) -> str:
+    return os.path.join(cache.cache_path,
+                        cache._impl.filename_base + ".numbax.lock")
+
+
+def _warn_once(what: str, message: str) -> None:
+    if what not in _warned:
+        _warned.add(what)
+        _log.warning(message)
+
+
 @contextlib.contextmanager
 def _file_lock(cache):
     """Other processes writing the same index wait (the index is read,
-    updated and rewritten per save, its data files numbered from it)."""
+    updated and rewritten per save, its data files numbered from it), for
+    at most LOCK_WAIT_S: then _LockBusy (a process that holds the lock and
+    never lets go must not stall every compile of the kernel)."""
     import fcntl
-    path = os.path.join(cache.cache_path,
-                        cache._impl.filename_base + ".numbax.lock")
+    import time
+    path = _lock_path(cache)
     with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        wait = 0.0 if path in _busy_locks else max(0.0, float(LOCK_WAIT_S))
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    _busy_locks.add(path)
+                    raise _LockBusy(path) from None
+                time.sleep(min(_LOCK_POLL_S, left))
+        _busy_locks.discard(path)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _readable_index(index) -> bool:
+    """Whether numbax's index file is an index (missing, stale or of
+    another Numba version counts: Numba's index class starts it anew)."""
+    try:
+        return isinstance(index._load_index(), dict)
+    except OSError:
+        raise  # unreadable, not garbage: the save fails as it would
+    except Exception:  # noqa: BLE001 - garbage: unpickling fails any way
+        return False
 
 
 def load(dispatcher, kind: tuple, argtypes, target=None) -> CachedKernel | None:
@@ -306,6 +359,12 @@ def has_entry(dispatcher, kind: tuple, argtypes) -> bool:
         return False
 
 
+def _name(dispatcher) -> str:
+    func = getattr(dispatcher, "py_func", dispatcher)
+    return (f"{getattr(func, '__module__', '?')}."
+            f"{getattr(func, '__qualname__', repr(func))}")
+
+
 def cachable_reason(compiled) -> str | None:
     """None if `compiled` (a Numba kernel) can launch from its cubin alone,
     else why not."""
@@ -360,9 +419,31 @@ def save(dispatcher, kind: tuple, argtypes, compiled, fold=None) -> bool:
         with _lock:
             cache._impl.locator.ensure_cache_path()
             with _file_lock(cache):
-                _index(cache).save(key, data)
+                index = _index(cache)
+                if not _readable_index(index):
+                    # Garbage (a crash mid-write by another tool, a disk
+                    # error): every save failed on it, and no load hit,
+                    # for good. Its entries are lost anyway: start anew.
+                    _log.warning(
+                        "numbax: the warm-start index of kernel %s, %s, was "
+                        "not a readable index; rebuilt it (its earlier "
+                        "entries are compiled again when needed)",
+                        _name(dispatcher), index._index_path)
+                    index._save_index({})
+                index.save(key, data)
             _present.setdefault(dispatcher, set()).add(key)
         return True
+    except _LockBusy as busy:
+        _warn_once(str(busy), (
+            f"numbax: kernel {_name(dispatcher)}: not writing its warm-start "
+            f"entry: another process has held the cache's lock file {busy} "
+            f"for more than {LOCK_WAIT_S:g} s "
+            "(numbax._kernel_cache.LOCK_WAIT_S). The kernel still runs, "
+            "compiled by Numba; this process tries again at its next save "
+            "without waiting. If that process is stuck, stop it, or give "
+            "this one a cache of its own with NUMBA_CACHE_DIR "
+            "(docs/warm_start.md)"))
+        return False
     except Exception as exc:  # noqa: BLE001 - a cache, never an error
         _log.debug("numbax: kernel cache not written: %s: %s",
                    type(exc).__name__, exc)

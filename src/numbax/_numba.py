@@ -253,12 +253,63 @@ class _ReadOnlyInput(np.ndarray):
         self.numbax_input = getattr(obj, "numbax_input", -1)
 
     def __setitem__(self, index, value):
+        if self.flags.writeable:
+            # A copy of the input (copy_to_host, astype): func's own.
+            return super().__setitem__(index, value)
         raise ValueError(
             f"func wrote to input {self.numbax_input}, which is read-only: "
             "an input is an immutable JAX value that other ops (and the "
             "caller) may still read. Write results into an output, or alias "
             "the input to an output with input_output_aliases={"
             f"{self.numbax_input}: output index}} to update it in place")
+
+
+def _viewed_input(arg):
+    """The index of the read-only input `arg` is a numpy view of, or None.
+
+    Slicing a reshaped input (``y.reshape(n)[:8]``), ``np.asarray(y)`` and
+    the like give bare numpy arrays, not simulator arrays."""
+    if (not isinstance(arg, np.ndarray) or arg.flags.writeable
+            or arg.ndim == 0):
+        return None
+    obj = arg
+    for _ in range(64):  # numpy's base chains are short
+        if isinstance(obj, _ReadOnlyInput):
+            return obj.numbax_input
+        if isinstance(obj, np.ndarray):
+            obj = obj.base
+        elif isinstance(obj, tuple):
+            # np.asarray(input) (numpy reads the simulator array's
+            # __array_struct__): its base is (the simulator array, capsule).
+            obj = obj[0] if obj else None
+        else:
+            # A simulator array (FakeCUDAArray): the numpy array it wraps.
+            obj = getattr(obj, "__dict__", {}).get("_ary")
+    return None
+
+
+def simulator_launch_args(args):
+    """The arguments of a kernel launch in the simulator, with every bare
+    numpy view of a read-only input made a simulator array over the same
+    memory.
+
+    Numba's simulator copies a numpy argument to a device array and back
+    after the launch: back into the read-only input, which failed with
+    "assignment destination is read-only" even when the kernel only read
+    it. As a simulator array it is passed as it is (as a device array's
+    view is on a GPU), and a write by the kernel raises numbax's error
+    naming the input."""
+    if not any(_viewed_input(a) is not None for a in args):
+        return args
+    out = []
+    for a in args:
+        index = _viewed_input(a)
+        if index is not None:
+            view = a.view(_ReadOnlyInput)
+            view.numbax_input = index
+            a = _input_array_type()(view)
+        out.append(a)
+    return tuple(out)
 
 
 def host_array_hook(ptr: int, shape: tuple, dtype: str, read_only_input=-1):

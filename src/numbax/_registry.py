@@ -377,6 +377,11 @@ def program_key(func, group_key: str, call: str,
 def _alive(entry) -> bool:
     if isinstance(entry, KernelEntry):
         return entry.owner_ref() is not None
+    # A kernel op's simulator launcher (kernel._LauncherRef) lives as long
+    # as its op: dropped by clear_caches, it is made again when called.
+    alive = getattr(entry.func_ref, "alive", None)
+    if alive is not None:
+        return alive()
     return entry.func_ref() is not None
 
 
@@ -420,6 +425,14 @@ def _missing(key: str, kind: str, why: str = "") -> KeyError:
         "(docs/export.md)")
 
 
+def _kind_of(key: str) -> str:
+    """'kernel' for a numba_cuda_kernel's key, else 'callable'."""
+    parsed = split_key(key)
+    if parsed is not None and _config(parsed[0]).startswith("kernel;"):
+        return "kernel"
+    return "callable"
+
+
 def _describe_others(group_key: str) -> str:
     identity = _identity(group_key)
     others = sorted(_config(g) for g in _groups
@@ -446,7 +459,7 @@ def _lookup(key: str, platform: str, kind: str = "callable"):
     if parsed is None:
         raise _missing(key, kind)
     group_key, call, mark = parsed
-    kind = "kernel" if _config(group_key).startswith("kernel;") else "callable"
+    kind = _kind_of(key)
     if mark is not None:
         token, _, serial = mark[1:].partition(".")
         with _lock:
@@ -516,11 +529,16 @@ def _build_entry(key, group_key, call, member, kind, platform):
 def _resolve_callable(key: str, platform: str):
     """Called by C++ at XLA's instantiate stage."""
     entry = _lookup(key, platform)
+    # A kernel op's key resolves here too on the CPU (its simulator
+    # launcher): errors name the kind of op the key belongs to.
+    kind = _kind_of(key)
     if not isinstance(entry, CallableEntry):
-        raise _missing(key, "callable")
-    func = entry.func_ref()
+        raise _missing(key, kind)
+    func = entry.func_ref()  # a strong reference from here on
     if func is None:
-        raise _missing(key, "callable", "Its function was garbage-collected. ")
+        raise _missing(key, kind, "Its op was garbage-collected. "
+                       if kind == "kernel" else
+                       "Its function was garbage-collected. ")
     if platform == "cuda" and entry.bfloat16:
         _numba.check_bfloat16_devices(f"numbax op '{key}'")
     if platform == "cpu" and not _numba.simulator_enabled():

@@ -50,6 +50,10 @@ def clear_caches() -> None:
     needs it again; the registry keeps at most 4096 anyway).
 
     Numba arrays are cached per compiled program and freed with it.
+
+    Safe to call while other threads run ops: a call that needs what was
+    dropped (an entry, a kernel op's simulator launcher) makes it again
+    from its op.
     """
     _registry.clear_entries()
     _core.clear_stream_cache()

@@ -57,6 +57,41 @@ def _is_dispatcher(kernel) -> bool:
         return False
 
 
+class _LauncherRef:
+    """The registry's reference to one of an op's simulator launchers.
+
+    Weak, as the registry's references are (neither the launcher nor the op
+    is kept alive by it); the op keeps its launchers, at most MAX_LAUNCHERS,
+    and numbax.clear_caches() drops them all, at any time, also between a
+    trace and XLA's instantiate stage in another thread. Called, it returns
+    the launcher (a strong reference), made again from the op (as for a
+    deserialised program) when it was dropped; None only once the op is
+    gone.
+    """
+
+    __slots__ = ("_op", "_spec", "_launcher")
+
+    def __init__(self, op, spec, launcher=None):
+        self._op = weakref.ref(op)
+        self._spec = spec  # (avals, out_shapes, batch, broadcast, aliases)
+        self._launcher = (weakref.ref(launcher) if launcher is not None
+                          else lambda: None)
+
+    def alive(self) -> bool:
+        """Whether a call would return a launcher (without making one)."""
+        return self._launcher() is not None or self._op() is not None
+
+    def __call__(self):
+        launcher = self._launcher()
+        if launcher is None:
+            op = self._op()
+            if op is None:
+                return None
+            launcher = op._simulator_launcher(*self._spec)
+            self._launcher = weakref.ref(launcher)
+        return launcher
+
+
 class NumbaCudaKernel:
     """The function of JAX arrays returned by :func:`numba_cuda_kernel`."""
 
@@ -401,11 +436,10 @@ class NumbaCudaKernel:
         kernel compiled here once per key."""
         avals, batch, broadcast, aliases = self._parse_call(call)
         if platform == "cpu":
-            launcher = self._simulator_launcher(
-                avals, self._out_avals(batch), batch, broadcast, aliases)
             return _registry.CallableEntry(
-                key, _registry.weak_ref_to(launcher), len(avals),
-                len(self.out_specs), 0, aliases=aliases)
+                key, _LauncherRef(self, (avals, self._out_avals(batch), batch,
+                                         broadcast, aliases)),
+                len(avals), len(self.out_specs), 0, aliases=aliases)
         # On XLA's instantiating thread: compile with device 0's primary
         # context bound for the call (as a trace on the main thread would),
         # so that Numba does not push a context of its own onto XLA's thread.
@@ -504,13 +538,15 @@ class NumbaCudaKernel:
     def _simulator_key(self, avals, out_shapes, batch, broadcast):
         n_in = len(avals)
         aliases = self._alias_pairs()
+        # Made now, so that its errors surface at trace time.
         launcher = self._simulator_launcher(avals, out_shapes, batch, broadcast,
                                             aliases)
 
         def make_entry(key):
             return _registry.CallableEntry(
-                key, _registry.weak_ref_to(launcher), n_in,
-                len(self.out_specs), 0, aliases=aliases)
+                key, _LauncherRef(self, (avals, out_shapes, batch, broadcast,
+                                         aliases), launcher),
+                n_in, len(self.out_specs), 0, aliases=aliases)
         return _registry.program_key(
             self.kernel, self._group,
             self._call_spec(avals, batch, broadcast,
