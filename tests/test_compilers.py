@@ -113,6 +113,28 @@ def test_kernel_in_place_alias(k, rng):
     np.testing.assert_allclose(jax.jit(op)(x), x * 3, rtol=1e-6)
 
 
+def test_kernel_explicit_signature_of_another_dtype_is_refused(k, rng):
+    # numba-cuda-mlir's dispatcher compiles any types it is asked for, its
+    # explicit signature or not: before, float64 code's op ran on float32
+    # buffers through it without a word (H200). Both compilers now refuse
+    # the arrays no signature takes, and run the one that does.
+    typed = k.cuda.jit("void(float64[::1], float64[::1])")(k.affine.py_func)
+    n = 64
+    op = numbax.numba_cuda_kernel(
+        typed, jax.ShapeDtypeStruct((n,), jnp.float32), launch_dims=n)
+    with pytest.raises(TypeError, match="explicit signatures only"):
+        jax.jit(op)(random_array(rng, (n,), np.float32))
+    previous = jax.config.read("jax_enable_x64")
+    jax.config.update("jax_enable_x64", True)
+    try:
+        op64 = numbax.numba_cuda_kernel(
+            typed, jax.ShapeDtypeStruct((n,), jnp.float64), launch_dims=n)
+        x = random_array(rng, (n,), np.float64)
+        np.testing.assert_allclose(jax.jit(op64)(x), 2 * x + 1, rtol=1e-12)
+    finally:
+        jax.config.update("jax_enable_x64", previous)
+
+
 def test_kernel_zero_extent_zero_fills(k):
     op = numbax.numba_cuda_kernel(
         k.affine, jax.ShapeDtypeStruct((0,), jnp.float32), launch_dims=0)

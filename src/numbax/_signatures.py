@@ -109,6 +109,17 @@ def select(kernel, argtypes: tuple, label: str, n_in: int | None = None):
     `argtypes`, or None where the kernel may still compile (then
     ``kernel.compile(argtypes)`` is that version). TypeError, naming the op,
     the argument and both types, where no version takes them."""
+    chosen = select_signature(kernel, argtypes, label, n_in)
+    return None if chosen is None else kernel.overloads[chosen]
+
+
+def select_signature(kernel, argtypes: tuple, label: str,
+                     n_in: int | None = None):
+    """The argument types of the version `select` picks, or None.
+
+    numba-cuda-mlir's dispatcher compiles whatever types it is asked for,
+    explicit signatures or not: its kernels with explicit signatures are
+    compiled (from its cache of them) for the signature chosen here."""
     if not explicit_only(kernel):
         return None
     overloads: dict[Any, Any] = kernel.overloads
@@ -117,7 +128,7 @@ def select(kernel, argtypes: tuple, label: str, n_in: int | None = None):
     chosen, refused, tied = choose(kernel.typingctx, signatures, argtypes,
                                    specialized)
     if chosen is not None:
-        return overloads[chosen]
+        return chosen
     names = _parameter_names(kernel)
     spell = lambda sig: "(" + ", ".join(map(str, sig)) + ")"  # noqa: E731
     if tied:

@@ -11,7 +11,9 @@ def bridge_counters() -> dict[str, int]:
     Returns:
       A dict of counters: ``calls`` (calls of a Python ``func`` from XLA),
       ``errors`` (calls that raised), ``resolves`` (call sites resolved when
-      XLA instantiated a program), ``array_hits``/``array_misses`` and
+      XLA instantiated a program), ``alias_copies`` (aliased outputs XLA
+      handed a buffer other than their input's, into which the handler
+      copied the input first: docs/reliability.md), ``array_hits``/``array_misses`` and
       ``stream_hits``/``stream_misses`` (the caches of Numba arrays and
       streams of plain calls), ``graph_hits``/``graph_misses``/
       ``graph_evictions`` (numbax's own CUDA graphs of ``capture=True``

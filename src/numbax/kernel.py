@@ -317,6 +317,14 @@ class NumbaCudaKernel:
     def _compile(self, argtypes, n_in=None):
         argtypes = tuple(argtypes)
         if self._mlir:
+            # Explicit signatures: the one Numba's launch would choose, or a
+            # TypeError (its compile() would build code for any types).
+            chosen = _signatures.select_signature(self.kernel, argtypes,
+                                                  self._label, n_in)
+            if chosen is not None:
+                _fold.note_compiled_elsewhere(self.kernel, argtypes)
+                return _mlir.compile_kernel(self.kernel, tuple(chosen),
+                                            self._label)
             _fold.note_compile(self.kernel, argtypes)
             return _mlir.compile_kernel(self.kernel, argtypes, self._label)
         # A kernel compiled for explicit signatures: the version Numba's own
