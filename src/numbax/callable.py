@@ -21,6 +21,7 @@ class NumbaCudaCallable:
         self.func = func  # strong: the registry refers to it weakly
         self._label = op = f"numba_cuda_callable({_registry.base_name(func)})"
         self.out_specs, self.out_tree = _checks.normalize_outs(outs, op=op)
+        self._wide_outs = _checks.wide_outputs(self.out_specs)
         self.scratch_specs = []
         if scratch is not None:
             self.scratch_specs, _ = _checks.normalize_outs(
@@ -84,6 +85,7 @@ class NumbaCudaCallable:
         # func may launch numba-cuda-mlir kernels on numbax's stream; its
         # module may have been imported after this op was created.
         _mlir_launch.install_launch_bridge()
+        _checks.check_x64(self._wide_outs, op)
         inputs = _checks.as_input_arrays(args, op)
         aliases = _checks.check_aliases(self.input_output_aliases, inputs,
                                         self.out_specs, op)
