@@ -305,6 +305,18 @@ def not_differentiable(op: str, what: str) -> ValueError:
         "through it")
 
 
+def not_batchable(op: str) -> NotImplementedError:
+    """jax.vmap of a numba_cuda_callable made without vmap_method, naming the
+    op and the option (ffi_call's own refusal names neither)."""
+    return NotImplementedError(
+        f"{op} was created without vmap_method, so numbax does not know "
+        "how func handles a batch and jax.vmap cannot batch it. Create "
+        "it with numba_cuda_callable(..., vmap_method=...): "
+        "'sequential' (XLA loops over the slices: always correct), "
+        "'expand_dims' or 'broadcast_all' (func gets the batch, as a "
+        "leading axis, in one call) (docs/quickstart.md)")
+
+
 def check_bool(value, name: str, op: str) -> None:
     """TypeError unless `value` is True or False (a numpy bool too)."""
     if not isinstance(value, (bool, np.bool_)):
