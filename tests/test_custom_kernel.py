@@ -669,3 +669,114 @@ def test_integer_tangent_or_cotangent_is_type_error_not_zero_grad():
     with pytest.raises(TypeError, match="cotangent of dtype int32"):
         jax.grad(lambda y: jnp.sum(lin(jnp.full(4, 1.5, F32), y,
                                        outs=SPEC4)))(jnp.ones(4, F32))
+
+
+# -- dict outs: a flat tuple is never matched to the keys by position -----------
+#
+# JAX flattens a dict in sorted key order, so a flat tuple returned for dict
+# outs was matched to the keys sorted, not in the order the dict was written:
+# outs={"double": ..., "cube": ...} and a kernel returning (2x, x**3) gave
+# y["cube"] == 2x, silently. Neither order is safe to assume (a rule sees
+# outs as a dict in sorted order), so a flat tuple for dict outs is refused,
+# naming the keys; a dict with the same keys is matched key by key.
+
+DICT_SPEC = jax.ShapeDtypeStruct((4,), F32)
+DICT_OUTS = {"double": DICT_SPEC, "cube": DICT_SPEC}  # not in sorted order
+
+
+def _flat_or_dict(flat):
+    def pair(x):
+        double, cube = 2 * x, x ** 3
+        return (double, cube) if flat else {"cube": cube, "double": double}
+    return pair
+
+
+@pytest.mark.parametrize("container", [tuple, list])
+def test_dict_outs_kernel_flat_tuple_is_refused_not_swapped(container):
+    op = new_op("dictflat")
+    op.def_kernel(HERE, lambda *, outs: (
+        lambda x: container(_flat_or_dict(True)(x))), backend="jax")
+    x = jnp.arange(1.0, 5.0, dtype=F32)
+    for call in (lambda v: op(v, outs=DICT_OUTS),
+                 jax.jit(lambda v: op(v, outs=DICT_OUTS))):
+        with pytest.raises(TypeError, match=(
+                r"dictflat.*the 'jax' kernel.*returned a "
+                f"{container.__name__} of 2.*outs is a dict.*"
+                r"'cube', 'double'.*return a dict with the same keys")):
+            call(x)
+    # A dict (any key order) is matched key by key.
+    op.def_kernel(HERE, lambda *, outs: _flat_or_dict(False), backend="jax")
+    y = jax.jit(lambda v: op(v, outs=DICT_OUTS))(x)
+    np.testing.assert_allclose(y["double"], 2 * x)
+    np.testing.assert_allclose(y["cube"], x ** 3)
+
+
+def test_dict_outs_nested_in_a_tuple_flat_result_is_refused():
+    op = new_op("dictnested")
+    op.def_kernel(HERE, lambda *, outs: (
+        lambda x: (x, 2 * x, x ** 3)), backend="jax")
+    outs = (DICT_SPEC, DICT_OUTS)
+    with pytest.raises(TypeError, match=r"outs.*dict.*same keys"):
+        op(jnp.ones(4, F32), outs=outs)
+
+
+def test_tuple_outs_still_take_a_flat_list():
+    # Positional matching stays where it is unambiguous: outs written as a
+    # sequence, a result of the other sequence type or a flat one.
+    op = new_op("tupleflat")
+    op.def_kernel(HERE, lambda *, outs: (lambda x: [2 * x, x ** 3]),
+                  backend="jax")
+    x = jnp.arange(1.0, 5.0, dtype=F32)
+    double, cube = op(x, outs=(DICT_SPEC, DICT_SPEC))
+    np.testing.assert_allclose(double, 2 * x)
+    np.testing.assert_allclose(cube, x ** 3)
+    op.def_kernel(HERE, lambda *, outs: (lambda x: (2 * x, x, x ** 3)),
+                  backend="jax")
+    double, (same, cube) = op(x, outs=(DICT_SPEC, [DICT_SPEC, DICT_SPEC]))
+    np.testing.assert_allclose(same, x)
+    np.testing.assert_allclose(cube, x ** 3)
+
+
+def test_dict_outs_jvp_flat_tuple_is_refused_not_swapped():
+    op = new_op("dictjvp")
+    op.def_kernel(HERE, lambda *, outs: _flat_or_dict(False), backend="jax")
+    op.def_jvp_rule(lambda t, x, *, outs: (2 * t, 3 * x ** 2 * t),
+                    per_input=True)
+    x = jnp.arange(1.0, 5.0, dtype=F32)
+    t = jnp.ones(4, F32)
+    with pytest.raises(TypeError, match=(
+            r"dictjvp.*the JVP rule of input 0 returned a tuple of 2.*"
+            r"outs is a dict.*'cube', 'double'.*same keys")):
+        jax.jvp(lambda v: op(v, outs=DICT_OUTS), (x,), (t,))
+    op.def_jvp_rule(
+        lambda t, x, *, outs: {"double": 2 * t, "cube": 3 * x ** 2 * t},
+        per_input=True)
+    _, ty = jax.jvp(lambda v: op(v, outs=DICT_OUTS), (x,), (t,))
+    np.testing.assert_allclose(ty["double"], 2 * t)
+    np.testing.assert_allclose(ty["cube"], 3 * x ** 2)
+
+
+def test_dict_outs_batching_rule_flat_tuple_is_refused_not_swapped():
+    op = new_op("dictbatch")
+    op.def_kernel(HERE, lambda *, outs: _flat_or_dict(False), backend="jax")
+    xs = jnp.arange(1.0, 9.0, dtype=F32).reshape(2, 4)
+    f = jax.vmap(lambda v: op(v, outs=DICT_OUTS))
+
+    op.def_batching_rule(
+        lambda args, axes, *, outs: ((2 * args[0], args[0] ** 3), 0))
+    with pytest.raises(TypeError, match=(
+            r"dictbatch.*the batching rule returned.*tuple of 2.*"
+            r"outs is a dict.*'cube', 'double'.*same keys")):
+        f(xs)
+    # out_axes as a flat tuple for dict outs: which axis is whose?
+    op.def_batching_rule(lambda args, axes, *, outs: (
+        {"double": 2 * args[0], "cube": (args[0] ** 3).T}, (0, 1)))
+    with pytest.raises(TypeError, match=(
+            r"dictbatch.*out_axes \(0, 1\).*outs is a dict.*same keys")):
+        f(xs)
+    op.def_batching_rule(lambda args, axes, *, outs: (
+        {"double": 2 * args[0], "cube": (args[0] ** 3).T},
+        {"double": 0, "cube": 1}))
+    y = f(xs)
+    np.testing.assert_allclose(y["double"], 2 * xs)
+    np.testing.assert_allclose(y["cube"], xs ** 3)

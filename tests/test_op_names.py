@@ -138,3 +138,80 @@ def test_vmap_of_callable_without_vmap_method_names_op_and_option():
     x = jnp.arange(8, dtype=jnp.float32)
     np.testing.assert_allclose(np.asarray(jax.jit(op)(x)), 2 * np.arange(8))
     np.testing.assert_allclose(np.asarray(op(x)), 2 * np.arange(8))
+
+
+# Before: each traced call of a callable made without vmap_method was
+# wrapped in a jax.custom_batching.custom_vmap only to give the message
+# above, which put a custom_vmap_call around every call in the jaxpr (more
+# trace and lowering work). Now numbax's own primitive refuses in its
+# batching rule: the same message, no custom_vmap, the same custom call.
+
+def _unbatchable_ops():
+    spec2 = (SPEC, SPEC)
+
+    def two(x, y, a, b, scratch, stream):
+        double[1, 32, stream](x, a)
+        triple[1, 32, stream](y, b)
+
+    return {
+        "plain": (numbax.numba_cuda_callable(launch_double, SPEC), 1),
+        "aliased, side effect, scratch": (numbax.numba_cuda_callable(
+            two, spec2, input_output_aliases={1: 0}, has_side_effect=True,
+            scratch=SPEC), 2),
+        "capture": (numbax.numba_cuda_callable(launch_double, SPEC,
+                                               capture=True), 1),
+    }
+
+
+@pytest.mark.parametrize("which", ["plain", "aliased, side effect, scratch",
+                                   "capture"])
+def test_callable_without_vmap_method_has_no_custom_vmap(which):
+    op, n_in = _unbatchable_ops()[which]
+    args = [jnp.arange(8, dtype=jnp.float32) + i for i in range(n_in)]
+    for f in (op, jax.jit(op)):
+        jaxpr = str(jax.make_jaxpr(f)(*args))
+        assert "custom_vmap" not in jaxpr, jaxpr
+    # vmap still names the op and vmap_method=, around jit or inside it.
+    xs = [jnp.stack([a, a]) for a in args]
+    for f in (jax.vmap(op), jax.vmap(jax.jit(op)), jax.jit(jax.vmap(op))):
+        with pytest.raises(NotImplementedError) as info:
+            f(*xs)
+        message = str(info.value)
+        assert "numba_cuda_callable(" in message and "was created without " \
+            "vmap_method" in message and "vmap_method=..." in message
+        assert "'sequential'" in message
+
+
+@pytest.mark.parametrize("which", ["plain", "aliased, side effect, scratch",
+                                   "capture"])
+def test_callable_without_vmap_method_lowers_to_the_plain_custom_call(which):
+    # The custom call XLA gets is the one jax.ffi.ffi_call builds for the
+    # same target, key, layouts, aliases and side effect: nothing but the
+    # Python wrapping changed.
+    from numbax import _targets
+    op, n_in = _unbatchable_ops()[which]
+    args = [jnp.arange(8, dtype=jnp.float32) + i for i in range(n_in)]
+    key = op._key(args)
+    specs = op.out_specs + op.scratch_specs
+    target = (_targets.CAPTURE_TARGET if op.capture
+              else _targets.CALLABLE_TARGET)
+    n_out = len(op.out_specs)
+
+    def reference(*xs):
+        return list(jax.ffi.ffi_call(
+            target, specs, input_layouts=[None] * len(xs),
+            output_layouts=[None] * len(specs),
+            input_output_aliases=op.input_output_aliases,
+            has_side_effect=op.has_side_effect)(*xs, key=key))[:n_out]
+
+    def custom_call(f):
+        text = jax.jit(f).lower(*args).as_text()
+        lines = [l.split("=", 1)[1].strip() for l in text.splitlines()
+                 if "stablehlo.custom_call" in l]
+        assert len(lines) == 1, text
+        return lines[0]
+
+    assert custom_call(op) == custom_call(reference)
+    got = jax.jit(op)(*args)
+    got = got if isinstance(got, (tuple, list)) else [got]
+    np.testing.assert_allclose(np.asarray(got[0]), 2 * np.arange(8))

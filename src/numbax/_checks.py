@@ -56,6 +56,45 @@ def check_dtype(dtype: Any, what: str) -> np.dtype:
         ", bfloat16; convert with .astype(...)")
 
 
+# The 64-bit dtypes numbax supports, and what JAX turns each into with
+# jax_enable_x64 off (jax.dtypes.canonicalize_dtype).
+_NARROWED = {np.dtype(wide): np.dtype(narrow) for wide, narrow in (
+    (np.int64, np.int32), (np.uint64, np.uint32), (np.float64, np.float32),
+    (np.complex128, np.complex64))}
+
+
+def wide_outputs(specs) -> tuple[tuple[int, np.dtype], ...]:
+    """(index, dtype) of each output in `specs` that needs jax_enable_x64;
+    computed once per op, for :func:`check_x64` to read per call."""
+    return tuple((i, np.dtype(s.dtype)) for i, s in enumerate(specs)
+                 if np.dtype(s.dtype) in _NARROWED)
+
+
+def check_x64(wide: tuple[tuple[int, np.dtype], ...], op: str) -> None:
+    """ValueError naming the op, the output and the fix if an output is
+    64-bit (`wide`, from :func:`wide_outputs`) while jax_enable_x64 is off.
+
+    Read per call, not when the op is made: x64 may be switched later (a
+    jax.enable_x64 block). Like jax.pure_callback, which refuses such
+    result types: numbax's call would return a real 64-bit array, which the
+    next op compiled with x64 off reads as its 32-bit type (an int64 3e9
+    plus 1 gave -1294967295). Scratch buffers never reach JAX, and XLA
+    keeps them as declared, so they are not checked.
+    """
+    if not wide or jax.config.read("jax_enable_x64"):
+        return
+    i, dtype = wide[0]
+    narrow = _NARROWED[dtype].name
+    raise ValueError(
+        f"{op}: outs[{i}] has dtype {dtype.name}, a 64-bit type, but "
+        f"jax_enable_x64 is off, so the ops after this one would read the "
+        f"{dtype.name} result as {narrow} (silently wrapped or rounded "
+        f"values; jax.pure_callback refuses such outputs too). Enable x64 "
+        f"with jax.config.update('jax_enable_x64', True) (at startup, or "
+        f"JAX_ENABLE_X64=1 in the environment), or declare the output as "
+        f"{narrow}: jax.ShapeDtypeStruct(shape, jnp.{narrow})")
+
+
 def is_shape_dtype(obj: Any) -> bool:
     return hasattr(obj, "shape") and hasattr(obj, "dtype")
 
@@ -264,6 +303,18 @@ def not_differentiable(op: str, what: str) -> ValueError:
         "numbax.XLACustomKernel and def_jvp_rule (docs/custom_kernel.md); "
         "wrap an input in jax.lax.stop_gradient if no derivative flows "
         "through it")
+
+
+def not_batchable(op: str) -> NotImplementedError:
+    """jax.vmap of a numba_cuda_callable made without vmap_method, naming the
+    op and the option (ffi_call's own refusal names neither)."""
+    return NotImplementedError(
+        f"{op} was created without vmap_method, so numbax does not know "
+        "how func handles a batch and jax.vmap cannot batch it. Create "
+        "it with numba_cuda_callable(..., vmap_method=...): "
+        "'sequential' (XLA loops over the slices: always correct), "
+        "'expand_dims' or 'broadcast_all' (func gets the batch, as a "
+        "leading axis, in one call) (docs/quickstart.md)")
 
 
 def check_bool(value, name: str, op: str) -> None:

@@ -34,6 +34,8 @@ import sys
 from functools import cache, partial
 from typing import Any, Callable
 
+from . import _env
+
 #: The oldest jax and jaxlib numbax runs on (see the module docstring).
 MIN_JAX = (0, 8, 1)
 #: The XLA FFI API (major, minor) that MIN_JAX's jaxlib provides.
@@ -47,7 +49,8 @@ SERVED_FFI_API = ((0, 2), (0, 5))
 #: The newest jax the test matrix ran; pyproject.toml's range stops before
 #: the next minor release (tests/test_versions.py keeps them in step).
 TESTED_UP_TO = "0.12.0.1"
-#: Set to 1 to run on a jaxlib whose FFI is newer than SERVED_FFI_API.
+#: Set to 1 (or true, yes, on: numbax._env) to run on a jaxlib whose FFI is
+#: newer than SERVED_FFI_API.
 ALLOW_UNTESTED_ENV = "NUMBAX_ALLOW_UNTESTED_FFI"
 
 SUPPORTED = f"jax and jaxlib >= {'.'.join(map(str, MIN_JAX))}"
@@ -131,7 +134,7 @@ def problem(jax_version: str | None, jaxlib_version: str | None,
             f"--force-reinstall . (without --no-build-isolation); or upgrade "
             f"jax and jaxlib to {upgrade}")
     if allow_untested is None:
-        allow_untested = os.environ.get(ALLOW_UNTESTED_ENV, "") not in ("", "0")
+        allow_untested = _env.flag(ALLOW_UNTESTED_ENV, False)
     newest = SERVED_FFI_API[1]
     if runtime_api > newest and not allow_untested:
         below = jax_upper_bound()

@@ -19,7 +19,8 @@ import numpy as np
 from jax.interpreters import batching
 
 from . import _batching
-from ._custom_outs import check_outputs, flatten_like, outs_struct, value_str
+from ._custom_outs import (check_outputs, flatten_like, outs_struct,
+                           refuse_flat_for_dict, value_str)
 from ._custom_primitive import NUMBA_CUDA
 from ._custom_rules import check_rule_call
 
@@ -108,7 +109,8 @@ def _check_batched(op: XLACustomKernel, result, out_tree, outs, size):
         raise TypeError(
             f"{op!r}: the batching rule must return (outputs, out_axes) "
             f"or NotImplemented; got {value_str(result)}") from None
-    leaves = flatten_like(outputs, out_tree, n_outs)
+    leaves = flatten_like(outputs, out_tree, n_outs, op=op,
+                          what="the batching rule")
     if leaves is None:
         raise TypeError(
             f"{op!r}: the batching rule returned outputs "
@@ -120,8 +122,13 @@ def _check_batched(op: XLACustomKernel, result, out_tree, outs, size):
         try:
             flat = out_tree.flatten_up_to(out_axes)
         except (TypeError, ValueError):
-            flat = list(out_axes) if isinstance(out_axes, (tuple, list)) \
-                else None
+            flat = None
+            if isinstance(out_axes, (tuple, list)):
+                refuse_flat_for_dict(
+                    out_axes, out_tree, n_outs, op,
+                    f"the batching rule's out_axes {out_axes!r} are a flat "
+                    f"{type(out_axes).__name__}")
+                flat = list(out_axes)
         if flat is None or len(flat) != n_outs:
             raise TypeError(
                 f"{op!r}: the batching rule's out_axes {out_axes!r} "

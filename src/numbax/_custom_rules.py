@@ -102,7 +102,7 @@ def jvp(op: XLACustomKernel, primals, tangents, *, outs, out_tree, backends,
             continue
         what = ("the JVP rule" if source is None else
                 f"the JVP rule of input {source}")
-        leaves = flatten_like(result, out_tree, len(outs))
+        leaves = flatten_like(result, out_tree, len(outs), op=op, what=what)
         if leaves is None:
             raise TypeError(
                 f"{op!r}: {what} returned {value_str(result)}, which "

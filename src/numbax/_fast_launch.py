@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _compat, _core, _numba, _signatures
+from . import _compat, _core, _env, _numba, _signatures
 
 # numba-cuda releases whose launch path (CUDADispatcher.call,
 # _Kernel.launch, _Kernel._prepare_args) the fast path reproduces.
@@ -63,9 +63,9 @@ def _verified(version: str | None) -> bool:
 
 
 def env_enabled() -> bool:
-    """False when NUMBAX_FAST_LAUNCH turns the fast path off (0/false/off/no)."""
-    return os.environ.get(ENV, "1").strip().lower() not in (
-        "0", "false", "off", "no")
+    """False when NUMBAX_FAST_LAUNCH turns the fast path off (0/false/off/no,
+    read by numbax._env)."""
+    return _env.flag(ENV, True)
 
 
 def _launch_path_matches() -> str | None:

@@ -13,15 +13,16 @@ func runs while the stream is being recorded, where copies cannot run).
 from __future__ import annotations
 
 import functools
-import os
 
 import numpy as np
+
+from . import _env
 
 ENV_VAR = "NUMBAX_CHECK_INPUTS"
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV_VAR, "0") not in ("", "0")
+    return _env.flag(ENV_VAR, False)
 
 
 def _address(array) -> int | None:

@@ -11,6 +11,15 @@ replicated. Under ``jax.jit`` with inputs sharded along axis 0, each device
 then runs ``func`` on its own rows instead of XLA gathering the whole array
 around the call. ``func`` must read its sizes from the arrays it is given.
 
+The same primitive, with ``partitionable=False``, carries two other kinds of
+call to the plain targets, lowered to the custom call ``jax.ffi.ffi_call``
+gives them: callables whose ``vmap_method`` batches an unbatched aliased
+operand (its batching rule broadcasts it), and traced calls of callables
+made without ``vmap_method``, whose batching rule refuses ``jax.vmap``
+naming the op (``op_label``) and ``vmap_method=`` (ffi_call's refusal names
+neither; a ``custom_vmap`` around each call did the same at a cost in trace
+and lowering time).
+
 The mechanism is XLA's (``jax.ffi.register_ffi_target_as_batch_partitionable``,
 as ``jax.lax.linalg`` uses it), so it works in jax 0.10 and 0.11 under both
 Shardy and GSPMD, and survives ``jax.export``: the annotations are part of
@@ -26,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import batching, mlir
 
-from . import _batching, _compat, _targets
+from . import _batching, _checks, _compat, _targets
 
 BATCH_FACTOR = "batch"
 
@@ -50,9 +59,10 @@ def check_leading_axis(inputs, out_specs, op: str) -> None:
 
 def bind(target: str, inputs, result_specs, *, key: str, aliases,
          vmap_method, partitionable: bool = True,
-         has_side_effect: bool = False):
+         has_side_effect: bool = False, label: str | None = None):
     """Binds the call; partitionable=False only borrows this primitive's
-    batching rule (which broadcasts unbatched aliased operands)."""
+    batching rule (which broadcasts unbatched aliased operands, and refuses
+    vmap_method=None naming the op, `label`)."""
     out_shapes = tuple((tuple(int(d) for d in s.shape), np.dtype(s.dtype))
                        for s in result_specs)
     # The primitive's parameter is op_key, not key: jax 0.8-0.9 cache
@@ -61,12 +71,12 @@ def bind(target: str, inputs, result_specs, *, key: str, aliases,
         *inputs, target=target, op_key=key, out_shapes=out_shapes,
         aliases=tuple(sorted((aliases or {}).items())),
         vmap_method=vmap_method, partitionable=partitionable,
-        has_side_effect=bool(has_side_effect))
+        has_side_effect=bool(has_side_effect), op_label=label)
 
 
 @numbax_callable_batch_p.def_effectful_abstract_eval
 def _abstract_eval(*avals, target, op_key, out_shapes, aliases, vmap_method,
-                   partitionable, has_side_effect=False):
+                   partitionable, has_side_effect=False, op_label=None):
     # The same effect ffi_call gives has_side_effect=True: XLA then neither
     # merges two identical calls nor drops one whose result is unused.
     effect = _compat.ffi_effect() if has_side_effect else None
@@ -103,7 +113,7 @@ def _sharding_rule_attr(op):
 
 
 def _lower(ctx, *args, target, op_key, out_shapes, aliases, vmap_method,
-           partitionable, has_side_effect=False):
+           partitionable, has_side_effect=False, op_label=None):
     name = _targets.BATCH_TARGETS[target] if partitionable else target
     results = jax.ffi.ffi_lowering(
         name, operand_output_aliases=dict(aliases),
@@ -122,13 +132,16 @@ mlir.register_lowering(numbax_callable_batch_p, _lower)
 
 
 def _batch_rule(args, dims, *, target, op_key, out_shapes, aliases, vmap_method,
-                partitionable, has_side_effect=False):
+                partitionable, has_side_effect=False, op_label=None):
     """jax.vmap, with the meaning ffi_call gives ``vmap_method``."""
+    if vmap_method is None:
+        raise _checks.not_batchable(op_label or f"numbax op '{op_key}'")
     size = _batching.batch_size(args, dims)
     moved = [a if d is None else jnp.moveaxis(a, d, 0)
              for a, d in zip(args, dims)]
     params = dict(target=target, op_key=op_key, aliases=aliases,
-                  vmap_method=vmap_method, has_side_effect=has_side_effect)
+                  vmap_method=vmap_method, has_side_effect=has_side_effect,
+                  op_label=op_label)
     if vmap_method in ("sequential", "sequential_unrolled"):
         outs = _batching.loop_over_batch(
             partial(numbax_callable_batch_p.bind, out_shapes=out_shapes,

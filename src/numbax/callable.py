@@ -6,7 +6,6 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
-from jax.custom_batching import custom_vmap
 
 from . import (_checks, _fast_launch, _inputcheck, _mlir_launch, _numba,
                _registry, _targets)
@@ -21,6 +20,7 @@ class NumbaCudaCallable:
         self.func = func  # strong: the registry refers to it weakly
         self._label = op = f"numba_cuda_callable({_registry.base_name(func)})"
         self.out_specs, self.out_tree = _checks.normalize_outs(outs, op=op)
+        self._wide_outs = _checks.wide_outputs(self.out_specs)
         self.scratch_specs = []
         if scratch is not None:
             self.scratch_specs, _ = _checks.normalize_outs(
@@ -86,6 +86,7 @@ class NumbaCudaCallable:
         # func may launch numba-cuda-mlir kernels on numbax's stream; its
         # module may have been imported after this op was created.
         _mlir_launch.install_launch_bridge()
+        _checks.check_x64(self._wide_outs, op)
         inputs = _checks.as_input_arrays(args, op)
         aliases = _checks.check_aliases(self.input_output_aliases, inputs,
                                         self.out_specs, op)
@@ -110,14 +111,22 @@ class NumbaCudaCallable:
             _partitioning.check_leading_axis(
                 inputs, self.out_specs + self.scratch_specs, op)
 
+        # A traced call of an op without vmap_method goes through numbax's
+        # own primitive, whose batching rule refuses jax.vmap naming the op
+        # and vmap_method= (ffi_call's names neither); it lowers to the same
+        # custom call. Eager calls keep ffi_call: nothing batches them.
+        tracing = any(isinstance(x, jax.core.Tracer) for x in inputs)
+        own_primitive = (self.batch_partitionable or own_batching
+                         or (tracing and self.vmap_method is None))
+
         def bind(*xs):
-            if self.batch_partitionable or own_batching:
+            if own_primitive:
                 from . import _partitioning
                 results = _partitioning.bind(
                     target, xs, self.out_specs + self.scratch_specs, key=key,
                     aliases=aliases, vmap_method=self.vmap_method,
                     partitionable=self.batch_partitionable,
-                    has_side_effect=self.has_side_effect)
+                    has_side_effect=self.has_side_effect, label=op)
             else:
                 results = jax.ffi.ffi_call(
                     target,
@@ -133,34 +142,14 @@ class NumbaCudaCallable:
                 )(*xs, key=key)
             return list(results)[:len(self.out_specs)]
 
-        if any(isinstance(x, jax.core.Tracer) for x in inputs):
+        if tracing:
             # Makes grad name the user's op instead of numbax's shared
             # target. Only when tracing (grad and jit both trace): eager
             # calls of concrete arrays cannot be differentiated, and
             # custom_jvp costs an eager call about 0.25 ms.
-            if self.vmap_method is None:
-                bind = _not_batchable(bind, op)
             bind = _not_differentiable(bind, op)
         results = bind(*inputs)
         return jax.tree_util.tree_unflatten(self.out_tree, list(results))
-
-
-def _not_batchable(bind, op: str):
-    """`bind`, whose jax.vmap names the op and vmap_method= (ffi_call's own
-    refusal names neither). A custom_vmap stays in the jaxpr, so a vmap of a
-    jit of the op meets it too; without vmap it is inlined."""
-    guarded = custom_vmap(bind)
-
-    @guarded.def_vmap
-    def rule(axis_size, in_batched, *args):
-        raise NotImplementedError(
-            f"{op} was created without vmap_method, so numbax does not know "
-            "how func handles a batch and jax.vmap cannot batch it. Create "
-            "it with numba_cuda_callable(..., vmap_method=...): "
-            "'sequential' (XLA loops over the slices: always correct), "
-            "'expand_dims' or 'broadcast_all' (func gets the batch, as a "
-            "leading axis, in one call) (docs/quickstart.md)")
-    return guarded
 
 
 def _not_differentiable(bind, op: str):

@@ -392,6 +392,7 @@ class XLACustomKernel:
                 f"{self!r}: pass outs=jax.ShapeDtypeStruct(...) (or a pytree "
                 "of them) describing the outputs")
         specs, out_tree = _checks.normalize_outs(outs, op=repr(self))
+        _checks.check_x64(_checks.wide_outputs(specs), repr(self))
         static = []
         for key in sorted(static_kwargs):
             value = static_kwargs[key]

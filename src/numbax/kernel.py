@@ -102,6 +102,7 @@ class NumbaCudaKernel:
         self.out_specs, self.out_tree = _checks.normalize_outs(
             outs, op=f"numba_cuda_kernel("
             f"{_registry.base_name(getattr(kernel, 'py_func', kernel))})")
+        self._wide_outs = _checks.wide_outputs(self.out_specs)
         self.launch_dims = launch_dims
         self.grid = grid
         self.block = block
@@ -565,6 +566,7 @@ class NumbaCudaKernel:
         """The call's inputs, checked as a call checks them (arrays, or with
         `shapes` ShapeDtypeStructs): dtypes, ranks, arity, aliases."""
         op = self._label
+        _checks.check_x64(self._wide_outs, op)
         inputs = _checks.as_input_arrays(args, op, shapes=shapes)
         nargs = len(inputs) + len(self.out_specs)
         if nargs not in self._arities_checked:
