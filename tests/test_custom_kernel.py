@@ -442,6 +442,38 @@ def test_batching_rule_with_bad_result_is_type_error(rng):
             jnp.ones((2, 3), F32))
 
 
+@pytest.mark.parametrize("out_axes, moved_to", [
+    (-1, -1), (np.int64(1), 1), (-2, 0), (np.int32(-1), -1), ([-1], -1),
+    ((np.int64(1),), 1)], ids=["-1", "np.int64(1)", "-2", "np.int32(-1)",
+                               "[-1]", "(np.int64(1),)"])
+def test_batching_rule_out_axes_negative_or_numpy_int_is_normalised(
+        rng, out_axes, moved_to):
+    """-1 means the output's last axis (as in jax.vmap): numbax hands JAX a
+    non-negative Python int (before: -1 and np.int64 passed numbax's check,
+    then JAX failed with 'batch dim should be int or None')."""
+    op = new_op("outaxes")
+    op.def_kernel(HERE, lambda *, outs: (lambda x: 3 * x), backend="jax")
+    op.def_batching_rule(lambda args, axes, *, outs: (
+        [3 * jnp.moveaxis(args[0], axes[0], moved_to)], out_axes))
+    xs = random_array(rng, (2, 5), np.float32)
+    # A list of outs, so that out_axes may have its structure.
+    f = lambda v: op(v, outs=[jax.ShapeDtypeStruct((5,), F32)])[0]  # noqa: E731
+    np.testing.assert_allclose(jax.vmap(f)(xs), 3 * xs, rtol=1e-6)
+    np.testing.assert_allclose(jax.jit(jax.vmap(f))(xs), 3 * xs, rtol=1e-6)
+    np.testing.assert_allclose(jax.vmap(f, in_axes=1)(xs.T), 3 * xs, rtol=1e-6)
+
+
+@pytest.mark.parametrize("out_axes", [2, -3, True, 1.0],
+                         ids=["2", "-3", "True", "1.0"])
+def test_batching_rule_out_axes_out_of_range_is_type_error(out_axes):
+    op = new_op("outaxesbad")
+    op.def_kernel(HERE, lambda *, outs: (lambda x: 3 * x), backend="jax")
+    op.def_batching_rule(lambda args, axes, *, outs: (3 * args[0], out_axes))
+    with pytest.raises(TypeError, match=rf"{op.name}.*out_axis|{op.name}"
+                                        r".*out_axes"):
+        jax.vmap(lambda v: op(v, outs=SPEC4))(jnp.ones((2, 4), F32))
+
+
 # -- backends and platforms ------------------------------------------------------
 
 def _plus(k):
