@@ -6,6 +6,9 @@ is imported and tested here against dense jnp references.
 
 import importlib.util
 import itertools
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -584,6 +587,51 @@ def test_numba_cuda_only_without_simulator_names_the_fix(gpu_only):
     with pytest.raises(NotImplementedError, match="NUMBA_ENABLE_CUDASIM"):
         jax.jit(lambda v: op(v, outs=SPEC4))(
             jax.device_put(jnp.ones(4, F32), cpu))
+
+
+_GPU_ONLY_ON_THE_CPU = """
+import jax, jax.numpy as jnp
+from numba import cuda
+import numbax
+
+@cuda.jit
+def k(x, out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = x[i]
+
+op = numbax.XLACustomKernel("gpu_only_on_the_cpu")
+op.def_numba_cuda_kernel(lambda *, outs: numbax.numba_cuda_kernel(
+    k, outs, launch_dims=outs.shape[0]))
+spec = jax.ShapeDtypeStruct((4,), jnp.float32)
+f = lambda v: op(v, outs=spec)
+for name, call in [("call", lambda: f(jnp.ones(4))),
+                   ("vmap", lambda: jax.vmap(f)(jnp.ones((2, 4)))),
+                   ("jit-vmap", lambda: jax.jit(jax.vmap(f))(jnp.ones((2, 4))))]:
+    try:
+        call()
+        print(name, "| no error")
+    except Exception as exc:
+        print(name, "|", type(exc).__name__, "|", str(exc).splitlines()[0])
+"""
+
+
+def test_vmap_of_a_gpu_only_op_on_the_cpu_says_what_the_call_says():
+    """Without the simulator a numba_cuda-only op has no CPU kernel: under
+    jax.vmap too the error says so (before: the GPU kernel was vmapped on
+    the CPU and Numba raised CudaSupportError)."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run([sys.executable, "-c", _GPU_ONLY_ON_THE_CPU],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = dict(line.split(" | ", 1) for line in proc.stdout.splitlines())
+    assert set(lines) == {"call", "vmap", "jit-vmap"}, proc.stdout
+    assert lines["call"].startswith("NotImplementedError | "), lines
+    assert "no kernel for platform 'cpu'" in lines["call"]
+    assert "NUMBA_ENABLE_CUDASIM=1" in lines["call"]
+    assert lines["vmap"] == lines["call"], lines
+    assert lines["jit-vmap"] == lines["call"], lines
 
 
 def test_op_without_kernels_is_an_error():

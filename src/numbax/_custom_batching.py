@@ -26,6 +26,9 @@ from ._custom_rules import check_rule_call
 if TYPE_CHECKING:
     from .custom_kernel import XLACustomKernel
 
+# jax.default_backend() -> the platform users name in def_kernel.
+_PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu"}
+
 
 def register(op: XLACustomKernel) -> None:
     """Gives `op`'s primitive its batching rule (:func:`batch`)."""
@@ -75,6 +78,13 @@ def _kernel_batch(op: XLACustomKernel, args, axes, outs, out_tree, backends,
     # level into one batch (_nested_vmap.py), as the op's default would.
     outer_vmap_ok = op._batching_rule is None
     if not all(_plain_value(a, outer_vmap_ok) for a in args):
+        return None
+    # Not where JAX's platform has no kernel (a numba_cuda-only op on the
+    # CPU without the simulator): vmapping the GPU's kernel there failed
+    # inside Numba (CudaSupportError); the loop's lowering raises what the
+    # unbatched call raises, naming the platforms that have a kernel.
+    here = _PLATFORMS.get(jax.default_backend())
+    if here is None or dict(backends).get(here) is None:
         return None
     fns = set()
     for platform, backend in backends:
