@@ -573,6 +573,24 @@ def test_kernel_generator_returns_wrong_thing():
 
 
 @pytest.mark.skipif(XLACustomKernel is None, reason="no XLACustomKernel")
+def test_kernel_generator_returning_a_bare_kernel_names_the_fix():
+    """A generator that returns its @cuda.jit kernel itself (before: Numba's
+    "Kernel launch configuration was not specified", naming neither the op
+    nor numbax's wrapper)."""
+    op = XLACustomKernel("errors_matrix_bare_kernel")
+    op.def_numba_cuda_kernel(lambda *, outs: affine)
+    op.def_kernel("cpu", lambda *, outs: affine, backend="bare")
+    for call in (lambda: op(jnp.ones(4), outs=SPEC),
+                 lambda: jax.jit(lambda v: op(v, outs=SPEC))(jnp.ones(4))):
+        with pytest.raises(TypeError) as info:
+            call()
+        text = str(info.value)
+        assert "XLACustomKernel('errors_matrix_bare_kernel')" in text
+        assert "returned the @cuda.jit kernel" in text
+        assert "numbax.numba_cuda_kernel(kernel, outs, " in text
+
+
+@pytest.mark.skipif(XLACustomKernel is None, reason="no XLACustomKernel")
 def test_kernel_generator_output_mismatch():
     op = XLACustomKernel("errors_matrix_generator_shape")
     for platform in ("cpu", "gpu"):

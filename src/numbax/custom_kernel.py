@@ -514,6 +514,17 @@ class XLACustomKernel:
                 f"(platform '{platform}') raised {type(exc).__name__}: {exc} "
                 f"[static arguments: {args or 'none'}; outs: "
                 f"{_custom_outs.outs_str(outs)}]")) from exc
+        from .kernel import _is_dispatcher
+        if _is_dispatcher(fn):
+            # Callable too, but tracing it fails inside Numba ("Kernel
+            # launch configuration was not specified"), naming neither.
+            raise TypeError(
+                f"{self!r}: the kernel generator of backend '{backend}' "
+                f"(platform '{platform}') returned the @cuda.jit kernel "
+                f"itself ({type(fn).__name__}), which JAX cannot call; "
+                "return numbax.numba_cuda_kernel(kernel, outs, "
+                "launch_dims=...) (or grid=..., block=...) instead, the op "
+                "that launches it on JAX's arrays")
         if not callable(fn):
             raise TypeError(
                 f"{self!r}: the kernel generator of backend '{backend}' "
