@@ -340,19 +340,41 @@ def test_one_jvp_rule_gets_none_for_integer_inputs(rng):
     np.testing.assert_allclose(g, expected, rtol=1e-6)
 
 
-def test_missing_rules_are_jax_errors_naming_the_op(rng):
+def test_missing_rules_name_the_op_and_the_def_method(rng):
+    """Before: JAX's "Differentiation rule for 'name' not implemented" and
+    "Transpose rule (for reverse-mode differentiation) for 'name' not
+    implemented", naming neither def_jvp_rule nor def_transpose_rule."""
     op = new_op("norules")
     op.def_kernel(HERE, lambda *, outs: (lambda x: 2 * x), backend="jax")
     spec = jax.ShapeDtypeStruct((4,), F32)
-    with pytest.raises(NotImplementedError, match=op.name):
+    no_jvp = rf"{op.name}'\) has no JVP rule.*op.def_jvp_rule\("
+    no_transpose = rf"{op.name}'\) has no transpose rule.*op.def_transpose_rule\("
+    with pytest.raises(NotImplementedError, match=no_jvp):
         jax.jvp(lambda v: op(v, outs=spec), (jnp.ones(4),), (jnp.ones(4),))
+    with pytest.raises(NotImplementedError, match=no_jvp):
+        jax.grad(lambda v: jnp.sum(op(v, outs=spec)))(jnp.ones(4))
+    with pytest.raises(NotImplementedError, match=no_jvp):
+        jax.jit(jax.grad(lambda v: jnp.sum(op(v, outs=spec))))(jnp.ones(4))
+    with pytest.raises(NotImplementedError, match=no_transpose):
+        jax.linear_transpose(lambda v: op(v, outs=spec), jnp.ones(4, F32))(
+            jnp.ones(4, F32))
     # Linear JVP through the op itself, but no transpose rule.
     op.def_jvp_rule(lambda t, x, *, outs: op(t, outs=outs), per_input=True)
     _, t = jax.jvp(lambda v: op(v, outs=spec), (jnp.ones(4),),
                    (jnp.arange(4.0, dtype=F32),))
     np.testing.assert_allclose(t, 2 * np.arange(4.0))
-    with pytest.raises(NotImplementedError, match="Transpose rule"):
+    with pytest.raises(NotImplementedError, match=no_transpose):
         jax.grad(lambda v: jnp.sum(op(v, outs=spec)))(jnp.ones(4))
+    with pytest.raises(NotImplementedError, match=no_transpose):
+        jax.jit(jax.grad(lambda v: jnp.sum(op(v, outs=spec))))(jnp.ones(4))
+    # With the rule, both work; stop_gradient still runs without any rule.
+    op.def_transpose_rule(lambda ct, x, *, outs: (2 * ct,))
+    np.testing.assert_allclose(
+        jax.grad(lambda v: jnp.sum(op(v, outs=spec)))(jnp.ones(4)), 2.0)
+    bare = new_op("norules_stopped")
+    bare.def_kernel(HERE, lambda *, outs: (lambda x: 2 * x), backend="jax")
+    np.testing.assert_allclose(jax.grad(lambda v: jnp.sum(
+        bare(jax.lax.stop_gradient(v), outs=spec) + v))(jnp.ones(4)), 1.0)
 
 
 # -- batching ---------------------------------------------------------------------

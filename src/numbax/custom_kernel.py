@@ -152,6 +152,9 @@ class XLACustomKernel:
         #: The underlying ``jax.extend.core.Primitive``.
         self.primitive = _custom_primitive.create(self)
         _custom_batching.register(self)
+        # Until def_jvp_rule/def_transpose_rule, these say which is missing.
+        _custom_rules.register_jvp(self)
+        _custom_rules.register_transpose(self)
 
     def __repr__(self):
         return f"XLACustomKernel({self.name!r})"
@@ -313,7 +316,6 @@ class XLACustomKernel:
             raise TypeError(f"{self!r}: the JVP rule for all inputs is None")
         self._jvp_rules = tuple(rules)
         self._jvp_per_input = bool(per_input)
-        _custom_rules.register_jvp(self)
         return rules[0] if len(rules) == 1 else rules
 
     def def_transpose_rule(self, fn: Callable) -> Callable:
@@ -338,7 +340,6 @@ class XLACustomKernel:
         if not callable(fn):
             raise TypeError(f"{self!r}: the transpose rule must be callable")
         self._transpose_rule = fn
-        _custom_rules.register_transpose(self)
         return fn
 
     def def_batching_rule(self, fn: Callable) -> Callable:
