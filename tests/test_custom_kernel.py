@@ -721,6 +721,26 @@ def test_unknown_backend_and_bad_registrations():
         numbax.XLACustomKernel("")
 
 
+@pytest.mark.parametrize("platform", ["tpu", "rocm", 1, None])
+def test_unknown_platform_names_the_op_in_every_method(platform):
+    """Before: "platform must be 'cpu' or 'gpu', got 'tpu'" without the op."""
+    op = new_op("platforms")
+    op.def_kernel(HERE, _plus(1), backend="jax")
+    calls = {
+        "def_kernel": lambda: op.def_kernel(platform, _plus(1), backend="x"),
+        "set_default": lambda: op.set_default(platform, "jax"),
+        "available_backends": lambda: op.available_backends(platform),
+        "default_backend": lambda: op.default_backend(platform),
+    }
+    for method, call in calls.items():
+        with pytest.raises(ValueError) as info:
+            call()
+        text = str(info.value)
+        assert text.startswith(f"XLACustomKernel('{op.name}'): {method}: "
+                               "platform "), (method, text)
+        assert "'cpu'" in text and "'gpu'" in text, text
+
+
 def test_duplicate_name_warns():
     name = f"test_ck_duplicate_{next(_counter)}"
     numbax.XLACustomKernel(name)

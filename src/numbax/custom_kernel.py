@@ -65,17 +65,21 @@ _inherited_backends: contextvars.ContextVar[dict] = contextvars.ContextVar(
     "numbax_inherited_backends", default={})
 
 
-def _canonical_platform(platform: Any) -> str:
+def _canonical_platform(platform: Any, op: XLACustomKernel, method: str) -> str:
+    """'cpu' or 'gpu' for what users may name; else ValueError naming the op
+    and its method."""
     if isinstance(platform, str):
         name = platform.lower()
         if name in _PLATFORM_ALIASES:
             return _PLATFORM_ALIASES[name]
         if name == "rocm":
             raise ValueError(
-                "platform 'rocm' is not supported: numbax runs Numba CUDA "
-                "kernels on NVIDIA GPUs ('gpu') and, through Numba's CUDA "
-                "simulator, on the CPU ('cpu')")
-    raise ValueError(f"platform must be 'cpu' or 'gpu', got {platform!r}")
+                f"{op!r}: {method}: platform 'rocm' is not supported: numbax "
+                "runs Numba CUDA kernels on NVIDIA GPUs ('gpu') and, through "
+                "Numba's CUDA simulator, on the CPU ('cpu')")
+    raise ValueError(
+        f"{op!r}: {method}: platform must be 'cpu' or 'gpu' ('cuda' is "
+        f"accepted for 'gpu'), got {platform!r}")
 
 
 def _wrap_error(exc: Exception, message: str) -> BaseException:
@@ -217,7 +221,7 @@ class XLACustomKernel:
           TypeError: ``kernel_generator`` is not callable, or ``backend`` is
             not a non-empty string.
         """
-        platform = _canonical_platform(platform)
+        platform = _canonical_platform(platform, self, "def_kernel")
         if not callable(kernel_generator):
             raise TypeError(
                 f"{self!r}: kernel_generator must be callable, got "
@@ -255,7 +259,7 @@ class XLACustomKernel:
         Raises:
           ValueError: an unknown platform, or no ``backend`` kernel for it.
         """
-        platform = _canonical_platform(platform)
+        platform = _canonical_platform(platform, self, "set_default")
         with self._lock:
             available = self._candidates(platform)
             if backend not in available:
@@ -266,11 +270,13 @@ class XLACustomKernel:
 
     def available_backends(self, platform: str) -> tuple[str, ...]:
         """The backends that can run on ``platform``, in registration order."""
-        return tuple(self._candidates(_canonical_platform(platform)))
+        return tuple(self._candidates(
+            _canonical_platform(platform, self, "available_backends")))
 
     def default_backend(self, platform: str) -> str | None:
         """The backend a call uses on ``platform`` by default (None: no kernel)."""
-        return self._default(_canonical_platform(platform))
+        return self._default(
+            _canonical_platform(platform, self, "default_backend"))
 
     def def_jvp_rule(self, *rules: Callable | None,
                      per_input: bool | None = None):
