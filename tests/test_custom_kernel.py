@@ -791,3 +791,39 @@ def test_integer_tangent_or_cotangent_is_type_error_not_zero_grad():
     with pytest.raises(TypeError, match="cotangent of dtype int32"):
         jax.grad(lambda y: jnp.sum(lin(jnp.full(4, 1.5, F32), y,
                                        outs=SPEC4)))(jnp.ones(4, F32))
+
+
+def test_complex_tangent_or_cotangent_for_a_real_value_is_type_error():
+    """A complex tangent for a real output was cast to it, its imaginary part
+    dropped in silence. Refused, naming the op, the output and the dtypes."""
+    op = new_op("complextangent")
+    op.def_kernel(HERE, lambda *, outs: (lambda x: 3 * x), backend="jax")
+    op.def_jvp_rule(lambda t, x, *, outs: (3 * t).astype(jnp.complex64),
+                    per_input=True)
+    x = jnp.arange(4.0, dtype=F32)
+    match = (r"complextangent.*gave output 0 a tangent of dtype complex64, "
+             r"but the output is float32.*jnp.real")
+    with pytest.raises(TypeError, match=match):
+        jax.jvp(lambda v: op(v, outs=SPEC4), (x,), (jnp.ones(4, F32),))
+    with pytest.raises(TypeError, match=match):
+        jax.grad(lambda v: jnp.sum(op(v, outs=SPEC4)))(x)
+    # A real tangent for a complex output is exact: accepted.
+    cop = new_op("complexout")
+    cspec = jax.ShapeDtypeStruct((4,), jnp.complex64)
+    cop.def_kernel(HERE, lambda *, outs: (lambda x: (3 * x).astype(outs.dtype)),
+                   backend="jax")
+    cop.def_jvp_rule(lambda t, x, *, outs: 3 * t, per_input=True)
+    _, t = jax.jvp(lambda v: cop(v, outs=cspec), (x,), (jnp.ones(4, F32),))
+    assert t.dtype == jnp.complex64
+    np.testing.assert_allclose(t, np.full(4, 3.0))
+
+    lin = new_op("complexcotangent")
+    lin.def_kernel(HERE, lambda *, outs: (lambda x, y: x * y), backend="jax")
+    lin.def_jvp_rule(None, lambda t, x, y, *, outs: lin(x, t, outs=outs))
+    lin.def_transpose_rule(
+        lambda ct, x, y, *, outs: (None, (x * ct).astype(jnp.complex64)))
+    with pytest.raises(TypeError, match=r"complexcotangent.*gave input 1 a "
+                       r"cotangent of dtype complex64, but the input is "
+                       r"float32.*jnp.real"):
+        jax.grad(lambda y: jnp.sum(lin(jnp.full(4, 1.5, F32), y,
+                                       outs=SPEC4)))(jnp.ones(4, F32))

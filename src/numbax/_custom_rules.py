@@ -47,6 +47,13 @@ def _is_float0(x) -> bool:
     return dtype is not None and dtype == jax.dtypes.float0
 
 
+def _complex_into_real(got, want) -> bool:
+    """A complex value where a real one is declared (its cast would drop
+    the imaginary part)."""
+    return bool(jnp.issubdtype(got, jnp.complexfloating)
+                and not jnp.issubdtype(want, jnp.complexfloating))
+
+
 def check_rule_call(op: XLACustomKernel, rule, what: str, args,
                     kwargs) -> None:
     """TypeError naming the op and the rule if `rule` cannot take the
@@ -136,6 +143,16 @@ def jvp(op: XLACustomKernel, primals, tangents, *, outs, out_tree, backends,
                     f"{np.dtype(dtype).name}: tangents must be floating "
                     f"point (an integer tangent has no derivative, so grad "
                     f"would be zero); return it as {np.dtype(dtype).name}")
+            if _complex_into_real(leaf.dtype, dtype):
+                # The cast below would drop the imaginary part in silence.
+                raise TypeError(
+                    f"{op!r}: {what} gave output {j} a tangent of dtype "
+                    f"{leaf.dtype.name}, but the output is "
+                    f"{np.dtype(dtype).name}: a real output's tangent is "
+                    f"real, and casting would drop the imaginary part; "
+                    f"return it as {np.dtype(dtype).name} (jnp.real(t) if "
+                    "the imaginary part is zero by construction), or declare "
+                    "the output complex in outs")
             if leaf.dtype != dtype:
                 leaf = leaf.astype(dtype)
             sums[j] = leaf if sums[j] is None else sums[j] + leaf
@@ -193,6 +210,14 @@ def transpose(op: XLACustomKernel, cts, *args, outs, out_tree, backends,
                 f"{np.dtype(aval.dtype).name}: cotangents must be floating "
                 f"point (an integer one truncates the gradient); return it "
                 f"as {np.dtype(aval.dtype).name}")
+        if _complex_into_real(ct.dtype, aval.dtype):
+            raise TypeError(
+                f"{op!r}: the transpose rule gave input {i} a cotangent of "
+                f"dtype {ct.dtype.name}, but the input is "
+                f"{np.dtype(aval.dtype).name}: a real input's cotangent is "
+                f"real, and casting would drop the imaginary part; return "
+                f"it as {np.dtype(aval.dtype).name} (jnp.real(ct) if the "
+                "imaginary part is zero by construction)")
         if ct.dtype != aval.dtype:
             ct = ct.astype(aval.dtype)
         cotangents.append(ct)
