@@ -81,6 +81,41 @@ def test_info_flags_cpu_backend_without_simulator():
     assert "fix:" in proc.stdout and "NUMBA_ENABLE_CUDASIM=1" in proc.stdout
 
 
+def test_info_names_the_missing_jax_cuda_plugin():
+    """JAX_PLATFORMS=cuda without a JAX CUDA plugin: jax.devices() fails
+    with a bare AssertionError (jax 0.10); info must say what is missing and
+    how to install it (before: "AssertionError: " and a generic fix)."""
+    if any(cli._version(d) for d in cli.JAX_PLUGINS):
+        pytest.skip("a JAX CUDA plugin is installed here")
+    proc = run(["-m", "numbax", "info"], env={"JAX_PLATFORMS": "cuda"},
+               timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "Traceback" not in out + proc.stderr
+    assert "JAX_PLATFORMS=cuda asks for JAX's CUDA backend, but no JAX CUDA " \
+        "plugin is installed" in out, out
+    assert 'pip install -U "jax[cuda13]"' in out and '"jax[cuda12]"' in out
+    assert "check JAX_PLATFORMS and the jax/jaxlib install" not in out
+
+
+@pytest.mark.parametrize("driver, fix", [
+    (None, 'pip install -U "jax[cuda13]" for a CUDA 13 driver, or pip install '
+           '-U "jax[cuda12]" for a CUDA 12 one'),
+    ("12.8", 'for this CUDA 12.8 driver: pip install -U "jax[cuda12]"'),
+    ("13.0", 'for this CUDA 13.0 driver: pip install -U "jax[cuda13]"'),
+])
+def test_missing_jax_cuda_plugin_fix_matches_the_driver(info_json, driver, fix):
+    info = with_changes(info_json, jax__error="AssertionError",
+                        env__JAX_PLATFORMS="cuda", jax_plugins={},
+                        cuda_driver__loaded=driver is not None,
+                        cuda_driver__version=driver)
+    problems = [p for p in cli.find_problems(info) if "plugin" in p.what]
+    assert len(problems) == 1, cli.find_problems(info)
+    assert "(AssertionError)" in problems[0].what
+    assert fix in problems[0].fix, problems[0].fix
+    assert "JAX_PLATFORMS=cpu NUMBA_ENABLE_CUDASIM=1" in problems[0].fix
+
+
 @pytest.mark.gpu
 def test_info_on_a_gpu_sees_it_and_finds_no_problem(gpu_only):
     proc = run(["-m", "numbax", "info", "--json"])

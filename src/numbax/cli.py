@@ -57,7 +57,8 @@ def _release(version: str | None) -> tuple[int, ...]:
 
 
 def _error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _api_text(api: tuple[int, ...] | None) -> str | None:
@@ -179,6 +180,23 @@ def collect_info() -> dict[str, Any]:
     return info
 
 
+def _install_jax_cuda(driver: dict[str, Any]) -> str:
+    """How to install JAX's CUDA plugin: the one matching the CUDA driver
+    where its version is known, both otherwise."""
+    cuda13 = 'pip install -U "jax[cuda13]"'
+    cuda12 = 'pip install -U "jax[cuda12]"'
+    version = driver.get("version")
+    major = _release(version)[:1]
+    if major == (12,):
+        return (f"install JAX with CUDA for this CUDA {version} driver: "
+                f"{cuda12}")
+    if major and major[0] >= 13:
+        return (f"install JAX with CUDA for this CUDA {version} driver: "
+                f"{cuda13} (or {cuda12})")
+    return (f"install JAX with CUDA: {cuda13} for a CUDA 13 driver, or "
+            f"{cuda12} for a CUDA 12 one")
+
+
 def find_problems(info: dict[str, Any]) -> list[Problem]:
     """The known incompatibilities in ``info`` (from :func:`collect_info`)."""
     from . import _compat
@@ -221,7 +239,19 @@ def find_problems(info: dict[str, Any]) -> list[Problem]:
     jx = info["jax"]
     driver = info["cuda_driver"]
     simulator = info["simulator"]
-    if jx["error"]:
+    platforms = info["env"].get("JAX_PLATFORMS") or ""
+    wants_cuda = bool({p.strip().lower() for p in platforms.split(",")}
+                      & {"cuda", "gpu"})
+    if jx["error"] and wants_cuda and not info["jax_plugins"]:
+        # jax 0.10 fails here with a bare AssertionError.
+        problems.append(Problem(
+            f"JAX_PLATFORMS={platforms} asks for JAX's CUDA backend, but no "
+            "JAX CUDA plugin is installed (jax-cuda13-plugin or "
+            f"jax-cuda12-plugin), so JAX cannot start ({jx['error']})",
+            _install_jax_cuda(driver) + "; or, to run on the CPU through "
+            "Numba's CUDA simulator, set JAX_PLATFORMS=cpu "
+            "NUMBA_ENABLE_CUDASIM=1"))
+    elif jx["error"]:
         problems.append(Problem(f"JAX cannot start a backend ({jx['error']})",
                                 "check JAX_PLATFORMS and the jax/jaxlib install"))
     elif jx["backend"] == "cpu" and not simulator:
