@@ -239,10 +239,10 @@ def find_problems(info: dict[str, Any]) -> list[Problem]:
     jx = info["jax"]
     driver = info["cuda_driver"]
     simulator = info["simulator"]
-    platforms = info["env"].get("JAX_PLATFORMS") or ""
+    platforms = info.get("env", {}).get("JAX_PLATFORMS") or ""
     wants_cuda = bool({p.strip().lower() for p in platforms.split(",")}
                       & {"cuda", "gpu"})
-    if jx["error"] and wants_cuda and not info["jax_plugins"]:
+    if jx["error"] and wants_cuda and not info.get("jax_plugins"):
         # jax 0.10 fails here with a bare AssertionError.
         problems.append(Problem(
             f"JAX_PLATFORMS={platforms} asks for JAX's CUDA backend, but no "
