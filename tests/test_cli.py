@@ -73,6 +73,33 @@ def test_info_json_matches_the_environment(info_json):
     assert info_json["jax"]["backend"] == "cpu"
 
 
+def test_info_says_which_ffi_versions_this_build_serves(info_json):
+    """Before: "0.2 compiled into numbax ...; the running jaxlib provides
+    0.5", without the range of FFI versions the build serves."""
+    from numbax import _build_info, _compat
+    built = tuple(_build_info.XLA_FFI_API)
+    oldest = ".".join(map(str, max(built, _compat.SERVED_FFI_API[0])))
+    newest = ".".join(map(str, _compat.SERVED_FFI_API[1]))
+    assert info_json["xla_ffi_api"]["serves"] == [oldest, newest]
+    text = cli.format_info(with_changes(info_json), [])
+    line = next(x for x in text.splitlines() if x.startswith("XLA FFI API"))
+    assert f"this build serves XLA FFI API {oldest} to {newest}" in line, line
+    assert f"the running jaxlib provides {info_json['xla_ffi_api']['jaxlib']} " \
+        "(within that range)" in line, line
+    # A jaxlib outside the range says so (find_problems explains it).
+    outside = with_changes(info_json, xla_ffi_api__jaxlib="0.9")
+    assert "provides 0.9 (outside that range)" in cli.format_info(outside, [])
+
+
+@pytest.mark.parametrize("built, served", [
+    ((0, 2), ((0, 2), (0, 5))), ((0, 3), ((0, 3), (0, 5))),
+    ((0, 9), None), (None, None)])
+def test_served_ffi_range_starts_at_the_build(built, served, monkeypatch):
+    from numbax import _compat
+    monkeypatch.setattr(_compat, "SERVED_FFI_API", ((0, 2), (0, 5)))
+    assert _compat.served_ffi_api(built) == served
+
+
 def test_info_flags_cpu_backend_without_simulator():
     proc = run(["-m", "numbax", "info"], env={"JAX_PLATFORMS": "cpu"})
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -72,14 +72,34 @@ def _api_tuple(text: str | None) -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
-def xla_ffi_api() -> dict[str, str | None]:
+def xla_ffi_api() -> dict[str, Any]:
     """The XLA FFI C API versions that must agree: the one numbax._core was
     compiled against (recorded at build time), where its headers came from,
-    and the one the running jaxlib provides."""
+    the range of versions that build serves ([oldest, newest], or None), and
+    the one the running jaxlib provides."""
     from . import _compat
     built, built_from = _compat.built_ffi_api()
+    served = _compat.served_ffi_api(built)
     return {"built": _api_text(built), "built_from": built_from or None,
+            "serves": None if served is None else [_api_text(v) for v in served],
             "jaxlib": _api_text(_compat.runtime_ffi_api())}
+
+
+def _ffi_text(ffi: dict[str, Any]) -> str:
+    """The 'XLA FFI API' line of ``info``: what was compiled in, the range
+    that build serves, and where the running jaxlib stands in it."""
+    source = f", the headers of {ffi['built_from']}" if ffi["built_from"] else ""
+    text = f"{ffi['built'] or 'unknown'} compiled into numbax{source}; "
+    served, jaxlib = ffi.get("serves"), ffi["jaxlib"]
+    if served:
+        text += f"this build serves XLA FFI API {served[0]} to {served[1]}; "
+    text += f"the running jaxlib provides {jaxlib or 'unknown'}"
+    oldest, newest, now = (_api_tuple(v) for v in (
+        *(served or (None, None)), jaxlib))
+    if oldest and newest and now:
+        text += (" (within that range)" if oldest <= now <= newest
+                 else " (outside that range)")
+    return text
 
 
 def cuda_driver() -> dict[str, Any]:
@@ -307,10 +327,7 @@ def format_info(info: dict[str, Any], problems: Sequence[Problem]) -> str:
         row(dist, _format_version(version))
     for dist, version in info["jax_plugins"].items():
         row(dist, version)
-    ffi = info["xla_ffi_api"]
-    source = f", the headers of {ffi['built_from']}" if ffi["built_from"] else ""
-    row("XLA FFI API", f"{ffi['built'] or 'unknown'} compiled into numbax{source}; "
-        f"the running jaxlib provides {ffi['jaxlib'] or 'unknown'}")
+    row("XLA FFI API", _ffi_text(info["xla_ffi_api"]))
     sim = info["simulator"]
     row("simulator", "on (NUMBA_ENABLE_CUDASIM=1): numbax ops run on JAX's CPU "
         "backend through Numba's CUDA simulator" if sim else "off")
