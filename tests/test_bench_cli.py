@@ -326,3 +326,82 @@ def test_chart_of_a_smoke_run_says_it_is_no_performance_figure():
                                     for t in ax.texts)
     finally:
         plt.close(fig)
+
+
+# ---------------------------------------------------------------------------
+# Bad arguments and environments: refused in one line, before any work.
+
+# Options that keep a run short, should a check let it through: the refusal
+# must come before any of it (nothing on stdout, no file written).
+_SHORT_RUN = ["--only", "numbax_kernel", "--no-bandwidth", "--no-workloads",
+              "--rounds", "1", "--no-progress"]
+
+
+def _refused_in_one_line(proc, *words):
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-4000:]
+    assert proc.stdout == "", proc.stdout          # nothing built, checked or timed
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("python -m numbax bench: error: "), lines[0]
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", ["under-a-file", "missing-directory",
+                                  "a-directory"])
+def test_unusable_json_path_is_refused_before_running(case, tmp_path):
+    # Root may write anywhere it can name: a path under a regular file (as
+    # /etc/passwd/x.json) and a missing directory are unusable for root too.
+    regular = tmp_path / "regular"
+    regular.write_text("")
+    path, words = {
+        "under-a-file": (regular / "x.json", ["is not a directory"]),
+        "missing-directory": (tmp_path / "missing" / "x.json",
+                              ["does not exist", "mkdir -p"]),
+        "a-directory": (tmp_path, ["is a directory"]),
+    }[case]
+    proc = run_cli(["-m", "numbax", "bench", *_SHORT_RUN, "--json", str(path)],
+                   env=SIM_ENV, timeout=60)
+    line = _refused_in_one_line(proc, "--json", *words)
+    assert str(path.parent if case != "a-directory" else path) in line
+    assert not (tmp_path / "missing").exists()     # never created silently
+    assert regular.read_text() == ""
+
+
+def test_unusable_plot_path_is_refused_before_running(tmp_path):
+    path = tmp_path / "missing" / "x.png"
+    proc = run_cli(["-m", "numbax", "bench", *_SHORT_RUN, "--plot", str(path)],
+                   env=SIM_ENV, timeout=60)
+    _refused_in_one_line(proc, "--plot", "does not exist", "mkdir -p")
+    assert not path.parent.exists()
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**63)])
+def test_seed_out_of_range_is_refused_before_running(seed):
+    proc = run_cli(["-m", "numbax", "bench", *_SHORT_RUN, "--seed", seed],
+                   env=SIM_ENV, timeout=60)
+    _refused_in_one_line(proc, "--seed", seed, "from 0 to 2**63 - 1")
+
+
+def test_a_jax_backend_that_cannot_start_is_refused_with_the_simulator_on():
+    """JAX_PLATFORMS naming no backend, simulator on: before, the smoke run
+    started and JAX's traceback ended it."""
+    proc = run_cli(["-m", "numbax", "bench", *_SHORT_RUN],
+                   env={"NUMBA_ENABLE_CUDASIM": "1",
+                        "JAX_PLATFORMS": "nonsense"}, timeout=60)
+    _refused_in_one_line(proc, "JAX_PLATFORMS=nonsense",
+                         "JAX_PLATFORMS=cpu")
+
+
+def test_select_refuses_a_backend_error_with_the_simulator_on(monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", "nonsense")
+    with pytest.raises(mode.Refused) as info:
+        _select(simulator=True, platform=None,
+                error="RuntimeError: Unable to initialize backend 'nonsense'")
+    assert info.value.status == mode.EXIT_BAD_ENVIRONMENT == 2
+    text = str(info.value)
+    assert len(text.splitlines()) == 1
+    assert "JAX could not start a backend with JAX_PLATFORMS=nonsense" in text
+    assert "set JAX_PLATFORMS=cpu" in text

@@ -73,12 +73,74 @@ def test_info_json_matches_the_environment(info_json):
     assert info_json["jax"]["backend"] == "cpu"
 
 
+def test_info_says_which_ffi_versions_this_build_serves(info_json):
+    """Before: "0.2 compiled into numbax ...; the running jaxlib provides
+    0.5", without the range of FFI versions the build serves."""
+    from numbax import _build_info, _compat
+    built = tuple(_build_info.XLA_FFI_API)
+    oldest = ".".join(map(str, max(built, _compat.SERVED_FFI_API[0])))
+    newest = ".".join(map(str, _compat.SERVED_FFI_API[1]))
+    assert info_json["xla_ffi_api"]["serves"] == [oldest, newest]
+    text = cli.format_info(with_changes(info_json), [])
+    line = next(x for x in text.splitlines() if x.startswith("XLA FFI API"))
+    assert f"this build serves XLA FFI API {oldest} to {newest}" in line, line
+    assert f"the running jaxlib provides {info_json['xla_ffi_api']['jaxlib']} " \
+        "(within that range)" in line, line
+    # A jaxlib outside the range says so (find_problems explains it).
+    outside = with_changes(info_json, xla_ffi_api__jaxlib="0.9")
+    assert "provides 0.9 (outside that range)" in cli.format_info(outside, [])
+
+
+@pytest.mark.parametrize("built, served", [
+    ((0, 2), ((0, 2), (0, 5))), ((0, 3), ((0, 3), (0, 5))),
+    ((0, 9), None), (None, None)])
+def test_served_ffi_range_starts_at_the_build(built, served, monkeypatch):
+    from numbax import _compat
+    monkeypatch.setattr(_compat, "SERVED_FFI_API", ((0, 2), (0, 5)))
+    assert _compat.served_ffi_api(built) == served
+
+
 def test_info_flags_cpu_backend_without_simulator():
     proc = run(["-m", "numbax", "info"], env={"JAX_PLATFORMS": "cpu"})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "problems found: 1" in proc.stdout
     assert "simulator is off" in proc.stdout
     assert "fix:" in proc.stdout and "NUMBA_ENABLE_CUDASIM=1" in proc.stdout
+
+
+def test_info_names_the_missing_jax_cuda_plugin():
+    """JAX_PLATFORMS=cuda without a JAX CUDA plugin: jax.devices() fails
+    with a bare AssertionError (jax 0.10); info must say what is missing and
+    how to install it (before: "AssertionError: " and a generic fix)."""
+    if any(cli._version(d) for d in cli.JAX_PLUGINS):
+        pytest.skip("a JAX CUDA plugin is installed here")
+    proc = run(["-m", "numbax", "info"], env={"JAX_PLATFORMS": "cuda"},
+               timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "Traceback" not in out + proc.stderr
+    assert "JAX_PLATFORMS=cuda asks for JAX's CUDA backend, but no JAX CUDA " \
+        "plugin is installed" in out, out
+    assert 'pip install -U "jax[cuda13]"' in out and '"jax[cuda12]"' in out
+    assert "check JAX_PLATFORMS and the jax/jaxlib install" not in out
+
+
+@pytest.mark.parametrize("driver, fix", [
+    (None, 'pip install -U "jax[cuda13]" for a CUDA 13 driver, or pip install '
+           '-U "jax[cuda12]" for a CUDA 12 one'),
+    ("12.8", 'for this CUDA 12.8 driver: pip install -U "jax[cuda12]"'),
+    ("13.0", 'for this CUDA 13.0 driver: pip install -U "jax[cuda13]"'),
+])
+def test_missing_jax_cuda_plugin_fix_matches_the_driver(info_json, driver, fix):
+    info = with_changes(info_json, jax__error="AssertionError",
+                        env__JAX_PLATFORMS="cuda", jax_plugins={},
+                        cuda_driver__loaded=driver is not None,
+                        cuda_driver__version=driver)
+    problems = [p for p in cli.find_problems(info) if "plugin" in p.what]
+    assert len(problems) == 1, cli.find_problems(info)
+    assert "(AssertionError)" in problems[0].what
+    assert fix in problems[0].fix, problems[0].fix
+    assert "JAX_PLATFORMS=cpu NUMBA_ENABLE_CUDASIM=1" in problems[0].fix
 
 
 @pytest.mark.gpu

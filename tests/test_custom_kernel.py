@@ -6,6 +6,9 @@ is imported and tested here against dense jnp references.
 
 import importlib.util
 import itertools
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -337,19 +340,41 @@ def test_one_jvp_rule_gets_none_for_integer_inputs(rng):
     np.testing.assert_allclose(g, expected, rtol=1e-6)
 
 
-def test_missing_rules_are_jax_errors_naming_the_op(rng):
+def test_missing_rules_name_the_op_and_the_def_method(rng):
+    """Before: JAX's "Differentiation rule for 'name' not implemented" and
+    "Transpose rule (for reverse-mode differentiation) for 'name' not
+    implemented", naming neither def_jvp_rule nor def_transpose_rule."""
     op = new_op("norules")
     op.def_kernel(HERE, lambda *, outs: (lambda x: 2 * x), backend="jax")
     spec = jax.ShapeDtypeStruct((4,), F32)
-    with pytest.raises(NotImplementedError, match=op.name):
+    no_jvp = rf"{op.name}'\) has no JVP rule.*op.def_jvp_rule\("
+    no_transpose = rf"{op.name}'\) has no transpose rule.*op.def_transpose_rule\("
+    with pytest.raises(NotImplementedError, match=no_jvp):
         jax.jvp(lambda v: op(v, outs=spec), (jnp.ones(4),), (jnp.ones(4),))
+    with pytest.raises(NotImplementedError, match=no_jvp):
+        jax.grad(lambda v: jnp.sum(op(v, outs=spec)))(jnp.ones(4))
+    with pytest.raises(NotImplementedError, match=no_jvp):
+        jax.jit(jax.grad(lambda v: jnp.sum(op(v, outs=spec))))(jnp.ones(4))
+    with pytest.raises(NotImplementedError, match=no_transpose):
+        jax.linear_transpose(lambda v: op(v, outs=spec), jnp.ones(4, F32))(
+            jnp.ones(4, F32))
     # Linear JVP through the op itself, but no transpose rule.
     op.def_jvp_rule(lambda t, x, *, outs: op(t, outs=outs), per_input=True)
     _, t = jax.jvp(lambda v: op(v, outs=spec), (jnp.ones(4),),
                    (jnp.arange(4.0, dtype=F32),))
     np.testing.assert_allclose(t, 2 * np.arange(4.0))
-    with pytest.raises(NotImplementedError, match="Transpose rule"):
+    with pytest.raises(NotImplementedError, match=no_transpose):
         jax.grad(lambda v: jnp.sum(op(v, outs=spec)))(jnp.ones(4))
+    with pytest.raises(NotImplementedError, match=no_transpose):
+        jax.jit(jax.grad(lambda v: jnp.sum(op(v, outs=spec))))(jnp.ones(4))
+    # With the rule, both work; stop_gradient still runs without any rule.
+    op.def_transpose_rule(lambda ct, x, *, outs: (2 * ct,))
+    np.testing.assert_allclose(
+        jax.grad(lambda v: jnp.sum(op(v, outs=spec)))(jnp.ones(4)), 2.0)
+    bare = new_op("norules_stopped")
+    bare.def_kernel(HERE, lambda *, outs: (lambda x: 2 * x), backend="jax")
+    np.testing.assert_allclose(jax.grad(lambda v: jnp.sum(
+        bare(jax.lax.stop_gradient(v), outs=spec) + v))(jnp.ones(4)), 1.0)
 
 
 # -- batching ---------------------------------------------------------------------
@@ -440,6 +465,38 @@ def test_batching_rule_with_bad_result_is_type_error(rng):
         jax.vmap(lambda x: op(x, jnp.ones(2, F32),
                               outs=jax.ShapeDtypeStruct((3,), F32)))(
             jnp.ones((2, 3), F32))
+
+
+@pytest.mark.parametrize("out_axes, moved_to", [
+    (-1, -1), (np.int64(1), 1), (-2, 0), (np.int32(-1), -1), ([-1], -1),
+    ((np.int64(1),), 1)], ids=["-1", "np.int64(1)", "-2", "np.int32(-1)",
+                               "[-1]", "(np.int64(1),)"])
+def test_batching_rule_out_axes_negative_or_numpy_int_is_normalised(
+        rng, out_axes, moved_to):
+    """-1 means the output's last axis (as in jax.vmap): numbax hands JAX a
+    non-negative Python int (before: -1 and np.int64 passed numbax's check,
+    then JAX failed with 'batch dim should be int or None')."""
+    op = new_op("outaxes")
+    op.def_kernel(HERE, lambda *, outs: (lambda x: 3 * x), backend="jax")
+    op.def_batching_rule(lambda args, axes, *, outs: (
+        [3 * jnp.moveaxis(args[0], axes[0], moved_to)], out_axes))
+    xs = random_array(rng, (2, 5), np.float32)
+    # A list of outs, so that out_axes may have its structure.
+    f = lambda v: op(v, outs=[jax.ShapeDtypeStruct((5,), F32)])[0]  # noqa: E731
+    np.testing.assert_allclose(jax.vmap(f)(xs), 3 * xs, rtol=1e-6)
+    np.testing.assert_allclose(jax.jit(jax.vmap(f))(xs), 3 * xs, rtol=1e-6)
+    np.testing.assert_allclose(jax.vmap(f, in_axes=1)(xs.T), 3 * xs, rtol=1e-6)
+
+
+@pytest.mark.parametrize("out_axes", [2, -3, True, 1.0],
+                         ids=["2", "-3", "True", "1.0"])
+def test_batching_rule_out_axes_out_of_range_is_type_error(out_axes):
+    op = new_op("outaxesbad")
+    op.def_kernel(HERE, lambda *, outs: (lambda x: 3 * x), backend="jax")
+    op.def_batching_rule(lambda args, axes, *, outs: (3 * args[0], out_axes))
+    with pytest.raises(TypeError, match=rf"{op.name}.*out_axis|{op.name}"
+                                        r".*out_axes"):
+        jax.vmap(lambda v: op(v, outs=SPEC4))(jnp.ones((2, 4), F32))
 
 
 # -- backends and platforms ------------------------------------------------------
@@ -554,6 +611,51 @@ def test_numba_cuda_only_without_simulator_names_the_fix(gpu_only):
             jax.device_put(jnp.ones(4, F32), cpu))
 
 
+_GPU_ONLY_ON_THE_CPU = """
+import jax, jax.numpy as jnp
+from numba import cuda
+import numbax
+
+@cuda.jit
+def k(x, out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = x[i]
+
+op = numbax.XLACustomKernel("gpu_only_on_the_cpu")
+op.def_numba_cuda_kernel(lambda *, outs: numbax.numba_cuda_kernel(
+    k, outs, launch_dims=outs.shape[0]))
+spec = jax.ShapeDtypeStruct((4,), jnp.float32)
+f = lambda v: op(v, outs=spec)
+for name, call in [("call", lambda: f(jnp.ones(4))),
+                   ("vmap", lambda: jax.vmap(f)(jnp.ones((2, 4)))),
+                   ("jit-vmap", lambda: jax.jit(jax.vmap(f))(jnp.ones((2, 4))))]:
+    try:
+        call()
+        print(name, "| no error")
+    except Exception as exc:
+        print(name, "|", type(exc).__name__, "|", str(exc).splitlines()[0])
+"""
+
+
+def test_vmap_of_a_gpu_only_op_on_the_cpu_says_what_the_call_says():
+    """Without the simulator a numba_cuda-only op has no CPU kernel: under
+    jax.vmap too the error says so (before: the GPU kernel was vmapped on
+    the CPU and Numba raised CudaSupportError)."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run([sys.executable, "-c", _GPU_ONLY_ON_THE_CPU],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = dict(line.split(" | ", 1) for line in proc.stdout.splitlines())
+    assert set(lines) == {"call", "vmap", "jit-vmap"}, proc.stdout
+    assert lines["call"].startswith("NotImplementedError | "), lines
+    assert "no kernel for platform 'cpu'" in lines["call"]
+    assert "NUMBA_ENABLE_CUDASIM=1" in lines["call"]
+    assert lines["vmap"] == lines["call"], lines
+    assert lines["jit-vmap"] == lines["call"], lines
+
+
 def test_op_without_kernels_is_an_error():
     op = new_op("empty")
     with pytest.raises(NotImplementedError, match="has no kernels"):
@@ -617,6 +719,26 @@ def test_unknown_backend_and_bad_registrations():
         op(jnp.ones(4, F32), outs=[1, 2])
     with pytest.raises(TypeError, match="non-empty string"):
         numbax.XLACustomKernel("")
+
+
+@pytest.mark.parametrize("platform", ["tpu", "rocm", 1, None])
+def test_unknown_platform_names_the_op_in_every_method(platform):
+    """Before: "platform must be 'cpu' or 'gpu', got 'tpu'" without the op."""
+    op = new_op("platforms")
+    op.def_kernel(HERE, _plus(1), backend="jax")
+    calls = {
+        "def_kernel": lambda: op.def_kernel(platform, _plus(1), backend="x"),
+        "set_default": lambda: op.set_default(platform, "jax"),
+        "available_backends": lambda: op.available_backends(platform),
+        "default_backend": lambda: op.default_backend(platform),
+    }
+    for method, call in calls.items():
+        with pytest.raises(ValueError) as info:
+            call()
+        text = str(info.value)
+        assert text.startswith(f"XLACustomKernel('{op.name}'): {method}: "
+                               "platform "), (method, text)
+        assert "'cpu'" in text and "'gpu'" in text, text
 
 
 def test_duplicate_name_warns():
@@ -780,3 +902,39 @@ def test_dict_outs_batching_rule_flat_tuple_is_refused_not_swapped():
     y = f(xs)
     np.testing.assert_allclose(y["double"], 2 * xs)
     np.testing.assert_allclose(y["cube"], xs ** 3)
+
+
+def test_complex_tangent_or_cotangent_for_a_real_value_is_type_error():
+    """A complex tangent for a real output was cast to it, its imaginary part
+    dropped in silence. Refused, naming the op, the output and the dtypes."""
+    op = new_op("complextangent")
+    op.def_kernel(HERE, lambda *, outs: (lambda x: 3 * x), backend="jax")
+    op.def_jvp_rule(lambda t, x, *, outs: (3 * t).astype(jnp.complex64),
+                    per_input=True)
+    x = jnp.arange(4.0, dtype=F32)
+    match = (r"complextangent.*gave output 0 a tangent of dtype complex64, "
+             r"but the output is float32.*jnp.real")
+    with pytest.raises(TypeError, match=match):
+        jax.jvp(lambda v: op(v, outs=SPEC4), (x,), (jnp.ones(4, F32),))
+    with pytest.raises(TypeError, match=match):
+        jax.grad(lambda v: jnp.sum(op(v, outs=SPEC4)))(x)
+    # A real tangent for a complex output is exact: accepted.
+    cop = new_op("complexout")
+    cspec = jax.ShapeDtypeStruct((4,), jnp.complex64)
+    cop.def_kernel(HERE, lambda *, outs: (lambda x: (3 * x).astype(outs.dtype)),
+                   backend="jax")
+    cop.def_jvp_rule(lambda t, x, *, outs: 3 * t, per_input=True)
+    _, t = jax.jvp(lambda v: cop(v, outs=cspec), (x,), (jnp.ones(4, F32),))
+    assert t.dtype == jnp.complex64
+    np.testing.assert_allclose(t, np.full(4, 3.0))
+
+    lin = new_op("complexcotangent")
+    lin.def_kernel(HERE, lambda *, outs: (lambda x, y: x * y), backend="jax")
+    lin.def_jvp_rule(None, lambda t, x, y, *, outs: lin(x, t, outs=outs))
+    lin.def_transpose_rule(
+        lambda ct, x, y, *, outs: (None, (x * ct).astype(jnp.complex64)))
+    with pytest.raises(TypeError, match=r"complexcotangent.*gave input 1 a "
+                       r"cotangent of dtype complex64, but the input is "
+                       r"float32.*jnp.real"):
+        jax.grad(lambda y: jnp.sum(lin(jnp.full(4, 1.5, F32), y,
+                                       outs=SPEC4)))(jnp.ones(4, F32))

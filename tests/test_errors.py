@@ -316,6 +316,28 @@ def test_vmap_without_vmap_method():
         jax.vmap(fn)(jnp.ones((3, 4)))
 
 
+@pytest.mark.parametrize("kwargs", [
+    {}, {"vmap_method": "sequential"},
+    {"vmap_method": "expand_dims", "input_output_aliases": {0: 0}},
+    {"vmap_method": "expand_dims", "batch_partitionable": True}],
+    ids=["no-vmap_method", "sequential", "aliased", "partitionable"])
+@pytest.mark.parametrize("outer", ["eager", "jit", "vmap"])
+def test_linear_transpose_of_a_callable_names_the_op(kwargs, outer):
+    """Before: JAX's refusal named its own internals ('custom_vmap_call',
+    'The FFI call to `numbax_callable`', 'numbax_callable_batch')."""
+    fn = numbax.numba_cuda_callable(noop, SPEC, **kwargs)
+    wrapped = {"eager": fn, "jit": jax.jit(fn),
+               "vmap": lambda v: jax.vmap(fn)(v[None])[0]}[outer]
+    if outer == "vmap" and not kwargs:
+        pytest.skip("a callable without vmap_method cannot be vmapped")
+    with pytest.raises(ValueError, match=r"^numba_cuda_callable\(\S*noop\) "
+                                         r"cannot be differentiated: numbax "
+                                         r"cannot see what func computes"):
+        jax.linear_transpose(wrapped, jnp.ones(4, F32))(jnp.ones(4, F32))
+    # Still runs, eagerly and under jit.
+    assert run(jax.jit(wrapped), jnp.ones(4)).shape == (4,)
+
+
 # -- func fails while XLA runs it --------------------------------------------
 
 def test_func_raises_python_error():
@@ -570,6 +592,24 @@ def test_kernel_generator_returns_wrong_thing():
                                         " returned int, not a function of the"
                                         " inputs"):
         jax.jit(lambda v: op(v, outs=SPEC))(jnp.ones(4))
+
+
+@pytest.mark.skipif(XLACustomKernel is None, reason="no XLACustomKernel")
+def test_kernel_generator_returning_a_bare_kernel_names_the_fix():
+    """A generator that returns its @cuda.jit kernel itself (before: Numba's
+    "Kernel launch configuration was not specified", naming neither the op
+    nor numbax's wrapper)."""
+    op = XLACustomKernel("errors_matrix_bare_kernel")
+    op.def_numba_cuda_kernel(lambda *, outs: affine)
+    op.def_kernel("cpu", lambda *, outs: affine, backend="bare")
+    for call in (lambda: op(jnp.ones(4), outs=SPEC),
+                 lambda: jax.jit(lambda v: op(v, outs=SPEC))(jnp.ones(4))):
+        with pytest.raises(TypeError) as info:
+            call()
+        text = str(info.value)
+        assert "XLACustomKernel('errors_matrix_bare_kernel')" in text
+        assert "returned the @cuda.jit kernel" in text
+        assert "numbax.numba_cuda_kernel(kernel, outs, " in text
 
 
 @pytest.mark.skipif(XLACustomKernel is None, reason="no XLACustomKernel")

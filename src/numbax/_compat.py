@@ -151,6 +151,21 @@ def problem(jax_version: str | None, jaxlib_version: str | None,
     return None
 
 
+def served_ffi_api(built_api: tuple[int, int] | None
+                   ) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """(oldest, newest) XLA FFI API a build compiled against ``built_api``
+    serves, as :func:`problem` decides: a jaxlib older than the headers
+    refuses the handlers, and SERVED_FFI_API's newest is the last checked.
+    None when ``built_api`` is unknown, or newer than any checked."""
+    if built_api is None:
+        return None
+    built = (int(built_api[0]), int(built_api[1]))
+    oldest, newest = max(built, SERVED_FFI_API[0]), SERVED_FFI_API[1]
+    if oldest[0] != newest[0] or oldest > newest:
+        return None
+    return oldest, newest
+
+
 def runtime_ffi_api() -> tuple[int, int] | None:
     """The XLA FFI API version of the running jaxlib, read from the headers
     it ships (the C API offers no query from Python); None if unreadable."""

@@ -27,6 +27,9 @@ from ._custom_rules import check_rule_call
 if TYPE_CHECKING:
     from .custom_kernel import XLACustomKernel
 
+# jax.default_backend() -> the platform users name in def_kernel.
+_PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu"}
+
 
 def register(op: XLACustomKernel) -> None:
     """Gives `op`'s primitive its batching rule (:func:`batch`)."""
@@ -77,6 +80,13 @@ def _kernel_batch(op: XLACustomKernel, args, axes, outs, out_tree, backends,
     outer_vmap_ok = op._batching_rule is None
     if not all(_plain_value(a, outer_vmap_ok) for a in args):
         return None
+    # Not where JAX's platform has no kernel (a numba_cuda-only op on the
+    # CPU without the simulator): vmapping the GPU's kernel there failed
+    # inside Numba (CudaSupportError); the loop's lowering raises what the
+    # unbatched call raises, naming the platforms that have a kernel.
+    here = _PLATFORMS.get(jax.default_backend())
+    if here is None or dict(backends).get(here) is None:
+        return None
     fns = set()
     for platform, backend in backends:
         if backend is None:
@@ -115,7 +125,7 @@ def _check_batched(op: XLACustomKernel, result, out_tree, outs, size):
         raise TypeError(
             f"{op!r}: the batching rule returned outputs "
             f"{value_str(outputs)}, which do not match outs")
-    if out_axes is None or isinstance(out_axes, (int, np.integer)):
+    if out_axes is None or _is_int(out_axes):
         axes = [out_axes] * n_outs
     else:
         flat: list | None
@@ -136,20 +146,31 @@ def _check_batched(op: XLACustomKernel, result, out_tree, outs, size):
         axes = flat
     # Each output must be one unbatched output with the batch axis (of
     # the vmapped size) at its out_axis, as JVP and transpose results
-    # are checked against outs.
+    # are checked against outs. JAX takes only None or a non-negative
+    # Python int: -1 (the last axis, as in jax.vmap) and numpy integers are
+    # handed on normalised.
     for j, (leaf, ax, (shape, dtype)) in enumerate(
             zip(leaves, axes, outs)):
         got = tuple(np.shape(leaf))
         if ax is None:
             want = tuple(shape)
         else:
+            rank = len(shape) + 1  # the batched output's axes
+            if not _is_int(ax):
+                raise TypeError(
+                    f"{op!r}: the batching rule gave output {j} out_axis "
+                    f"{ax!r} ({type(ax).__name__}); each out_axis must be "
+                    f"an int from {-rank} to {rank - 1} (the batched "
+                    "output's axis that holds the batch) or None")
             ax = int(ax)
-            if not -len(shape) - 1 <= ax <= len(shape):
+            if not -rank <= ax < rank:
                 raise TypeError(
                     f"{op!r}: the batching rule gave output {j} "
-                    f"out_axis {ax}, outside the output's "
-                    f"{len(shape) + 1} axes")
-            ax = ax % (len(shape) + 1)
+                    f"out_axis {ax}, outside the output's {rank} axes: "
+                    f"return an out_axis from {-rank} to {rank - 1} (-1 is "
+                    "the last axis)")
+            ax = ax % rank
+            axes[j] = ax
             want = tuple(shape[:ax]) + (int(size),) + tuple(shape[ax:])
         if got != want:
             raise TypeError(
@@ -163,6 +184,12 @@ def _check_batched(op: XLACustomKernel, result, out_tree, outs, size):
                 f"dtype {got_dtype.name}, but outs declares "
                 f"{np.dtype(dtype).name}")
     return list(leaves), list(axes)
+
+
+def _is_int(x) -> bool:
+    """An int or numpy integer, not a bool (True is no axis)."""
+    return isinstance(x, (int, np.integer)) and not isinstance(
+        x, (bool, np.bool_))
 
 
 def _loop_batch(op: XLACustomKernel, args, axes, params):

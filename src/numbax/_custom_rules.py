@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -30,18 +30,28 @@ is_undefined_primal = ad.is_undefined_primal
 
 
 def register_jvp(op: XLACustomKernel) -> None:
-    """Makes `op`'s primitive differentiable in forward mode."""
+    """Makes `op`'s primitive differentiable in forward mode. Registered
+    when the op is created: until def_jvp_rule gives it a rule, the rule
+    says which method is missing (JAX's own refusal names none)."""
     ad.primitive_jvps[op.primitive] = partial(jvp, op)
 
 
 def register_transpose(op: XLACustomKernel) -> None:
-    """Makes `op`'s primitive transposable (reverse mode)."""
+    """Makes `op`'s primitive transposable (reverse mode); registered when
+    the op is created, as :func:`register_jvp`."""
     ad.primitive_transposes[op.primitive] = partial(transpose, op)
 
 
 def _is_float0(x) -> bool:
     dtype = getattr(getattr(x, "aval", x), "dtype", None)
     return dtype is not None and dtype == jax.dtypes.float0
+
+
+def _complex_into_real(got, want) -> bool:
+    """A complex value where a real one is declared (its cast would drop
+    the imaginary part)."""
+    return bool(jnp.issubdtype(got, jnp.complexfloating)
+                and not jnp.issubdtype(want, jnp.complexfloating))
 
 
 def check_rule_call(op: XLACustomKernel, rule, what: str, args,
@@ -70,8 +80,14 @@ def jvp(op: XLACustomKernel, primals, tangents, *, outs, out_tree, backends,
                                    backends=backends, static=static)
     kwargs = dict(static)
     structs = outs_struct(outs, out_tree)
-    # Registered by def_jvp_rule, which sets the rules first.
-    rules = cast(tuple, op._jvp_rules)
+    if op._jvp_rules is None:
+        raise NotImplementedError(
+            f"{op!r} has no JVP rule, so jax.jvp and jax.grad cannot "
+            "differentiate it: define one with op.def_jvp_rule(...) (and "
+            "op.def_transpose_rule(...) for reverse mode: jax.grad, "
+            "jax.vjp), as docs/custom_kernel.md shows; or wrap the inputs in "
+            "jax.lax.stop_gradient where no derivative flows through the op")
+    rules = op._jvp_rules
     contributions: list[tuple[int | None, Any]] = []
     with op._inherit(backends):
         if op._jvp_per_input:
@@ -127,6 +143,16 @@ def jvp(op: XLACustomKernel, primals, tangents, *, outs, out_tree, backends,
                     f"{np.dtype(dtype).name}: tangents must be floating "
                     f"point (an integer tangent has no derivative, so grad "
                     f"would be zero); return it as {np.dtype(dtype).name}")
+            if _complex_into_real(leaf.dtype, dtype):
+                # The cast below would drop the imaginary part in silence.
+                raise TypeError(
+                    f"{op!r}: {what} gave output {j} a tangent of dtype "
+                    f"{leaf.dtype.name}, but the output is "
+                    f"{np.dtype(dtype).name}: a real output's tangent is "
+                    f"real, and casting would drop the imaginary part; "
+                    f"return it as {np.dtype(dtype).name} (jnp.real(t) if "
+                    "the imaginary part is zero by construction), or declare "
+                    "the output complex in outs")
             if leaf.dtype != dtype:
                 leaf = leaf.astype(dtype)
             sums[j] = leaf if sums[j] is None else sums[j] + leaf
@@ -144,8 +170,14 @@ def transpose(op: XLACustomKernel, cts, *args, outs, out_tree, backends,
     cts = [None if _is_float0(ct) else ad.instantiate_zeros(ct)
            for ct in cts]
     ct_tree = jax.tree_util.tree_unflatten(out_tree, cts)
-    # Registered by def_transpose_rule, which sets the rule first.
-    rule = cast(Callable, op._transpose_rule)
+    rule = op._transpose_rule
+    if rule is None:
+        raise NotImplementedError(
+            f"{op!r} has no transpose rule, so reverse-mode differentiation "
+            "(jax.grad, jax.vjp) and jax.linear_transpose cannot transpose "
+            "a call of it that is linear in an input (such as the op "
+            "applied to a tangent by its JVP rule): define one with "
+            "op.def_transpose_rule(...), as docs/custom_kernel.md shows")
     check_rule_call(op, rule, "the transpose rule",
                     (ct_tree, *args),
                     dict(outs=outs_struct(outs, out_tree), **dict(static)))
@@ -178,6 +210,14 @@ def transpose(op: XLACustomKernel, cts, *args, outs, out_tree, backends,
                 f"{np.dtype(aval.dtype).name}: cotangents must be floating "
                 f"point (an integer one truncates the gradient); return it "
                 f"as {np.dtype(aval.dtype).name}")
+        if _complex_into_real(ct.dtype, aval.dtype):
+            raise TypeError(
+                f"{op!r}: the transpose rule gave input {i} a cotangent of "
+                f"dtype {ct.dtype.name}, but the input is "
+                f"{np.dtype(aval.dtype).name}: a real input's cotangent is "
+                f"real, and casting would drop the imaginary part; return "
+                f"it as {np.dtype(aval.dtype).name} (jnp.real(ct) if the "
+                "imaginary part is zero by construction)")
         if ct.dtype != aval.dtype:
             ct = ct.astype(aval.dtype)
         cotangents.append(ct)

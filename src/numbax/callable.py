@@ -6,6 +6,8 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
 
 from . import (_checks, _fast_launch, _inputcheck, _mlir_launch, _numba,
                _registry, _targets)
@@ -148,7 +150,9 @@ class NumbaCudaCallable:
             # calls of concrete arrays cannot be differentiated, and
             # custom_jvp costs an eager call about 0.25 ms.
             bind = _not_differentiable(bind, op)
-        results = bind(*inputs)
+            results = _not_transposable(bind(*inputs), op)
+        else:
+            results = bind(*inputs)
         return jax.tree_util.tree_unflatten(self.out_tree, list(results))
 
 
@@ -159,6 +163,38 @@ def _not_differentiable(bind, op: str):
         raise _checks.not_differentiable(op, "func")
     guarded.defjvp(jvp)
     return guarded
+
+
+# jax.linear_transpose inlines custom_jvp, so _not_differentiable cannot
+# name the op there; what it then meets first, walking back from the
+# results, is this identity of numbax's own, whose transpose names the op
+# (under it: ffi_call or numbax_callable_batch, which are
+# shared and cannot). Only in traced calls (with custom_jvp); it lowers to
+# nothing, so the compiled program is the same.
+_results_p = Primitive("numbax_callable_results")
+_results_p.multiple_results = True
+_results_p.def_impl(lambda *xs, op: list(xs))
+_results_p.def_abstract_eval(lambda *avals, op: list(avals))
+mlir.register_lowering(_results_p, lambda ctx, *xs, op: list(xs))
+batching.primitive_batchers[_results_p] = (
+    lambda xs, dims, op: (_results_p.bind(*xs, op=op), list(dims)))
+
+
+def _results_jvp(primals, tangents, *, op):
+    # custom_jvp refuses first; kept for a tangent that gets here anyway.
+    raise _checks.not_differentiable(op, "func")
+
+
+def _results_transpose(cts, *xs, op):
+    raise _checks.not_differentiable(op, "func")
+
+
+ad.primitive_jvps[_results_p] = _results_jvp
+ad.primitive_transposes[_results_p] = _results_transpose
+
+
+def _not_transposable(results, op: str) -> list:
+    return _results_p.bind(*results, op=op)
 
 
 def numba_cuda_callable(

@@ -57,7 +57,8 @@ def _release(version: str | None) -> tuple[int, ...]:
 
 
 def _error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _api_text(api: tuple[int, ...] | None) -> str | None:
@@ -71,14 +72,34 @@ def _api_tuple(text: str | None) -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
-def xla_ffi_api() -> dict[str, str | None]:
+def xla_ffi_api() -> dict[str, Any]:
     """The XLA FFI C API versions that must agree: the one numbax._core was
     compiled against (recorded at build time), where its headers came from,
-    and the one the running jaxlib provides."""
+    the range of versions that build serves ([oldest, newest], or None), and
+    the one the running jaxlib provides."""
     from . import _compat
     built, built_from = _compat.built_ffi_api()
+    served = _compat.served_ffi_api(built)
     return {"built": _api_text(built), "built_from": built_from or None,
+            "serves": None if served is None else [_api_text(v) for v in served],
             "jaxlib": _api_text(_compat.runtime_ffi_api())}
+
+
+def _ffi_text(ffi: dict[str, Any]) -> str:
+    """The 'XLA FFI API' line of ``info``: what was compiled in, the range
+    that build serves, and where the running jaxlib stands in it."""
+    source = f", the headers of {ffi['built_from']}" if ffi["built_from"] else ""
+    text = f"{ffi['built'] or 'unknown'} compiled into numbax{source}; "
+    served, jaxlib = ffi.get("serves"), ffi["jaxlib"]
+    if served:
+        text += f"this build serves XLA FFI API {served[0]} to {served[1]}; "
+    text += f"the running jaxlib provides {jaxlib or 'unknown'}"
+    oldest, newest, now = (_api_tuple(v) for v in (
+        *(served or (None, None)), jaxlib))
+    if oldest and newest and now:
+        text += (" (within that range)" if oldest <= now <= newest
+                 else " (outside that range)")
+    return text
 
 
 def cuda_driver() -> dict[str, Any]:
@@ -179,6 +200,23 @@ def collect_info() -> dict[str, Any]:
     return info
 
 
+def _install_jax_cuda(driver: dict[str, Any]) -> str:
+    """How to install JAX's CUDA plugin: the one matching the CUDA driver
+    where its version is known, both otherwise."""
+    cuda13 = 'pip install -U "jax[cuda13]"'
+    cuda12 = 'pip install -U "jax[cuda12]"'
+    version = driver.get("version")
+    major = _release(version)[:1]
+    if major == (12,):
+        return (f"install JAX with CUDA for this CUDA {version} driver: "
+                f"{cuda12}")
+    if major and major[0] >= 13:
+        return (f"install JAX with CUDA for this CUDA {version} driver: "
+                f"{cuda13} (or {cuda12})")
+    return (f"install JAX with CUDA: {cuda13} for a CUDA 13 driver, or "
+            f"{cuda12} for a CUDA 12 one")
+
+
 def find_problems(info: dict[str, Any]) -> list[Problem]:
     """The known incompatibilities in ``info`` (from :func:`collect_info`)."""
     from . import _compat
@@ -221,7 +259,19 @@ def find_problems(info: dict[str, Any]) -> list[Problem]:
     jx = info["jax"]
     driver = info["cuda_driver"]
     simulator = info["simulator"]
-    if jx["error"]:
+    platforms = info.get("env", {}).get("JAX_PLATFORMS") or ""
+    wants_cuda = bool({p.strip().lower() for p in platforms.split(",")}
+                      & {"cuda", "gpu"})
+    if jx["error"] and wants_cuda and not info.get("jax_plugins"):
+        # jax 0.10 fails here with a bare AssertionError.
+        problems.append(Problem(
+            f"JAX_PLATFORMS={platforms} asks for JAX's CUDA backend, but no "
+            "JAX CUDA plugin is installed (jax-cuda13-plugin or "
+            f"jax-cuda12-plugin), so JAX cannot start ({jx['error']})",
+            _install_jax_cuda(driver) + "; or, to run on the CPU through "
+            "Numba's CUDA simulator, set JAX_PLATFORMS=cpu "
+            "NUMBA_ENABLE_CUDASIM=1"))
+    elif jx["error"]:
         problems.append(Problem(f"JAX cannot start a backend ({jx['error']})",
                                 "check JAX_PLATFORMS and the jax/jaxlib install"))
     elif jx["backend"] == "cpu" and not simulator:
@@ -277,10 +327,7 @@ def format_info(info: dict[str, Any], problems: Sequence[Problem]) -> str:
         row(dist, _format_version(version))
     for dist, version in info["jax_plugins"].items():
         row(dist, version)
-    ffi = info["xla_ffi_api"]
-    source = f", the headers of {ffi['built_from']}" if ffi["built_from"] else ""
-    row("XLA FFI API", f"{ffi['built'] or 'unknown'} compiled into numbax{source}; "
-        f"the running jaxlib provides {ffi['jaxlib'] or 'unknown'}")
+    row("XLA FFI API", _ffi_text(info["xla_ffi_api"]))
     sim = info["simulator"]
     row("simulator", "on (NUMBA_ENABLE_CUDASIM=1): numbax ops run on JAX's CPU "
         "backend through Numba's CUDA simulator" if sim else "off")

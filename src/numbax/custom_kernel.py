@@ -65,17 +65,21 @@ _inherited_backends: contextvars.ContextVar[dict] = contextvars.ContextVar(
     "numbax_inherited_backends", default={})
 
 
-def _canonical_platform(platform: Any) -> str:
+def _canonical_platform(platform: Any, op: XLACustomKernel, method: str) -> str:
+    """'cpu' or 'gpu' for what users may name; else ValueError naming the op
+    and its method."""
     if isinstance(platform, str):
         name = platform.lower()
         if name in _PLATFORM_ALIASES:
             return _PLATFORM_ALIASES[name]
         if name == "rocm":
             raise ValueError(
-                "platform 'rocm' is not supported: numbax runs Numba CUDA "
-                "kernels on NVIDIA GPUs ('gpu') and, through Numba's CUDA "
-                "simulator, on the CPU ('cpu')")
-    raise ValueError(f"platform must be 'cpu' or 'gpu', got {platform!r}")
+                f"{op!r}: {method}: platform 'rocm' is not supported: numbax "
+                "runs Numba CUDA kernels on NVIDIA GPUs ('gpu') and, through "
+                "Numba's CUDA simulator, on the CPU ('cpu')")
+    raise ValueError(
+        f"{op!r}: {method}: platform must be 'cpu' or 'gpu' ('cuda' is "
+        f"accepted for 'gpu'), got {platform!r}")
 
 
 def _wrap_error(exc: Exception, message: str) -> BaseException:
@@ -152,6 +156,9 @@ class XLACustomKernel:
         #: The underlying ``jax.extend.core.Primitive``.
         self.primitive = _custom_primitive.create(self)
         _custom_batching.register(self)
+        # Until def_jvp_rule/def_transpose_rule, these say which is missing.
+        _custom_rules.register_jvp(self)
+        _custom_rules.register_transpose(self)
 
     def __repr__(self):
         return f"XLACustomKernel({self.name!r})"
@@ -214,7 +221,7 @@ class XLACustomKernel:
           TypeError: ``kernel_generator`` is not callable, or ``backend`` is
             not a non-empty string.
         """
-        platform = _canonical_platform(platform)
+        platform = _canonical_platform(platform, self, "def_kernel")
         if not callable(kernel_generator):
             raise TypeError(
                 f"{self!r}: kernel_generator must be callable, got "
@@ -252,7 +259,7 @@ class XLACustomKernel:
         Raises:
           ValueError: an unknown platform, or no ``backend`` kernel for it.
         """
-        platform = _canonical_platform(platform)
+        platform = _canonical_platform(platform, self, "set_default")
         with self._lock:
             available = self._candidates(platform)
             if backend not in available:
@@ -263,11 +270,13 @@ class XLACustomKernel:
 
     def available_backends(self, platform: str) -> tuple[str, ...]:
         """The backends that can run on ``platform``, in registration order."""
-        return tuple(self._candidates(_canonical_platform(platform)))
+        return tuple(self._candidates(
+            _canonical_platform(platform, self, "available_backends")))
 
     def default_backend(self, platform: str) -> str | None:
         """The backend a call uses on ``platform`` by default (None: no kernel)."""
-        return self._default(_canonical_platform(platform))
+        return self._default(
+            _canonical_platform(platform, self, "default_backend"))
 
     def def_jvp_rule(self, *rules: Callable | None,
                      per_input: bool | None = None):
@@ -313,7 +322,6 @@ class XLACustomKernel:
             raise TypeError(f"{self!r}: the JVP rule for all inputs is None")
         self._jvp_rules = tuple(rules)
         self._jvp_per_input = bool(per_input)
-        _custom_rules.register_jvp(self)
         return rules[0] if len(rules) == 1 else rules
 
     def def_transpose_rule(self, fn: Callable) -> Callable:
@@ -338,7 +346,6 @@ class XLACustomKernel:
         if not callable(fn):
             raise TypeError(f"{self!r}: the transpose rule must be callable")
         self._transpose_rule = fn
-        _custom_rules.register_transpose(self)
         return fn
 
     def def_batching_rule(self, fn: Callable) -> Callable:
@@ -515,6 +522,17 @@ class XLACustomKernel:
                 f"(platform '{platform}') raised {type(exc).__name__}: {exc} "
                 f"[static arguments: {args or 'none'}; outs: "
                 f"{_custom_outs.outs_str(outs)}]")) from exc
+        from .kernel import _is_dispatcher
+        if _is_dispatcher(fn):
+            # Callable too, but tracing it fails inside Numba ("Kernel
+            # launch configuration was not specified"), naming neither.
+            raise TypeError(
+                f"{self!r}: the kernel generator of backend '{backend}' "
+                f"(platform '{platform}') returned the @cuda.jit kernel "
+                f"itself ({type(fn).__name__}), which JAX cannot call; "
+                "return numbax.numba_cuda_kernel(kernel, outs, "
+                "launch_dims=...) (or grid=..., block=...) instead, the op "
+                "that launches it on JAX's arrays")
         if not callable(fn):
             raise TypeError(
                 f"{self!r}: the kernel generator of backend '{backend}' "

@@ -95,6 +95,17 @@ def select(*, cpu_smoke: bool, simulator: bool, backend: Backend,
       prog: the command, for the messages (``python -m numbax bench``).
     """
     on_gpu = backend.platform == "gpu"
+    if simulator and backend.error is not None:
+        # The smoke run needs JAX's CPU backend: without one it would start
+        # and end in JAX's traceback at the first array.
+        platforms = os.environ.get("JAX_PLATFORMS")
+        with_env = f" with JAX_PLATFORMS={platforms}" if platforms else ""
+        raise Refused(
+            f"{prog}: error: JAX could not start a backend{with_env} "
+            f"({backend.error}), and the simulator run needs JAX's CPU "
+            f"backend: set JAX_PLATFORMS=cpu (with NUMBA_ENABLE_CUDASIM=1), "
+            "or unset NUMBA_ENABLE_CUDASIM and JAX_PLATFORMS on a GPU machine",
+            EXIT_BAD_ENVIRONMENT)
     if simulator and not on_gpu:
         how = ("--cpu-smoke" if cpu_smoke else
                "chosen automatically: NUMBA_ENABLE_CUDASIM=1 and JAX sees no GPU")

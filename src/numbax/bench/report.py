@@ -136,7 +136,8 @@ def environment(device, native) -> dict:
 
 
 def write_json(path: str, record: dict) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    # No makedirs: a missing directory is refused before the run
+    # (run.output_path_problem), never created silently.
     with open(path, "w") as f:
         json.dump(record, f, indent=2, default=str)
         f.write("\n")

@@ -40,8 +40,9 @@ def build_parser(prog: str, default_json: str | None) -> argparse.ArgumentParser
     p.add_argument("--quick", action="store_true",
                    help="fewer rounds and a 64 MiB bandwidth array (smoke runs)")
     p.add_argument("--json", default=default_json, metavar="PATH",
-                   help="where to write the results as JSON (default: "
-                   + (default_json or "not written") + ")")
+                   help="where to write the results as JSON; its directory "
+                   "must exist (default: " + (default_json or "not written")
+                   + ")")
     p.add_argument("--only", default=None, metavar="NAMES",
                    help="comma-separated implementations to run, of: "
                    + ", ".join(NAMES) + " (the native baselines always run: "
@@ -67,7 +68,8 @@ def build_parser(prog: str, default_json: str | None) -> argparse.ArgumentParser
     p.add_argument("--build-dir", default=None,
                    help="where nvcc writes the native library (default: a new temp dir)")
     p.add_argument("--seed", type=int, default=None,
-                   help="seed of the check inputs (default: random, recorded in the JSON)")
+                   help="seed of the check inputs, 0 to 2**63 - 1 (default: "
+                   "random, recorded in the JSON)")
     p.add_argument("--cpu-smoke", action="store_true",
                    help="no GPU: JAX on CPU with Numba's CUDA simulator, a handful "
                    "of iterations; GPU-only rows report 'skipped (no GPU)'. "
@@ -78,7 +80,8 @@ def build_parser(prog: str, default_json: str | None) -> argparse.ArgumentParser
                    "(--json) into --plot PNG (default: the JSON's path with .png); "
                    "needs no GPU")
     p.epilog = ("exit status: 0 every row ran or was skipped; 1 a row failed;\n"
-                "  2 bad command line, or the simulator on while JAX runs on a GPU;\n"
+                "  2 bad command line (checked before anything runs), or the\n"
+                "  simulator on while JAX runs on a GPU or cannot start;\n"
                 f"  {EXIT_NO_GPU} JAX sees no GPU and the simulator is off (nothing "
                 "ran: see --cpu-smoke)")
     return p
@@ -87,6 +90,47 @@ def build_parser(prog: str, default_json: str | None) -> argparse.ArgumentParser
 #: Options that only mean something for a run (--plot-from runs nothing).
 _RUN_OPTIONS = ("quick", "only", "rounds", "no_bandwidth", "build_dir", "seed",
                 "cpu_smoke", "no_cold_start")
+
+
+#: The largest --seed: numpy and JAX take seeds up to a signed 64-bit int.
+MAX_SEED = 2**63 - 1
+
+
+def _refuse(p: argparse.ArgumentParser, message: str) -> None:
+    """Exit status 2 with one line, ``PROG: error: message`` (no usage)."""
+    p.exit(2, f"{p.prog}: error: {message}\n")
+
+
+def output_path_problem(path: str) -> str | None:
+    """Why the suite could not write a file at `path`, or None.
+
+    Missing directories are not created: a mistyped path would otherwise
+    leave a stray tree behind (as root, anywhere). Root passes
+    ``os.access`` everywhere, so the checks that hold for root come first.
+    """
+    full = os.path.abspath(path)
+    parent = os.path.dirname(full)
+    if os.path.isdir(full):
+        return "is a directory; give a file name in it"
+    if not os.path.exists(parent):
+        # The nearest ancestor that exists says which of the two it is.
+        ancestor = parent
+        while not os.path.exists(ancestor):
+            ancestor = os.path.dirname(ancestor)
+        if not os.path.isdir(ancestor):
+            return (f"{ancestor} is not a directory, so nothing can be "
+                    "written below it; pick another path")
+        return (f"the directory {parent} does not exist; create it first "
+                f"(mkdir -p {parent}) or pick another path")
+    if not os.path.isdir(parent):
+        return (f"{parent} is not a directory, so nothing can be written "
+                "below it; pick another path")
+    if os.path.exists(full) and not os.access(full, os.W_OK):
+        return "the file exists and is not writable; pick another path"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return (f"the directory {parent} is not writable; pick another "
+                "path")
+    return None
 
 
 def parse_args(argv: Sequence[str] | None = None, *,
@@ -102,6 +146,15 @@ def parse_args(argv: Sequence[str] | None = None, *,
         args.only = BASELINES + [s for s in wanted if s not in BASELINES]
     if args.rounds is not None and args.rounds < 1:
         p.error(f"--rounds must be >= 1, got {args.rounds}")
+    # Checked here, before anything runs: a bad --seed or output path found
+    # after the suite would end a run of minutes in a traceback.
+    if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
+        _refuse(p, f"--seed must be an int from 0 to 2**63 - 1 (numpy's and "
+                f"JAX's seeds are unsigned), got {args.seed}")
+    for option, path in (("--json", args.json), ("--plot", args.plot)):
+        problem = None if path is None else output_path_problem(path)
+        if problem:
+            _refuse(p, f"{option} {path}: {problem}")
     if args.plot_from is not None:
         given = [o for o in _RUN_OPTIONS if getattr(args, o) not in (None, False)]
         if given:
@@ -430,12 +483,17 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
         "results": rows,
         "workloads": workload_rows,
     }
+    # The paths were checked before the run; what can still fail here (a
+    # full disk, a directory removed meanwhile) is one line and status 1.
+    write_failed = False
     if args.json:
         try:
             report.write_json(args.json, record)
             print(f"wrote {args.json}", flush=True)
-        except Exception:  # noqa: BLE001 - still print the table
-            print(f"could not write {args.json}:\n{traceback.format_exc()}", flush=True)
+        except Exception as exc:  # noqa: BLE001 - still print the table
+            write_failed = True
+            print(f"could not write {args.json}: {type(exc).__name__}: {exc}",
+                  flush=True)
     plot_failed = False
     if args.plot:
         try:
@@ -473,7 +531,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
     failed = any(r["status"].startswith("FAILED") for r in rows) or any(
         r.get("status", "ok").startswith("FAILED")
         for part in workload_rows.values() for r in part)
-    return 1 if failed or plot_failed else 0
+    return 1 if failed or plot_failed or write_failed else 0
 
 
 if __name__ == "__main__":
