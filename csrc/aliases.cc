@@ -30,6 +30,18 @@ std::atomic<uint64_t>& AliasCopyCount() {
   return count;
 }
 
+namespace {
+
+// Whether two buffers share any byte (empty ones share none).
+bool Overlap(const BufferView& a, const BufferView& b) {
+  if (a.nbytes == 0 || b.nbytes == 0) return false;
+  const auto x = reinterpret_cast<uintptr_t>(a.data);
+  const auto y = reinterpret_cast<uintptr_t>(b.data);
+  return x < y + b.nbytes && y < x + a.nbytes;
+}
+
+}  // namespace
+
 std::string KeepAliasedInputs(const cuda::Driver* driver,
                               cuda::CUstream stream,
                               const std::vector<BufferView>& buffers,
@@ -52,11 +64,22 @@ std::string KeepAliasedInputs(const cuda::Driver* driver,
     }
     const auto s = reinterpret_cast<uintptr_t>(src.data);
     const auto d = reinterpret_cast<uintptr_t>(dst.data);
-    if (s < d + dst.nbytes && d < s + src.nbytes) {
+    if (Overlap(src, dst)) {
       return "input " + std::to_string(a.input) + " is aliased to output " +
              std::to_string(a.output) +
              ", but XLA gave them buffers that overlap without being the "
              "same buffer; numbax cannot give the output the input's values";
+    }
+    // The copy must not write over another input (one a later pair copies
+    // from, or one the kernel reads).
+    for (int64_t i = 0; i < num_inputs; ++i) {
+      if (i != a.input && Overlap(buffers[static_cast<size_t>(i)], dst)) {
+        return "output " + std::to_string(a.output) + " (aliased to input " +
+               std::to_string(a.input) + ") shares memory with input " +
+               std::to_string(i) +
+               "; numbax cannot copy input " + std::to_string(a.input) +
+               " into it without changing input " + std::to_string(i);
+      }
     }
     if (driver == nullptr) {
       std::memcpy(dst.data, src.data, dst.nbytes);

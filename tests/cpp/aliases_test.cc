@@ -65,6 +65,18 @@ TEST(Aliases, RefusesDifferentSizesAndPartialOverlap) {
   EXPECT_EQ(a[2], 1.0f);  // nothing was written
 }
 
+// Two pairs whose buffers cross (output 1 is input 1's buffer while input
+// 0 aliases output 1): copying would overwrite input 1 before it is read.
+TEST(Aliases, RefusesACopyOverAnotherInput) {
+  std::vector<float> a(4, 1.0f), b(4, 2.0f), c(4, 0.0f);
+  std::vector<BufferView> buffers = {View(a.data(), 4), View(b.data(), 4),
+                                     View(c.data(), 4), View(b.data(), 4)};
+  const std::string why =
+      KeepAliasedInputs(nullptr, nullptr, buffers, 2, {{0, 1}, {1, 0}});
+  EXPECT_NE(why.find("shares memory with input 1"), std::string::npos) << why;
+  EXPECT_EQ(b, std::vector<float>(4, 2.0f));
+}
+
 // On CUDA the copy goes through cuMemcpyDtoDAsync on the op's stream.
 struct Copy {
   numbax::cuda::CUdeviceptr dst, src;
