@@ -207,3 +207,44 @@ def test_unknown_values_count_closures_and_module_attributes():
     assert "arr" in _fold.unknown_globals_reason(a, ("t",))
     assert "(CFG.SCALE)" in _fold.unknown_globals_reason(
         b, ("t",))
+
+
+@pytest.mark.gpu
+def test_folded_vmap_keeps_closure_values_and_module_attributes(
+        gpu_only, rng):
+    scale = np.array([2.0], np.float32)
+
+    @cuda.jit
+    def closed(x, out):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = x[i] * scale[0]
+
+    @cuda.jit
+    def via_module(x, out):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = x[i] * CFG.SCALE
+
+    spec = jax.ShapeDtypeStruct((N,), jnp.float32)
+    by_closure = numbax.numba_cuda_kernel(closed, spec, launch_dims=N)
+    by_module = numbax.numba_cuda_kernel(via_module, spec, launch_dims=N)
+    x = rng.standard_normal(N).astype(np.float32)
+    xs = rng.standard_normal((3, N)).astype(np.float32)
+    for op in (by_closure, by_module):  # compiled: Numba froze 2.0
+        np.testing.assert_allclose(np.asarray(jax.jit(op)(x)), 2 * x,
+                                   rtol=1e-6)
+    scale[0] = 7.0
+    CFG.SCALE = 5.0
+    try:
+        for op in (by_closure, by_module):
+            np.testing.assert_allclose(
+                np.asarray(jax.jit(jax.vmap(op))(xs)), 2 * xs, rtol=1e-6)
+        # The closure's frozen value is given to the batched body: it
+        # folds. The module's attribute cannot be: it does not, and says so.
+        assert by_closure.vmap_fold(x).folds
+        decision = by_module.vmap_fold(x)
+        assert not decision.folds
+        assert "CFG.SCALE changed" in decision.reason
+    finally:
+        CFG.SCALE = 2.0
