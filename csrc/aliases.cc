@@ -7,7 +7,8 @@ namespace numbax {
 
 std::string CheckAliases(const AliasList& aliases, int64_t num_inputs,
                          int64_t num_outputs) {
-  std::vector<bool> taken(static_cast<size_t>(std::max<int64_t>(num_outputs, 0)));
+  std::vector<bool> taken(
+      static_cast<size_t>(std::max<int64_t>(num_outputs, 0)));
   for (const Alias& a : aliases) {
     if (a.input < 0 || a.input >= num_inputs) {
       return "alias input index " + std::to_string(a.input) +
@@ -74,10 +75,12 @@ std::string CheckPair(const std::vector<BufferView>& buffers,
     if (j == a.input) continue;
     if (Overlap(dst, other)) {
       return "input " + std::to_string(a.input) + " is aliased to output " +
-             std::to_string(a.output) + ", but XLA gave the output a buffer "
-             "that overlaps input " + std::to_string(j) +
-             ", so copying input " + std::to_string(a.input) +
-             " into it would change input " + std::to_string(j) +
+             std::to_string(a.output) +
+             ", but XLA gave the output a buffer "
+             "that overlaps input " +
+             std::to_string(j) + ", so copying input " +
+             std::to_string(a.input) + " into it would change input " +
+             std::to_string(j) +
              " before it is read; numbax cannot keep the alias here. XLA's "
              "GPU dynamic_slice_fusion inside loops does this: set "
              "XLA_FLAGS=--xla_gpu_enable_dynamic_slice_fusion=false";
@@ -89,8 +92,7 @@ std::string CheckPair(const std::vector<BufferView>& buffers,
 
 }  // namespace
 
-std::string KeepAliasedInputs(const cuda::Driver* driver,
-                              cuda::CUstream stream,
+std::string KeepAliasedInputs(const cuda::Driver* driver, cuda::CUstream stream,
                               const std::vector<BufferView>& buffers,
                               int64_t num_inputs, const AliasList& aliases) {
   // Every pair is checked before anything is copied: an error leaves every

@@ -48,8 +48,7 @@ std::atomic<uint64_t>& AliasCopyCount();
 // same (a copy would read what it wrote), an output over another input (the
 // copy would change that input before it is read), or the driver's
 // refusal. Every pair is checked before anything is copied.
-std::string KeepAliasedInputs(const cuda::Driver* driver,
-                              cuda::CUstream stream,
+std::string KeepAliasedInputs(const cuda::Driver* driver, cuda::CUstream stream,
                               const std::vector<BufferView>& buffers,
                               int64_t num_inputs, const AliasList& aliases);
 

@@ -219,9 +219,9 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
     for (size_t i = plan.num_inputs; i < buffers.size(); ++i) {
       if (buffers[i].nbytes == 0) continue;
       const int64_t output = static_cast<int64_t>(i) - plan.num_inputs;
-      const bool aliased = std::any_of(
-          plan.aliases.begin(), plan.aliases.end(),
-          [output](const Alias& a) { return a.output == output; });
+      const bool aliased =
+          std::any_of(plan.aliases.begin(), plan.aliases.end(),
+                      [output](const Alias& a) { return a.output == output; });
       if (aliased) continue;
       cuda::CUresult r = driver->cuMemsetD8Async(
           reinterpret_cast<cuda::CUdeviceptr>(buffers[i].data), 0,

@@ -109,10 +109,10 @@ void BindLaunchPlan(nb::module_& m) {
              int fold_axis, int64_t max_slices, int abi,
              std::vector<std::pair<int64_t, int64_t>> aliases) {
             LaunchPlan plan;
-            const std::string error = MakePlan(
-                functions, num_inputs, num_outputs, grid, block, shared_mem,
-                cooperative, empty_launch, batch, broadcast, fold_axis,
-                max_slices, abi, aliases, &plan);
+            const std::string error =
+                MakePlan(functions, num_inputs, num_outputs, grid, block,
+                         shared_mem, cooperative, empty_launch, batch,
+                         broadcast, fold_axis, max_slices, abi, aliases, &plan);
             if (!error.empty()) {
               throw nb::value_error(("LaunchPlan: " + error).c_str());
             }
@@ -158,13 +158,13 @@ void BindLaunchPlan(nb::module_& m) {
                    [](const PyLaunchPlan& p) { return p.plan.fold_axis; })
       .def_prop_ro("max_slices",
                    [](const PyLaunchPlan& p) { return p.plan.max_slices; })
-      .def_prop_ro("abi",
-                   [](const PyLaunchPlan& p) {
-                     return static_cast<int>(p.plan.abi);
-                   })
+      .def_prop_ro(
+          "abi",
+          [](const PyLaunchPlan& p) { return static_cast<int>(p.plan.abi); })
       .def_prop_ro("aliases", [](const PyLaunchPlan& p) {
         std::vector<std::pair<int64_t, int64_t>> out;
-        for (const Alias& a : p.plan.aliases) out.emplace_back(a.input, a.output);
+        for (const Alias& a : p.plan.aliases)
+          out.emplace_back(a.input, a.output);
         return out;
       });
 }

@@ -272,7 +272,7 @@ def _viewed_input(arg):
     if (not isinstance(arg, np.ndarray) or arg.flags.writeable
             or arg.ndim == 0):
         return None
-    obj = arg
+    obj: object = arg
     for _ in range(64):  # numpy's base chains are short
         if isinstance(obj, _ReadOnlyInput):
             return obj.numbax_input
