@@ -193,9 +193,12 @@ def weak_ref_to(func):
 # "/" (which separates the parts), so a name= holding one still parses.
 
 def dtype_from_name(name: str) -> np.dtype:
-    if name == "bfloat16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
+    import ml_dtypes
+    # bfloat16 and the float8 types: ml_dtypes', whatever numpy's own
+    # registry of names holds.
+    if (name == "bfloat16" or name in _numba.FLOAT8_NAMES) and \
+            hasattr(ml_dtypes, name):
+        return np.dtype(getattr(ml_dtypes, name))
     return np.dtype(name)
 
 

@@ -312,6 +312,7 @@ class NumbaCudaKernel:
         tys = []
         for shape, dtype in avals:
             ndim = len(shape) - (1 if batch else 0)
+            # A float8 buffer is a uint8 array (its bits) to the kernel.
             tys.append(types.Array(_numba.numba_type_for(dtype), ndim, "C"))
         return tuple(tys)
 
