@@ -19,9 +19,9 @@ from numba import cuda
 
 import numbax
 
-N = 4096
+N = 512 if numbax.simulator_enabled() else 1 << 20
 
-# [decode]
+# --8<-- [start:decode]
 # Every float8_e4m3fn code's float32 value: a module-level numpy array that
 # a kernel reads becomes a constant array in the kernel's code.
 E4M3FN_TO_F32 = np.arange(256, dtype=np.uint8).view(
@@ -48,7 +48,7 @@ dequantize_op = numbax.numba_cuda_kernel(
     dequantize, jax.ShapeDtypeStruct((N,), jnp.float32), launch_dims=N)
 abs_op = numbax.numba_cuda_kernel(
     absolute, jax.ShapeDtypeStruct((N,), jnp.float8_e4m3fn), launch_dims=N)
-# [decode]
+# --8<-- [end:decode]
 
 
 def main():
