@@ -11,14 +11,15 @@ replicated. Under ``jax.jit`` with inputs sharded along axis 0, each device
 then runs ``func`` on its own rows instead of XLA gathering the whole array
 around the call. ``func`` must read its sizes from the arrays it is given.
 
-The same primitive, with ``partitionable=False``, carries two other kinds of
-call to the plain targets, lowered to the custom call ``jax.ffi.ffi_call``
-gives them: callables whose ``vmap_method`` batches an unbatched aliased
-operand (its batching rule broadcasts it), and traced calls of callables
-made without ``vmap_method``, whose batching rule refuses ``jax.vmap``
-naming the op (``op_label``) and ``vmap_method=`` (ffi_call's refusal names
-neither; a ``custom_vmap`` around each call did the same at a cost in trace
-and lowering time).
+The same primitive, with ``partitionable=False``, carries every other call
+of a callable to the plain targets, lowered to the custom call
+``jax.ffi.ffi_call`` gives them, named after the op (``profile_name``,
+_profile.py). Its batching rule gives ``vmap_method`` ffi_call's meaning,
+except that it broadcasts an unbatched aliased operand, and refuses
+``jax.vmap`` of callables made without ``vmap_method`` naming the op
+(``op_label``) and ``vmap_method=`` (ffi_call's refusal names neither; a
+``custom_vmap`` around each call did the same at a cost in trace and
+lowering time).
 
 The mechanism is XLA's (``jax.ffi.register_ffi_target_as_batch_partitionable``,
 as ``jax.lax.linalg`` uses it), so it works in jax 0.10 and 0.11 under both
