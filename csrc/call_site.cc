@@ -88,6 +88,7 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
   PyObject* resolved = nullptr;
   int fast = 0;
   PyObject* aliases = nullptr;  // borrowed from `resolved`
+  const char* name = nullptr;   // borrowed from `resolved`; None: no name
   if (!Hooks().resolve) {
     error = ffi::Error::Internal(
         "numbax: the Python package was not imported in this process; "
@@ -98,9 +99,9 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
         platform == Platform::kCuda ? "cuda" : "cpu");
     if (!resolved) {
       error = ffi::Error::InvalidArgument(TakePythonError());
-    } else if (!PyArg_ParseTuple(resolved, "OLLL|pO", &func_, &num_inputs_,
-                                 &num_outputs_, &num_scratch_, &fast,
-                                 &aliases) ||
+    } else if (!PyArg_ParseTuple(resolved, "OLLL|pOz", &func_, &num_inputs_,
+                                 &num_outputs_, &num_scratch_, &fast, &aliases,
+                                 &name) ||
                !ReadAliases(aliases, &aliases_)) {
       error = ffi::Error::Internal("numbax: bad resolve result: " +
                                    TakePythonError());
@@ -112,6 +113,7 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
       func_ = nullptr;
     } else {
       fast_launch_ = fast != 0;
+      name_ = name != nullptr && *name != '\0' ? std::string(name) : key_;
       Py_INCREF(func_);
       slots_.resize(
           static_cast<size_t>(num_inputs_ + num_outputs_ + num_scratch_));

@@ -15,6 +15,7 @@
 #include "graph_cache.h"
 #include "kernel_args.h"
 #include "kernel_site.h"
+#include "nvtx.h"
 #include "python_errors.h"
 
 namespace numbax {
@@ -188,6 +189,8 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
                    std::string_view /*key*/, ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
   const LaunchPlan& plan = site->plan();
+  // The call as an NVTX range named after the op (free without a tool).
+  nvtx::Range range(plan.name.c_str());
   thread_local std::vector<BufferView> buffers;
   if (ffi::Error err = DecodeCallBuffers(args, rets, plan.num_inputs,
                                          plan.num_outputs, &buffers);

@@ -107,7 +107,8 @@ void BindLaunchPlan(nb::module_& m) {
              std::vector<int64_t> block, int64_t shared_mem, bool cooperative,
              bool empty_launch, int64_t batch, std::vector<bool> broadcast,
              int fold_axis, int64_t max_slices, int abi,
-             std::vector<std::pair<int64_t, int64_t>> aliases) {
+             std::vector<std::pair<int64_t, int64_t>> aliases,
+             std::string name) {
             LaunchPlan plan;
             const std::string error =
                 MakePlan(functions, num_inputs, num_outputs, grid, block,
@@ -116,6 +117,7 @@ void BindLaunchPlan(nb::module_& m) {
             if (!error.empty()) {
               throw nb::value_error(("LaunchPlan: " + error).c_str());
             }
+            plan.name = std::move(name);
             new (self) PyLaunchPlan{std::move(plan), std::move(owner)};
           },
           nb::kw_only(), nb::arg("owner"), nb::arg("functions"),
@@ -123,7 +125,7 @@ void BindLaunchPlan(nb::module_& m) {
           nb::arg("block"), nb::arg("shared_mem"), nb::arg("cooperative"),
           nb::arg("empty_launch"), nb::arg("batch"), nb::arg("broadcast"),
           nb::arg("fold_axis"), nb::arg("max_slices"), nb::arg("abi"),
-          nb::arg("aliases"))
+          nb::arg("aliases"), nb::arg("name") = "")
       .def_prop_ro("owner", [](const PyLaunchPlan& p) { return p.owner; })
       .def_prop_ro("functions",
                    [](const PyLaunchPlan& p) {
@@ -161,12 +163,15 @@ void BindLaunchPlan(nb::module_& m) {
       .def_prop_ro(
           "abi",
           [](const PyLaunchPlan& p) { return static_cast<int>(p.plan.abi); })
-      .def_prop_ro("aliases", [](const PyLaunchPlan& p) {
-        std::vector<std::pair<int64_t, int64_t>> out;
-        for (const Alias& a : p.plan.aliases)
-          out.emplace_back(a.input, a.output);
-        return out;
-      });
+      .def_prop_ro("aliases",
+                   [](const PyLaunchPlan& p) {
+                     std::vector<std::pair<int64_t, int64_t>> out;
+                     for (const Alias& a : p.plan.aliases) {
+                       out.emplace_back(a.input, a.output);
+                     }
+                     return out;
+                   })
+      .def_prop_ro("name", [](const PyLaunchPlan& p) { return p.plan.name; });
 }
 
 PyObject* ReadLaunchPlan(PyObject* object, LaunchPlan* plan,

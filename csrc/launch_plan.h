@@ -51,6 +51,10 @@ struct LaunchPlan {
   // output a buffer of its own, the input is copied into it first
   // (aliases.h). A vmapped call's pairs are whole batched buffers.
   AliasList aliases;
+  // The op's name in profiles (its name=, else the kernel's qualified
+  // name): each call is an NVTX range with this name (nvtx.h). Empty: the
+  // call site's key names the range.
+  std::string name;
 };
 
 // Registers numbax._core.LaunchPlan on the extension module.

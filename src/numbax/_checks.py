@@ -14,7 +14,8 @@ import numpy as np
 from . import _numba
 
 # The element types the C++ bridge can hand to Numba; bfloat16 too, where
-# the installed numba-cuda types it (0.30 and newer, see _numba.numba_type_for).
+# the installed numba-cuda types it (0.30 and newer, see _numba.numba_type_for),
+# and the float8 types, as their bits (uint8; _numba.FLOAT8_NAMES).
 _SUPPORTED = {np.dtype(t) for t in (
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
     np.uint32, np.uint64, np.float16, np.float32, np.float64, np.complex64,
@@ -50,10 +51,23 @@ def check_dtype(dtype: Any, what: str) -> np.dtype:
             "cannot type (numba-cuda 0.30 or newer can: pip install -U "
             "numba-cuda); or convert it with .astype(jnp.float32) (or "
             "float16) first")
+    if _numba.is_float8(dt):
+        # Kernels get the bits: a uint8 array of the same shape.
+        return dt
+    bits = _numba.SUB_BYTE_BITS.get(dt.name)
+    if bits is not None:
+        wider = ("uint8" if dt.name.startswith("uint") else
+                 "int8" if dt.name.startswith("int") else "float16")
+        raise ValueError(
+            f"{what} has dtype {dt.name}, a sub-byte type ({bits} bit(s) per "
+            "element, which XLA may pack several to a byte), which Numba "
+            "CUDA kernels cannot use: no Numba array addresses elements "
+            f"narrower than a byte; convert with .astype(jnp.{wider}) before "
+            "the op (and back after it, if needed)")
     raise ValueError(
         f"{what} has dtype {dt.name}, which Numba CUDA kernels cannot use. "
         "Supported: bool, int8-64, uint8-64, float16/32/64, complex64/128"
-        ", bfloat16; convert with .astype(...)")
+        ", bfloat16, float8 (as uint8 bits); convert with .astype(...)")
 
 
 # The 64-bit dtypes numbax supports, and what JAX turns each into with

@@ -16,7 +16,7 @@ class LaunchPlan:
     What one numba_cuda_kernel launch needs, built by numbax at XLA's instantiate stage and read by the C++ handler on every call. Keyword arguments only.
     """
 
-    def __init__(self, *, owner: object, functions: Sequence[int], num_inputs: int, num_outputs: int, grid: Sequence[int], block: Sequence[int], shared_mem: int, cooperative: bool, empty_launch: bool, batch: int, broadcast: Sequence[bool], fold_axis: int, max_slices: int, abi: int, aliases: Sequence[tuple[int, int]]) -> None: ...
+    def __init__(self, *, owner: object, functions: Sequence[int], num_inputs: int, num_outputs: int, grid: Sequence[int], block: Sequence[int], shared_mem: int, cooperative: bool, empty_launch: bool, batch: int, broadcast: Sequence[bool], fold_axis: int, max_slices: int, abi: int, aliases: Sequence[tuple[int, int]], name: str = '') -> None: ...
 
     @property
     def owner(self) -> object: ...
@@ -62,6 +62,14 @@ class LaunchPlan:
 
     @property
     def aliases(self) -> list[tuple[int, int]]: ...
+
+    @property
+    def name(self) -> str: ...
+
+def nvtx_attached() -> bool:
+    """
+    Whether an NVTX tool (named by NVTX_INJECTION64_PATH) attached when numbax was imported: each op's calls are then NVTX ranges named after the op.
+    """
 
 def set_python_hooks(resolve: object, device_array: object, host_array: object, device_stream: object, host_stream: object, format_exception: object) -> None: ...
 

@@ -52,7 +52,7 @@ def builder(op_ref, compiled, grid, block, empty, batch, broadcast, n_in,
             empty_launch=bool(empty or batch < 0), batch=int(batch),
             broadcast=[bool(b) for b in broadcast], fold_axis=fold_axis,
             max_slices=max_slices, abi=_mlir.MEMREF_ABI if op._mlir else 0,
-            aliases=list(aliases))
+            aliases=list(aliases), name=op.profile_name)
 
     return plan
 

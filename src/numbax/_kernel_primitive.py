@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 
-from . import _batching, _checks, _compat, _nested_vmap, _registry, _targets
+from . import (_batching, _checks, _compat, _nested_vmap, _profile, _registry,
+               _targets)
 
 numbax_kernel_p = _compat.eager_primitive("numbax_kernel")
 
@@ -40,10 +41,12 @@ def _lower(ctx, *args, op, out_shapes, batch, broadcast, platform):
             and _registry.is_ambiguous(key)):
         raise _registry.ambiguous_export_error(op._label, key, op.name)
     aliases = op.input_output_aliases or {}
-    return jax.ffi.ffi_lowering(
-        target,
-        operand_output_aliases=dict(aliases),
-    )(ctx, *args, key=key)
+    # The custom call is named after the op in HLO (_profile.py).
+    with _profile.location(ctx, op.profile_name):
+        return jax.ffi.ffi_lowering(
+            target,
+            operand_output_aliases=dict(aliases),
+        )(ctx, *args, key=key)
 
 
 mlir.register_lowering(numbax_kernel_p, partial(_lower, platform="cuda"),

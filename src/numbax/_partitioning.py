@@ -11,14 +11,15 @@ replicated. Under ``jax.jit`` with inputs sharded along axis 0, each device
 then runs ``func`` on its own rows instead of XLA gathering the whole array
 around the call. ``func`` must read its sizes from the arrays it is given.
 
-The same primitive, with ``partitionable=False``, carries two other kinds of
-call to the plain targets, lowered to the custom call ``jax.ffi.ffi_call``
-gives them: callables whose ``vmap_method`` batches an unbatched aliased
-operand (its batching rule broadcasts it), and traced calls of callables
-made without ``vmap_method``, whose batching rule refuses ``jax.vmap``
-naming the op (``op_label``) and ``vmap_method=`` (ffi_call's refusal names
-neither; a ``custom_vmap`` around each call did the same at a cost in trace
-and lowering time).
+The same primitive, with ``partitionable=False``, carries every other call
+of a callable to the plain targets, lowered to the custom call
+``jax.ffi.ffi_call`` gives them, named after the op (``profile_name``,
+_profile.py). Its batching rule gives ``vmap_method`` ffi_call's meaning,
+except that it broadcasts an unbatched aliased operand, and refuses
+``jax.vmap`` of callables made without ``vmap_method`` naming the op
+(``op_label``) and ``vmap_method=`` (ffi_call's refusal names neither; a
+``custom_vmap`` around each call did the same at a cost in trace and
+lowering time).
 
 The mechanism is XLA's (``jax.ffi.register_ffi_target_as_batch_partitionable``,
 as ``jax.lax.linalg`` uses it), so it works in jax 0.10 and 0.11 under both
@@ -35,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import batching, mlir
 
-from . import _batching, _checks, _compat, _targets
+from . import _batching, _checks, _compat, _profile, _targets
 
 BATCH_FACTOR = "batch"
 
@@ -59,10 +60,12 @@ def check_leading_axis(inputs, out_specs, op: str) -> None:
 
 def bind(target: str, inputs, result_specs, *, key: str, aliases,
          vmap_method, partitionable: bool = True,
-         has_side_effect: bool = False, label: str | None = None):
+         has_side_effect: bool = False, label: str | None = None,
+         profile_name: str | None = None):
     """Binds the call; partitionable=False only borrows this primitive's
     batching rule (which broadcasts unbatched aliased operands, and refuses
-    vmap_method=None naming the op, `label`)."""
+    vmap_method=None naming the op, `label`). `profile_name` names the
+    custom call in HLO (_profile.py)."""
     out_shapes = tuple((tuple(int(d) for d in s.shape), np.dtype(s.dtype))
                        for s in result_specs)
     # The primitive's parameter is op_key, not key: jax 0.8-0.9 cache
@@ -71,12 +74,14 @@ def bind(target: str, inputs, result_specs, *, key: str, aliases,
         *inputs, target=target, op_key=key, out_shapes=out_shapes,
         aliases=tuple(sorted((aliases or {}).items())),
         vmap_method=vmap_method, partitionable=partitionable,
-        has_side_effect=bool(has_side_effect), op_label=label)
+        has_side_effect=bool(has_side_effect), op_label=label,
+        profile_name=profile_name)
 
 
 @numbax_callable_batch_p.def_effectful_abstract_eval
 def _abstract_eval(*avals, target, op_key, out_shapes, aliases, vmap_method,
-                   partitionable, has_side_effect=False, op_label=None):
+                   partitionable, has_side_effect=False, op_label=None,
+                   profile_name=None):
     # The same effect ffi_call gives has_side_effect=True: XLA then neither
     # merges two identical calls nor drops one whose result is unused.
     effect = _compat.ffi_effect() if has_side_effect else None
@@ -113,11 +118,17 @@ def _sharding_rule_attr(op):
 
 
 def _lower(ctx, *args, target, op_key, out_shapes, aliases, vmap_method,
-           partitionable, has_side_effect=False, op_label=None):
+           partitionable, has_side_effect=False, op_label=None,
+           profile_name=None):
     name = _targets.BATCH_TARGETS[target] if partitionable else target
-    results = jax.ffi.ffi_lowering(
+    lowering = jax.ffi.ffi_lowering(
         name, operand_output_aliases=dict(aliases),
-        has_side_effect=has_side_effect)(ctx, *args, key=op_key)
+        has_side_effect=has_side_effect)
+    if profile_name:
+        with _profile.location(ctx, profile_name):
+            results = lowering(ctx, *args, key=op_key)
+    else:
+        results = lowering(ctx, *args, key=op_key)
     if partitionable:
         op = results[0].owner
         op = getattr(op, "operation", op)
@@ -132,7 +143,8 @@ mlir.register_lowering(numbax_callable_batch_p, _lower)
 
 
 def _batch_rule(args, dims, *, target, op_key, out_shapes, aliases, vmap_method,
-                partitionable, has_side_effect=False, op_label=None):
+                partitionable, has_side_effect=False, op_label=None,
+                profile_name=None):
     """jax.vmap, with the meaning ffi_call gives ``vmap_method``."""
     if vmap_method is None:
         raise _checks.not_batchable(op_label or f"numbax op '{op_key}'")
@@ -141,7 +153,7 @@ def _batch_rule(args, dims, *, target, op_key, out_shapes, aliases, vmap_method,
              for a, d in zip(args, dims)]
     params = dict(target=target, op_key=op_key, aliases=aliases,
                   vmap_method=vmap_method, has_side_effect=has_side_effect,
-                  op_label=op_label)
+                  op_label=op_label, profile_name=profile_name)
     if vmap_method in ("sequential", "sequential_unrolled"):
         outs = _batching.loop_over_batch(
             partial(numbax_callable_batch_p.bind, out_shapes=out_shapes,

@@ -51,6 +51,9 @@ class CallableEntry:
     # input_output_aliases as sorted (input, output) pairs: C++ copies an
     # input into its aliased output where XLA hands them two buffers.
     aliases: tuple = ()
+    # The op's name in profiles (_profile.py): each call is an NVTX range
+    # with this name. Empty: C++ names the range after the key.
+    name: str = ""
 
 
 @dataclass
@@ -193,9 +196,12 @@ def weak_ref_to(func):
 # "/" (which separates the parts), so a name= holding one still parses.
 
 def dtype_from_name(name: str) -> np.dtype:
-    if name == "bfloat16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
+    import ml_dtypes
+    # bfloat16 and the float8 types: ml_dtypes', whatever numpy's own
+    # registry of names holds.
+    if (name == "bfloat16" or name in _numba.FLOAT8_NAMES) and \
+            hasattr(ml_dtypes, name):
+        return np.dtype(getattr(ml_dtypes, name))
     return np.dtype(name)
 
 
@@ -516,7 +522,8 @@ def _build_entry(key, group_key, call, member, kind, platform):
                               _config(group_key),
                               fast_launch=spec_fields(
                                   _config(group_key)).get("fast") != "0",
-                              aliases=parse_aliases(fields))
+                              aliases=parse_aliases(fields),
+                              name=getattr(op, "profile_name", "") or "")
     entry.func_id = id(func)
     with _lock:
         existing = _entries.get(key)
@@ -550,7 +557,8 @@ def _resolve_callable(key: str, platform: str):
     if platform == "cpu":
         func = _one_simulated_launch_at_a_time(func)
     return (func, entry.num_inputs, entry.num_outputs, entry.num_scratch,
-            _fast_launch.enabled_for(entry.fast_launch), entry.aliases)
+            _fast_launch.enabled_for(entry.fast_launch), entry.aliases,
+            entry.name or None)
 
 
 # Numba's simulator runs one kernel launch at a time in the whole process

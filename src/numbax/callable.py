@@ -10,7 +10,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from . import (_checks, _fast_launch, _inputcheck, _mlir_launch, _numba,
-               _registry, _targets)
+               _partitioning, _profile, _registry, _targets)
 
 
 class NumbaCudaCallable:
@@ -37,6 +37,9 @@ class NumbaCudaCallable:
         self.vmap_method = vmap_method
         self.input_output_aliases = input_output_aliases
         self.name = name
+        # Set by an XLACustomKernel for the ops its generators return
+        # (custom_kernel.py): their profile name is the custom kernel's.
+        self._profile_tag: str | None = None
         self.capture = bool(capture)
         self.batch_partitionable = bool(batch_partitionable)
         self.fast_launch = bool(fast_launch)
@@ -52,6 +55,15 @@ class NumbaCudaCallable:
 
     def __repr__(self):
         return f"numbax.numba_cuda_callable({_registry.base_name(self.func)})"
+
+    @property
+    def profile_name(self) -> str:
+        """The op's name in profiles: its ``name=``, else ``func``'s
+        qualified name. HLO names the op's custom calls after it (JAX's
+        profiler, TensorBoard, XLA dumps) and, on a GPU, each call is an
+        NVTX range with this name (docs/profiling.md)."""
+        return (self.name or self._profile_tag
+                or _profile.qualified_name(self.func))
 
     def _config(self) -> str:
         """What the op was created with, as its key spells it."""
@@ -80,7 +92,8 @@ class NumbaCudaCallable:
                 key, _registry.weak_ref_to(self._called), n_in,
                 len(self.out_specs), len(self.scratch_specs), bfloat16=bf16,
                 fast_launch=self.fast_launch,
-                aliases=tuple(sorted((aliases or {}).items())))
+                aliases=tuple(sorted((aliases or {}).items())),
+                name=self.profile_name)
         return _registry.program_key(self.func, self._group, call, entry)
 
     def __call__(self, *args):
@@ -102,46 +115,29 @@ class NumbaCudaCallable:
         key = self._key(inputs, aliases)
         target = (_targets.CAPTURE_TARGET if self.capture
                   else _targets.CALLABLE_TARGET)
-        # ffi_call's own 'expand_dims' batching gives an unbatched aliased
-        # operand a size-1 axis ('legacy_vectorized': none), which XLA's
-        # verifier then refuses against the batched output; numbax's
-        # primitive broadcasts it instead.
-        own_batching = bool(aliases) and self.vmap_method in (
-            "expand_dims", "legacy_vectorized")
         if self.batch_partitionable:
-            from . import _partitioning
             _partitioning.check_leading_axis(
                 inputs, self.out_specs + self.scratch_specs, op)
 
-        # A traced call of an op without vmap_method goes through numbax's
-        # own primitive, whose batching rule refuses jax.vmap naming the op
-        # and vmap_method= (ffi_call's names neither); it lowers to the same
-        # custom call. Eager calls keep ffi_call: nothing batches them.
+        # Every call goes through numbax's own primitive, which lowers to
+        # the custom call jax.ffi.ffi_call would build (row-major layouts,
+        # the aliases, the side effect), named after the op in HLO
+        # (_profile.py). Its batching rule gives vmap_method ffi_call's
+        # meaning, except that it broadcasts an unbatched aliased operand
+        # (ffi_call's 'expand_dims' gave it a size-1 axis, which XLA's
+        # verifier refused against the batched output), and refuses
+        # jax.vmap of an op without vmap_method naming the op and
+        # vmap_method= (ffi_call's refusal names neither).
         tracing = any(isinstance(x, jax.core.Tracer) for x in inputs)
-        own_primitive = (self.batch_partitionable or own_batching
-                         or (tracing and self.vmap_method is None))
+        profile_name = self.profile_name
 
         def bind(*xs):
-            if own_primitive:
-                from . import _partitioning
-                results = _partitioning.bind(
-                    target, xs, self.out_specs + self.scratch_specs, key=key,
-                    aliases=aliases, vmap_method=self.vmap_method,
-                    partitionable=self.batch_partitionable,
-                    has_side_effect=self.has_side_effect, label=op)
-            else:
-                results = jax.ffi.ffi_call(
-                    target,
-                    self.out_specs + self.scratch_specs,
-                    # None pins XLA's default row-major layout on every
-                    # buffer: Numba's arrays are C-contiguous views.
-                    input_layouts=[None] * len(xs),
-                    output_layouts=[None] * (len(self.out_specs) +
-                                             len(self.scratch_specs)),
-                    vmap_method=self.vmap_method,
-                    input_output_aliases=aliases,
-                    has_side_effect=self.has_side_effect,
-                )(*xs, key=key)
+            results = _partitioning.bind(
+                target, xs, self.out_specs + self.scratch_specs, key=key,
+                aliases=aliases, vmap_method=self.vmap_method,
+                partitionable=self.batch_partitionable,
+                has_side_effect=self.has_side_effect, label=op,
+                profile_name=profile_name)
             return list(results)[:len(self.out_specs)]
 
         if tracing:
@@ -236,7 +232,10 @@ def numba_cuda_callable(
         synchronisation, no allocation (use ``scratch``), no host reads, and
         the same work for the same shapes.
       name: optional stable name for the op's key (default: the function's
-        module and qualified name).
+        module and qualified name); also the op's name in profiles
+        (default there: the function's qualified name): its HLO custom call
+        and, on a GPU, each call's NVTX range carry it
+        (``op.profile_name``; docs/profiling.md).
       batch_partitionable: declare that ``func`` treats every index of axis 0
         of every input, output and scratch buffer independently (like
         ``jax.vmap``); they must all have the same leading extent. Under

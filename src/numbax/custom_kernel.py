@@ -93,7 +93,9 @@ class XLACustomKernel:
 
     Create one per operation, once (at module level): each op registers a
     JAX primitive for the life of the process, and its name names the
-    primitive in jaxprs, HLO and error messages.
+    primitive in jaxprs, HLO, profiles and error messages (the numbax ops
+    its generators return, made without ``name=``, take it as their
+    ``profile_name``: docs/profiling.md).
 
     Example::
 
@@ -538,6 +540,11 @@ class XLACustomKernel:
                 f"{self!r}: the kernel generator of backend '{backend}' "
                 f"returned {type(fn).__name__}, not a function of the inputs "
                 "(e.g. numbax.numba_cuda_kernel(...))")
+        # A numbax op made without name= takes this op's name in profiles
+        # (HLO and NVTX): its kernel is usually a closure of the generator.
+        if getattr(fn, "name", "") is None and \
+                getattr(fn, "_profile_tag", "") is None:
+            fn._profile_tag = self.name
         with self._lock:
             return self._generated.setdefault(key, fn)
 

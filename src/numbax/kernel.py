@@ -17,8 +17,8 @@ import jax
 import numpy as np
 
 from . import (_checks, _core, _fast_launch, _fold, _kernel_cache,
-               _kernel_plan, _kernel_simulator, _mlir, _numba, _registry,
-               _signatures)
+               _kernel_plan, _kernel_simulator, _mlir, _numba, _profile,
+               _registry, _signatures)
 # numbax.kernel's names for the launch configuration and the primitive.
 from ._kernel_primitive import numbax_kernel_p
 from ._launch_config import (MAX_BLOCK, MAX_GRID,  # noqa: F401
@@ -111,6 +111,9 @@ class NumbaCudaKernel:
         self.vmap_method = vmap_method
         self.input_output_aliases = input_output_aliases
         self.name = name
+        # Set by an XLACustomKernel for the ops its generators return
+        # (custom_kernel.py): their profile name is the custom kernel's.
+        self._profile_tag: str | None = None
         # Simulator launchers, kept alive here (the registry refers to them
         # weakly), most recently used last, at most MAX_LAUNCHERS: one per
         # batch size would grow without bound. An evicted one is made again
@@ -141,6 +144,15 @@ class NumbaCudaKernel:
 
     def __repr__(self):
         return f"{self._label[:-1]}, vmap: {self._vmap_summary()})"
+
+    @property
+    def profile_name(self) -> str:
+        """The op's name in profiles: its ``name=``, else the kernel's
+        qualified name. HLO names the op's custom calls after it (JAX's
+        profiler, TensorBoard, XLA dumps) and, on a GPU, each call is an
+        NVTX range with this name (docs/profiling.md)."""
+        return (self.name or self._profile_tag
+                or _profile.qualified_name(self._py_func))
 
     def _vmap_summary(self) -> str:
         static = self._static_fold()
@@ -312,6 +324,7 @@ class NumbaCudaKernel:
         tys = []
         for shape, dtype in avals:
             ndim = len(shape) - (1 if batch else 0)
+            # A float8 buffer is a uint8 array (its bits) to the kernel.
             tys.append(types.Array(_numba.numba_type_for(dtype), ndim, "C"))
         return tuple(tys)
 
@@ -448,7 +461,8 @@ class NumbaCudaKernel:
             return _registry.CallableEntry(
                 key, _LauncherRef(self, (avals, self._out_avals(batch), batch,
                                          broadcast, aliases)),
-                len(avals), len(self.out_specs), 0, aliases=aliases)
+                len(avals), len(self.out_specs), 0, aliases=aliases,
+                name=self.profile_name)
         # On XLA's instantiating thread: compile with device 0's primary
         # context bound for the call (as a trace on the main thread would),
         # so that Numba does not push a context of its own onto XLA's thread.
@@ -555,7 +569,8 @@ class NumbaCudaKernel:
             return _registry.CallableEntry(
                 key, _LauncherRef(self, (avals, out_shapes, batch, broadcast,
                                          aliases), launcher),
-                n_in, len(self.out_specs), 0, aliases=aliases)
+                n_in, len(self.out_specs), 0, aliases=aliases,
+                name=self.profile_name)
         return _registry.program_key(
             self.kernel, self._group,
             self._call_spec(avals, batch, broadcast,
@@ -648,7 +663,10 @@ def numba_cuda_kernel(
       input_output_aliases: ``{input index: output index}``: the output is
         written in the input's buffer (same shape and dtype).
       name: optional stable name for the op's key, a non-empty str
-        (default: the kernel's module and qualified name).
+        (default: the kernel's module and qualified name); also the op's
+        name in profiles (default there: the kernel's qualified name): its
+        HLO custom call and, on a GPU, each call's NVTX range carry it
+        (``op.profile_name``; docs/profiling.md).
 
     Returns:
       A function of JAX arrays (the inputs) returning the outputs, usable
