@@ -51,6 +51,9 @@ struct LaunchPlan {
   // output a buffer of its own, the input is copied into it first
   // (aliases.h). A vmapped call's pairs are whole batched buffers.
   AliasList aliases;
+  // Python or NumPy scalars passed by value, sorted by position among the
+  // kernel's parameters; the buffers fill the other positions in order.
+  std::vector<ScalarParam> scalars;
 };
 
 // Registers numbax._core.LaunchPlan on the extension module.
