@@ -22,7 +22,7 @@ _NUMBA_LOAD_LOCK = threading.Lock()
 
 
 def builder(op_ref, compiled, grid, block, empty, batch, broadcast, n_in,
-            fold_axis, max_slices, aliases=(), *,
+            fold_axis, max_slices, aliases=(), *, num_outputs: int,
             scalars=()) -> Callable[[], Any]:
     """`plan()`: the LaunchPlan of one call of the op `op_ref` refers to,
     built when XLA instantiates a program (_registry._resolve_kernel), with
@@ -49,7 +49,7 @@ def builder(op_ref, compiled, grid, block, empty, batch, broadcast, n_in,
         # call do not agree on fails here, at construction.
         return _core.LaunchPlan(
             owner=op, functions=functions, num_inputs=n_in,
-            num_outputs=len(op.out_specs), grid=grid, block=block,
+            num_outputs=num_outputs, grid=grid, block=block,
             shared_mem=op.shared_mem,
             cooperative=bool(compiled.cooperative),
             empty_launch=bool(empty or batch < 0), batch=int(batch),
