@@ -499,10 +499,12 @@ def _lookup(key: str, platform: str, kind: str = "callable"):
 def _build_entry(key, group_key, call, member, kind, platform):
     func = member.func_ref()
     op = member.live_op()
-    if kind == "kernel":
-        if op is None:
-            raise _missing(key, kind, "The op was garbage-collected. ")
+    if op is not None and hasattr(op, "_entry_for_call"):
+        # The op builds it from the call spec: shapes, and what shape
+        # functions returned and the scalars where the op has them.
         entry = op._entry_for_call(key, call, platform)
+    elif kind == "kernel":
+        raise _missing(key, kind, "The op was garbage-collected. ")
     else:
         fields = spec_fields(call)
         avals = parse_avals(fields.get("in", ""))
