@@ -227,8 +227,8 @@ class NumbaCudaCallable:
         _mlir_launch.install_launch_bridge()
         arrays, scalars = _scalars.split(args, op)
         inputs = _checks.as_input_arrays(
-            arrays, op, positions=[i for i, a in enumerate(args)
-                                   if not _scalars.is_scalar(a)])
+            arrays, op, positions=None if not scalars else [
+                i for i, a in enumerate(args) if not _scalars.is_scalar(a)])
         out_specs, scratch_specs, out_tree, wide = self._resolve(inputs,
                                                                  scalars)
         _checks.check_x64(wide, op)

@@ -8,10 +8,10 @@ CPU through Numba's simulator in _kernel_simulator.py.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import jax
@@ -94,7 +94,7 @@ class _LauncherRef:
         return launcher
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _Call:
     """What one call of an op launches, resolved when it is traced: its
     outputs (unbatched), grid and block, and the scalars passed by value.
@@ -154,6 +154,7 @@ class NumbaCudaKernel:
         # Signature -> (_Call, out tree, 64-bit outputs), for ops with shape
         # functions or calls with scalars.
         self._calls = _shape_fns.Memo()
+        self._fixed: _Call | None = None  # the _Call of the fixed form
         # (unbatched argument types, grid) -> FoldDecision (see _fold.py),
         # and the batched kernels compiled for folded launches.
         self._fold_decisions: dict = {}
@@ -362,11 +363,15 @@ class NumbaCudaKernel:
         or ShapeDtypeStructs) and `scalars`: the fixed form's, or what the
         shape functions return for them (once per signature)."""
         if self._outs_fn is None and self._dims_fn is None:
-            grid, block, _ = self._launch()
-            outs = tuple((tuple(s.shape), np.dtype(s.dtype))
-                         for s in self.out_specs)
-            return (_Call(outs, grid, block, tuple(scalars)), self.out_tree,
-                    self._wide_outs)
+            fixed = self._fixed
+            if fixed is None:
+                grid, block, _ = self._launch()
+                outs = tuple((tuple(s.shape), np.dtype(s.dtype))
+                             for s in self.out_specs)
+                fixed = self._fixed = _Call(outs, grid, block)
+            if scalars:
+                fixed = dataclasses.replace(fixed, scalars=tuple(scalars))
+            return fixed, self.out_tree, self._wide_outs
         sig = _shape_fns.signature(inputs, scalars)
         known = self._calls.get(sig)
         if known is not None:
@@ -412,10 +417,10 @@ class NumbaCudaKernel:
                 "to numba-cuda kernels only, not to numba-cuda-mlir ones; "
                 "pass it as a 1-element array (jnp.array([value])) and read "
                 "a[0] in the kernel")
+        positions = None if not scalars else [
+            i for i, a in enumerate(args) if not _scalars.is_scalar(a)]
         inputs = _checks.as_input_arrays(arrays, op, shapes=shapes,
-                                         positions=[
-                                             i for i, a in enumerate(args)
-                                             if not _scalars.is_scalar(a)])
+                                         positions=positions)
         call, tree, wide = self._resolve(inputs, scalars)
         _checks.check_x64(wide, op)
         nargs = len(args) + call.num_outputs
@@ -425,9 +430,11 @@ class NumbaCudaKernel:
                 _checks.arg_layout(len(args), call.num_outputs),
                 what="kernel")
             self._arities_checked.add(nargs)
-        _checks.check_aliases(
-            self.input_output_aliases, inputs,
-            [jax.ShapeDtypeStruct(s, d) for s, d in call.outs], op)
+        if self.input_output_aliases is not None:
+            specs = self.out_specs if self._outs_fn is None else [
+                jax.ShapeDtypeStruct(s, d) for s, d in call.outs]
+            _checks.check_aliases(self.input_output_aliases, inputs, specs,
+                                  op)
         return inputs, call, tree
 
     def _checked_inputs(self, args, shapes=False):
