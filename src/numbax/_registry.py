@@ -507,6 +507,10 @@ def _build_entry(key, group_key, call, member, kind, platform):
         raise _missing(key, kind, "The op was garbage-collected. ")
     else:
         fields = spec_fields(call)
+        if "=fn" in _config(group_key) or "scalars" in fields:
+            # Shapes from functions, or scalars: only the op knows what
+            # its func is called with.
+            raise _missing(key, kind, "Its op was garbage-collected. ")
         avals = parse_avals(fields.get("in", ""))
         # What the op's traced entries call: func, or func checked for
         # writes to its inputs (NUMBAX_CHECK_INPUTS=1 when it was created).

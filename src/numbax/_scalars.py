@@ -66,9 +66,10 @@ def encode(value) -> str:
     if kind is None:
         dtype = np.dtype(type(value))
         kind = f"np.{dtype.name}"
-        value = value.item() if dtype.kind != "V" else value
-        if dtype.kind == "f" and dtype.itemsize > 8:
+        if (dtype.kind == "f" and dtype.itemsize > 8) or (
+                dtype.kind == "c" and dtype.itemsize > 16):
             raise TypeError(f"{dtype.name} scalars are not supported")
+        value = value.item()
     if isinstance(value, (bool, np.bool_)):
         text = "True" if value else "False"
     elif isinstance(value, (int, np.integer)):
