@@ -54,15 +54,19 @@ ffi::Error LaunchFolded(const KernelSite& site, const cuda::Driver& driver,
   for (int64_t start = 0; start < plan.batch; start += plan.max_slices) {
     const int64_t count = std::min(plan.max_slices, plan.batch - start);
     packed.Reset(plan.abi);
-    for (size_t i = 0; i < buffers.size(); ++i) {
-      const bool reuse = i < plan.broadcast.size() && plan.broadcast[i];
-      if (!AddBatchChunk(buffers[i], plan.batch, start, count, reuse,
-                         &packed)) {
-        return Fail(site, "buffer " + std::to_string(i) + " (rank " +
-                              std::to_string(buffers[i].rank) +
-                              ") does not hold " + std::to_string(plan.batch) +
-                              " slices along axis 0 for a vmapped launch");
-      }
+    size_t bad = 0;
+    const bool ok =
+        AddParams(plan.scalars, buffers.size(), &packed, [&](size_t i) {
+          const bool reuse = i < plan.broadcast.size() && plan.broadcast[i];
+          bad = i;
+          return AddBatchChunk(buffers[i], plan.batch, start, count, reuse,
+                               &packed);
+        });
+    if (!ok) {
+      return Fail(site, "buffer " + std::to_string(bad) + " (rank " +
+                            std::to_string(buffers[bad].rank) +
+                            ") does not hold " + std::to_string(plan.batch) +
+                            " slices along axis 0 for a vmapped launch");
     }
     std::array<unsigned, 3> grid = plan.grid;
     grid[plan.fold_axis] = static_cast<unsigned>(count);
@@ -165,7 +169,8 @@ ffi::Error LaunchPerSlice(KernelSite& site, const cuda::Driver& driver,
   }
   thread_local SliceParams slices;
   size_t bad = 0;
-  if (!slices.Pack(buffers, plan.batch, plan.broadcast, plan.abi, &bad)) {
+  if (!slices.Pack(buffers, plan.batch, plan.broadcast, plan.abi, &bad,
+                   plan.scalars)) {
     return Fail(site, "buffer " + std::to_string(bad) + " (rank " +
                           std::to_string(buffers[bad].rank) +
                           ") does not hold " + std::to_string(plan.batch) +
@@ -249,9 +254,11 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
   }
   thread_local KernelArgs packed;
   packed.Reset(plan.abi);
-  for (const BufferView& b : buffers) {
+  AddParams(plan.scalars, buffers.size(), &packed, [&](size_t i) {
+    const BufferView& b = buffers[i];
     packed.AddArray(b.data, b.dims, b.rank, LookupDType(b.dtype)->itemsize);
-  }
+    return true;
+  });
   cuda::CUresult r =
       Launch(*driver, plan, function, stream, plan.grid, packed.params());
   if (r != cuda::CUDA_SUCCESS) return LaunchError(*site, *driver, r);

@@ -51,6 +51,9 @@ struct LaunchPlan {
   // output a buffer of its own, the input is copied into it first
   // (aliases.h). A vmapped call's pairs are whole batched buffers.
   AliasList aliases;
+  // Python or NumPy scalars passed by value, sorted by position among the
+  // kernel's parameters; the buffers fill the other positions in order.
+  std::vector<ScalarParam> scalars;
   // The op's name in profiles (its name=, else the kernel's qualified
   // name): each call is an NVTX range with this name (nvtx.h). Empty: the
   // call site's key names the range.

@@ -39,7 +39,7 @@ def copy_op(**kw):
     ((), TypeError, r"numbax calls kernel\(out_0\)"),
     ((jnp.ones(N), jnp.ones(N)), TypeError,
      r"numbax calls kernel\(in_0, in_1, out_0\)"),
-    ((1.5,), ValueError, r"input 0 is 0-d"),
+    ((jnp.float32(1.5),), ValueError, r"input 0 is 0-d"),
     ((jax.ShapeDtypeStruct((), jnp.float32),), ValueError, r"input 0 is 0-d"),
     ((jnp.ones(N, ml_dtypes.int4),), ValueError,
      r"input 0 has dtype int4, a sub-byte type"),

@@ -642,13 +642,16 @@ def with_globals(py_func, values: dict):
 
 # -- the batched kernel --------------------------------------------------------
 
-def batched_source(num_args: int, broadcast: tuple, axis: int) -> str:
+def batched_source(num_args: int, broadcast: tuple, axis: int,
+                   scalars: tuple = ()) -> str:
     """Source of the generated kernel: slice `blockIdx.<axis>` of each array.
 
-    Broadcast inputs (a leading axis of 1 shared by every slice) give slice 0.
+    Broadcast inputs (a leading axis of 1 shared by every slice) give slice 0;
+    scalar parameters (their positions in `scalars`) are passed as they are.
     """
     params = [f"a{i}" for i in range(num_args)]
-    picks = [f"a{i}[0]" if i < len(broadcast) and broadcast[i]
+    picks = [f"a{i}" if i in scalars
+             else f"a{i}[0]" if i < len(broadcast) and broadcast[i]
              else f"a{i}[s]" for i in range(num_args)]
     return (f"def batched({', '.join(params)}):\n"
             f"    s = cuda.blockIdx.{AXIS_NAMES[axis]}\n"
@@ -656,9 +659,10 @@ def batched_source(num_args: int, broadcast: tuple, axis: int) -> str:
 
 
 def make_batched_kernel(kernel, num_args: int, broadcast: tuple, axis: int,
-                        frozen: dict | None = None):
+                        frozen: dict | None = None, scalars: tuple = ()):
     """A @cuda.jit kernel running `kernel`'s body on one slice per block
-    row, reading `frozen` for the globals the unbatched kernel froze."""
+    row, reading `frozen` for the globals the unbatched kernel froze; the
+    parameters at `scalars` are scalars, passed to every slice."""
     from numba import cuda
     py_func = with_globals(getattr(kernel, "py_func", kernel), frozen or {})
     options = dict(getattr(kernel, "targetoptions", None) or {})
@@ -666,17 +670,18 @@ def make_batched_kernel(kernel, num_args: int, broadcast: tuple, axis: int,
     options.pop("link", None)  # never folded: decide() falls back on links
     if getattr(kernel, "_fastmath", False):  # the simulator's kernels
         options["fastmath"] = True
-    return compile_batched(cuda, py_func, options, num_args, broadcast, axis)
+    return compile_batched(cuda, py_func, options, num_args, broadcast, axis,
+                           scalars)
 
 
 def compile_batched(cuda: Any, py_func, options: dict, num_args: int,
-                    broadcast: tuple, axis: int):
+                    broadcast: tuple, axis: int, scalars: tuple = ()):
     """The generated batched kernel (batched_source) around `py_func` as a
     device function, both compiled by `cuda`'s jit (numba-cuda's, or
     numba-cuda-mlir's) with `options`."""
     body = cuda.jit(device=True, **options)(py_func)
     scope = {"cuda": cuda, "body": body}
-    exec(compile(batched_source(num_args, broadcast, axis),
+    exec(compile(batched_source(num_args, broadcast, axis, scalars),
                  f"<numbax batched {getattr(py_func, '__qualname__', '')}>",
                  "exec"), scope)
     batched = scope["batched"]

@@ -24,18 +24,18 @@ numbax_kernel_p = _compat.eager_primitive("numbax_kernel")
 
 
 @numbax_kernel_p.def_abstract_eval
-def _abstract_eval(*args, op, out_shapes, batch, broadcast):
+def _abstract_eval(*args, op, out_shapes, batch, broadcast, call):
     return [_compat.shaped_array(s, d) for s, d in out_shapes]
 
 
-def _lower(ctx, *args, op, out_shapes, batch, broadcast, platform):
+def _lower(ctx, *args, op, out_shapes, batch, broadcast, call, platform):
     avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_in]
     if platform == "cuda":
         outs = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_out]
-        key = op._gpu_key(avals, outs, batch, broadcast)
+        key = op._gpu_key(avals, outs, batch, broadcast, call)
         target = _targets.KERNEL_TARGET
     else:
-        key = op._simulator_key(avals, out_shapes, batch, broadcast)
+        key = op._simulator_key(avals, out_shapes, batch, broadcast, call)
         target = _targets.CALLABLE_TARGET
     if (getattr(ctx.module_context.lowering_parameters, "for_export", False)
             and _registry.is_ambiguous(key)):
@@ -55,11 +55,13 @@ mlir.register_lowering(numbax_kernel_p, partial(_lower, platform="cpu"),
                        platform="cpu")
 
 
-def _batch_rule(args, dims, *, op, out_shapes, batch, broadcast):
+def _batch_rule(args, dims, *, op, out_shapes, batch, broadcast, call):
+    # `call` (the resolved outs, launch and scalars of one unbatched call)
+    # is the same for every slice: scalars are never batched.
     if batch:  # a vmap around a vmap: one batch of every level's slices
         return _nested_vmap.flatten(
             numbax_kernel_p.bind, args, dims, op=op, out_shapes=out_shapes,
-            batch=batch, broadcast=broadcast)
+            batch=batch, broadcast=broadcast, call=call)
     size = _batching.batch_size(args, dims)
     if size == 0:  # no slice to launch: empty outputs
         outs = [jnp.zeros((0,) + tuple(s), d) for s, d in out_shapes]
@@ -84,7 +86,8 @@ def _batch_rule(args, dims, *, op, out_shapes, batch, broadcast):
         flags.append(reuse)
     out_batched = tuple(((size,) + tuple(s), d) for s, d in out_shapes)
     outs = numbax_kernel_p.bind(*new_args, op=op, out_shapes=out_batched,
-                                batch=size, broadcast=tuple(flags))
+                                batch=size, broadcast=tuple(flags),
+                                call=call)
     return outs, [0] * len(outs)
 
 

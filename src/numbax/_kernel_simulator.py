@@ -10,11 +10,21 @@ from __future__ import annotations
 
 def make_launcher(kernel, shared_mem, py_func, n_in, grid, block, empty, batch,
                   broadcast, batched, fold_axis, max_slices,
-                  aliased_outputs=frozenset()):
+                  aliased_outputs=frozenset(), scalars=()):
     """The simulator's version of the C++ launch (same slicing, same
     chunks of at most MAX_SLICES_PER_LAUNCH slices when folded).
     `aliased_outputs`: the indices of outputs aliased to an input, which
-    the CPU handler has already given the input's values."""
+    the CPU handler has already given the input's values. `scalars`:
+    (position, value) of each scalar parameter, sorted by position, passed
+    by value to every launch (as the C++ launch packs them)."""
+
+    def params(buffers):
+        if not scalars:
+            return buffers
+        out = list(buffers)
+        for position, value in scalars:
+            out.insert(position, value)
+        return out
 
     def launcher(*args):
         *arrays, stream = args
@@ -36,7 +46,8 @@ def make_launcher(kernel, shared_mem, py_func, n_in, grid, block, empty, batch,
                          for i, a in enumerate(arrays)]
                 chunk_grid = list(grid)
                 chunk_grid[fold_axis] = count
-                batched[tuple(chunk_grid), block, stream, shared_mem](*chunk)
+                batched[tuple(chunk_grid), block, stream, shared_mem](
+                    *params(chunk))
             return None
         slices = range(batch) if batch else [None]
         for s in slices:
@@ -45,7 +56,7 @@ def make_launcher(kernel, shared_mem, py_func, n_in, grid, block, empty, batch,
             else:
                 view = [a[0] if (i < n_in and broadcast[i]) else a[s]
                         for i, a in enumerate(arrays)]
-            kernel[grid[:3], block[:3], stream, shared_mem](*view)
+            kernel[grid[:3], block[:3], stream, shared_mem](*params(view))
         return None
     launcher.__module__ = getattr(
         py_func, "__module__", None)  # type: ignore[assignment]

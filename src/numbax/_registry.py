@@ -505,12 +505,18 @@ def _lookup(key: str, platform: str, kind: str = "callable"):
 def _build_entry(key, group_key, call, member, kind, platform):
     func = member.func_ref()
     op = member.live_op()
-    if kind == "kernel":
-        if op is None:
-            raise _missing(key, kind, "The op was garbage-collected. ")
+    if op is not None and hasattr(op, "_entry_for_call"):
+        # The op builds it from the call spec: shapes, and what shape
+        # functions returned and the scalars where the op has them.
         entry = op._entry_for_call(key, call, platform)
+    elif kind == "kernel":
+        raise _missing(key, kind, "The op was garbage-collected. ")
     else:
         fields = spec_fields(call)
+        if "=fn" in _config(group_key) or "scalars" in fields:
+            # Shapes from functions, or scalars: only the op knows what
+            # its func is called with.
+            raise _missing(key, kind, "Its op was garbage-collected. ")
         avals = parse_avals(fields.get("in", ""))
         # What the op's traced entries call: func, or func checked for
         # writes to its inputs (NUMBAX_CHECK_INPUTS=1 when it was created).

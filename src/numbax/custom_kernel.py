@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import (_checks, _custom_batching, _custom_outs, _custom_primitive,
-               _custom_rules, _numba)
+               _custom_rules, _numba, _shape_fns)
 from ._custom_primitive import NUMBA_CUDA
 from ._custom_rules import is_undefined_primal
 
@@ -400,8 +400,10 @@ class XLACustomKernel:
             raise TypeError(
                 f"{self!r}: pass outs=jax.ShapeDtypeStruct(...) (or a pytree "
                 "of them) describing the outputs")
-        specs, out_tree = _checks.normalize_outs(outs, op=repr(self))
-        _checks.check_x64(_checks.wide_outputs(specs), repr(self))
+        outs_fn = outs if _shape_fns.is_function(outs) else None
+        if outs_fn is None:
+            specs, out_tree = _checks.normalize_outs(outs, op=repr(self))
+            _checks.check_x64(_checks.wide_outputs(specs), repr(self))
         static = []
         for key in sorted(static_kwargs):
             value = static_kwargs[key]
@@ -434,6 +436,16 @@ class XLACustomKernel:
                     (p, self._default(p)) for p in _USER_PLATFORMS)
         args = [x if isinstance(x, (jax.Array, jax.core.Tracer))
                 else self._as_array(i, x) for i, x in enumerate(inputs)]
+        if outs_fn is not None:
+            # outs as a function of the inputs (as ShapeDtypeStructs) and
+            # the static keyword arguments, evaluated when traced.
+            structs = _shape_fns.arguments(args, ())
+            result = _shape_fns.evaluate(
+                lambda *a: outs_fn(*a, **static_kwargs), "outs", structs,
+                repr(self))
+            specs, out_tree = _checks.normalize_outs(
+                result, _shape_fns.where("outs", structs), op=repr(self))
+            _checks.check_x64(_checks.wide_outputs(specs), repr(self))
         results = self.primitive.bind(
             *args,
             outs=tuple((tuple(s.shape), np.dtype(s.dtype)) for s in specs),

@@ -8,22 +8,23 @@ CPU through Numba's simulator in _kernel_simulator.py.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import weakref
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
 
 from . import (_checks, _core, _fast_launch, _fold, _kernel_cache,
                _kernel_plan, _kernel_simulator, _mlir, _numba, _profile,
-               _registry, _signatures)
+               _registry, _scalars, _shape_fns, _signatures)
 # numbax.kernel's names for the launch configuration and the primitive.
 from ._kernel_primitive import numbax_kernel_p
 from ._launch_config import (MAX_BLOCK, MAX_GRID,  # noqa: F401
                              MAX_SHARED_MEM, MAX_THREADS_PER_BLOCK,
-                             VMAP_METHODS, check_launch_configuration,
+                             VMAP_METHODS, as_dims, check_launch_configuration,
                              check_launch_limits, launch_config, pad3)
 
 # Simulator launchers kept per op (one per unbatched/batched call shape).
@@ -73,7 +74,8 @@ class _LauncherRef:
 
     def __init__(self, op, spec, launcher=None):
         self._op = weakref.ref(op)
-        self._spec = spec  # (avals, out_shapes, batch, broadcast, aliases)
+        # (avals, out_shapes, batch, broadcast, aliases, _Call)
+        self._spec = spec
         self._launcher = (weakref.ref(launcher) if launcher is not None
                           else lambda: None)
 
@@ -92,6 +94,30 @@ class _LauncherRef:
         return launcher
 
 
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """What one call of an op launches, resolved when it is traced: its
+    outputs (unbatched), grid and block, and the scalars passed by value.
+    A parameter of numbax_kernel_p (hashable, compared by value), and what
+    the call part of the op's key spells where it is not fixed."""
+    outs: tuple  # ((shape, np.dtype), ...)
+    grid: tuple  # 3 ints
+    block: tuple  # 3 ints
+    scalars: tuple = ()  # _scalars.Scalar, by position
+
+    @property
+    def empty(self) -> bool:
+        return 0 in self.grid or 0 in self.block
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.outs)
+
+    def out_avals(self, batch: int) -> list:
+        lead = (batch,) if batch else ()
+        return [(lead + tuple(s), np.dtype(d)) for s, d in self.outs]
+
+
 class NumbaCudaKernel:
     """The function of JAX arrays returned by :func:`numba_cuda_kernel`."""
 
@@ -99,10 +125,18 @@ class NumbaCudaKernel:
                  threads_per_block, shared_mem, vmap_method,
                  input_output_aliases, name):
         self.kernel = kernel
-        self.out_specs, self.out_tree = _checks.normalize_outs(
-            outs, op=f"numba_cuda_kernel("
-            f"{_registry.base_name(getattr(kernel, 'py_func', kernel))})")
-        self._wide_outs = _checks.wide_outputs(self.out_specs)
+        # outs= and launch_dims= may be functions of the call's arguments
+        # (_shape_fns.py): resolved per signature when a call is traced.
+        self._outs_fn = outs if _shape_fns.is_function(outs) else None
+        self._dims_fn = (launch_dims if _shape_fns.is_function(launch_dims)
+                         else None)
+        if self._outs_fn is None:
+            self.out_specs, self.out_tree = _checks.normalize_outs(
+                outs, op=f"numba_cuda_kernel("
+                f"{_registry.base_name(getattr(kernel, 'py_func', kernel))})")
+            self._wide_outs = _checks.wide_outputs(self.out_specs)
+        else:
+            self.out_specs, self.out_tree, self._wide_outs = None, None, ()
         self.launch_dims = launch_dims
         self.grid = grid
         self.block = block
@@ -120,8 +154,12 @@ class NumbaCudaKernel:
         # when a program needs it; instantiated call sites hold their own.
         self._launchers: OrderedDict = OrderedDict()
         self._arities_checked: set = set()
-        # Unbatched argument types -> FoldDecision (see _fold.py), and the
-        # batched kernels compiled for folded launches.
+        # Signature -> (_Call, out tree, 64-bit outputs), for ops with shape
+        # functions or calls with scalars.
+        self._calls = _shape_fns.Memo()
+        self._fixed: _Call | None = None  # the _Call of the fixed form
+        # (unbatched argument types, grid) -> FoldDecision (see _fold.py),
+        # and the batched kernels compiled for folded launches.
         self._fold_decisions: dict = {}
         self._batched_kernels: dict = {}
         self.__name__ = getattr(kernel, "__name__", "numba_cuda_kernel")
@@ -135,7 +173,7 @@ class NumbaCudaKernel:
         # kernel is compiled then, from the shapes and dtypes in the key).
         self._group = _registry.register_op(
             self, kernel, name=name, config=self._config(),
-            num_outputs=len(self.out_specs))
+            num_outputs=len(self.out_specs or ()))
 
     @property
     def _label(self) -> str:
@@ -155,7 +193,8 @@ class NumbaCudaKernel:
                 or _profile.qualified_name(self._py_func))
 
     def _vmap_summary(self) -> str:
-        static = self._static_fold()
+        static = (None if self._dims_fn is not None
+                  else self._static_fold(self._launch()[0]))
         if static is not None:
             return str(static)
         decisions = list(self._fold_decisions.values())
@@ -164,12 +203,13 @@ class NumbaCudaKernel:
                 "(op.vmap_fold(*args) tells)"
         if len(set(decisions)) == 1:
             return str(decisions[0])
-        return "; ".join(f"{_signature_str(t)}: {d}"
-                         for t, d in self._fold_decisions.items())
+        return "; ".join(
+            f"{_signature_str(t)}"
+            + (f" grid {g}" if self._dims_fn is not None else "") + f": {d}"
+            for (t, g), d in self._fold_decisions.items())
 
-    def _static_fold(self):
+    def _static_fold(self, grid):
         """The decision when it does not depend on the compiled code."""
-        grid, _, _ = self._launch()
         if self.vmap_method == "sequential" or all(
                 grid[a] != 1 for a in _fold.FOLD_AXES):
             return _fold.decide(vmap_method=self.vmap_method, grid=grid,
@@ -180,26 +220,26 @@ class NumbaCudaKernel:
         """How ``jax.vmap`` launches this kernel for unbatched inputs like ``args``.
 
         ``args`` are the inputs of one unbatched call (arrays or
-        ``jax.ShapeDtypeStruct``). Returns a :class:`FoldDecision`: ``folds``
-        (the batch runs in one launch), ``axis`` (the grid axis indexing the
-        slice) and ``reason``. On a GPU this compiles the kernel for those
-        types, as a call would.
+        ``jax.ShapeDtypeStruct``, and scalars passed by value). Returns a
+        :class:`FoldDecision`: ``folds`` (the batch runs in one launch),
+        ``axis`` (the grid axis indexing the slice) and ``reason``. On a
+        GPU this compiles the kernel for those types, as a call would.
         """
         # The checks a call runs: what a call refuses gets no verdict.
-        inputs = self._checked_inputs(args, shapes=True)
+        inputs, call, _ = self._checked_call(args, shapes=True)
         avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in inputs]
-        outs = [(tuple(o.shape), np.dtype(o.dtype)) for o in self.out_specs]
-        return self._fold_for(self._argtypes(avals + outs, 0),
-                              n_in=len(inputs))
+        argtypes = self._argtypes(avals + call.out_avals(0), 0, call.scalars)
+        return self._fold_for(argtypes, call.grid, n_in=len(args))
 
-    def _fold_for(self, argtypes, compiled=None, n_in=None):
-        """The FoldDecision for unbatched `argtypes`, decided once."""
-        decision = self._fold_decisions.get(argtypes)
+    def _fold_for(self, argtypes, grid, compiled=None, n_in=None):
+        """The FoldDecision for unbatched `argtypes` launched over `grid`,
+        decided once."""
+        key = (argtypes, tuple(grid))
+        decision = self._fold_decisions.get(key)
         if decision is not None:
             return decision
-        decision = self._static_fold()
+        decision = self._static_fold(grid)
         if decision is None:
-            grid, _, _ = self._launch()
             if self._mlir:  # no simulator: read its compiled MLIR
                 compiled = compiled or self._compile(argtypes)
                 cooperative = bool(compiled.cooperative)
@@ -222,50 +262,62 @@ class NumbaCudaKernel:
                 why = _fold.unknown_globals_reason(self.kernel, argtypes)
                 if why:
                     decision = _fold.fallback(why)
-        self._fold_decisions[argtypes] = decision
+        self._fold_decisions[key] = decision
         return decision
 
-    def _batched_kernel(self, num_args, broadcast, decision, argtypes=None):
+    def _batched_kernel(self, num_args, broadcast, decision, argtypes=None,
+                        scalars=()):
         """The generated kernel for a folded launch (one per broadcast
-        pattern and set of frozen globals)."""
+        pattern, scalar positions and set of frozen globals)."""
         frozen = (None if _numba.simulator_enabled() or argtypes is None
                   else _fold.frozen_globals(self.kernel, tuple(argtypes)))
         # The frozen values live as long as the kernel: their id is stable.
         key = (num_args, broadcast, decision.axis,
-               id(frozen) if frozen else None)
+               id(frozen) if frozen else None, tuple(scalars))
         kernel = self._batched_kernels.get(key)
         if kernel is None:
-            make = (_mlir.make_batched_kernel if self._mlir
-                    else _fold.make_batched_kernel)
             axis = _fold.AXIS_NAMES.index(decision.axis)
-            kernel = make(self.kernel, num_args, broadcast, axis, frozen)
-            if not self._mlir:
+            if self._mlir:
+                kernel = _mlir.make_batched_kernel(self.kernel, num_args,
+                                                   broadcast, axis, frozen)
+            else:
+                kernel = _fold.make_batched_kernel(
+                    self.kernel, num_args, broadcast, axis, frozen,
+                    scalars=scalars)
                 # What generated it, as numbax's entry in the kernel's Numba
                 # cache names it (_kernel_cache).
-                source = _fold.batched_source(num_args, broadcast, axis)
+                source = _fold.batched_source(num_args, broadcast, axis,
+                                              scalars)
                 kernel._numbax_kind = (
                     "batched", num_args, tuple(broadcast), axis,
                     hashlib.sha256(source.encode()).hexdigest()[:16])
             self._batched_kernels[key] = kernel
         return kernel
 
-    def _folded(self, argtypes, batch, broadcast, compiled=None):
-        """(decision, batched kernel or None) for a batched call."""
+    def _folded(self, argtypes, grid, batch, broadcast, compiled=None,
+                scalars=()):
+        """(decision, batched kernel or None) for a batched call.
+        `broadcast` has a flag per input buffer; `scalars` sit among them."""
         if batch <= 0:
             return None, None
-        decision = self._fold_for(argtypes, compiled)
+        decision = self._fold_for(argtypes, grid, compiled)
         if not decision.folds:
             return decision, None
         n_args = len(argtypes)
-        flags = tuple(broadcast) + (False,) * (n_args - len(broadcast))
+        positions = tuple(s.position for s in scalars)
+        # A flag per kernel parameter: the buffers' in order, around the
+        # scalars (never sliced), then the outputs (never broadcast).
+        flags = iter(broadcast)
+        per_param = tuple(False if i in positions else next(flags, False)
+                          for i in range(n_args))
         try:
-            return decision, self._batched_kernel(n_args, flags, decision,
-                                                  argtypes)
+            return decision, self._batched_kernel(n_args, per_param, decision,
+                                                  argtypes, positions)
         except Exception as exc:  # e.g. a body Numba refuses as a device fn
             decision = _fold.fallback(
                 f"the batched kernel did not build ({type(exc).__name__}: "
                 f"{exc})")
-            self._fold_decisions[argtypes] = decision
+            self._fold_decisions[(argtypes, tuple(grid))] = decision
             return decision, None
 
     def _value_identity(self):
@@ -275,17 +327,17 @@ class NumbaCudaKernel:
         compiled programs on it: ops re-created with the same kernel, outs
         and launch configuration (a helper that builds the op per call) must
         compare equal, or every call compiles, and keeps, a new program.
+        Shape functions count by identity (the same function object).
         """
         aliases = self.input_output_aliases
         if isinstance(aliases, dict):
             aliases = tuple(sorted(aliases.items(), key=repr))
+        outs = self._outs_fn if self._outs_fn is not None else tuple(
+            (tuple(s.shape), np.dtype(s.dtype).str) for s in self.out_specs)
         identity = (
-            self.kernel,
-            tuple((tuple(s.shape), np.dtype(s.dtype).str)
-                  for s in self.out_specs),
-            self.out_tree, self.launch_dims, self.grid, self.block,
-            self.threads_per_block, self.shared_mem, self.vmap_method,
-            aliases, self.name)
+            self.kernel, outs, self.out_tree, self.launch_dims, self.grid,
+            self.block, self.threads_per_block, self.shared_mem,
+            self.vmap_method, aliases, self.name)
         try:
             hash(identity)
         except TypeError:
@@ -307,7 +359,8 @@ class NumbaCudaKernel:
         return getattr(self.kernel, "py_func", self.kernel)
 
     def _launch(self):
-        """(grid, block, empty) of one unbatched launch."""
+        """(grid, block, empty) of one unbatched launch, for an op whose
+        launch is fixed (not a launch_dims function)."""
         if self.launch_dims is not None:
             grid, block = launch_config(self.launch_dims, self.threads_per_block)
             empty = 0 in self.launch_dims
@@ -316,8 +369,95 @@ class NumbaCudaKernel:
             empty = 0 in grid or 0 in block
         return grid, block, empty
 
+    # -- one call: outs, launch and scalars, resolved per signature -------
+    def _resolve(self, inputs, scalars):
+        """(_Call, out tree, 64-bit outputs) of a call with `inputs` (arrays
+        or ShapeDtypeStructs) and `scalars`: the fixed form's, or what the
+        shape functions return for them (once per signature)."""
+        if self._outs_fn is None and self._dims_fn is None:
+            fixed = self._fixed
+            if fixed is None:
+                grid, block, _ = self._launch()
+                outs = tuple((tuple(s.shape), np.dtype(s.dtype))
+                             for s in self.out_specs)
+                fixed = self._fixed = _Call(outs, grid, block)
+            if scalars:
+                fixed = dataclasses.replace(fixed, scalars=tuple(scalars))
+            return fixed, self.out_tree, self._wide_outs
+        sig = _shape_fns.signature(inputs, scalars)
+        known = self._calls.get(sig)
+        if known is not None:
+            return known
+        args = _shape_fns.arguments(inputs, scalars)
+        op = self._label
+        if self._outs_fn is not None:
+            result = _shape_fns.evaluate(self._outs_fn, "outs", args, op)
+            specs, tree = _checks.normalize_outs(
+                result, _shape_fns.where("outs", args), op=op)
+        else:
+            specs, tree = self.out_specs, self.out_tree
+        if self._dims_fn is not None:
+            result = _shape_fns.evaluate(self._dims_fn, "launch_dims", args,
+                                         op)
+            what = _shape_fns.where("launch_dims", args)
+            try:
+                dims = as_dims(result, what)
+                grid, block = launch_config(dims, self.threads_per_block)
+                check_launch_limits(grid, block, f"{op}: {what} = {dims}")
+            except ValueError as exc:
+                message = str(exc)
+                if not message.startswith(op):
+                    message = f"{op}: {message}"
+                raise ValueError(message) from None
+        else:
+            grid, block, _ = self._launch()
+        outs = tuple((tuple(s.shape), np.dtype(s.dtype)) for s in specs)
+        resolved = (_Call(outs, tuple(grid), tuple(block), tuple(scalars)),
+                    tree, _checks.wide_outputs(specs))
+        return self._calls.put(sig, resolved)
+
+    def _checked_call(self, args, shapes=False):
+        """(input buffers, _Call, out tree) of a call with `args`, checked as
+        a call checks them (arrays, or with `shapes` ShapeDtypeStructs, and
+        scalars passed by value): dtypes, ranks, arity, aliases."""
+        op = self._label
+        arrays, scalars = _scalars.split(args, op)
+        if scalars and self._mlir:
+            raise TypeError(
+                f"{op}: input {scalars[0].position} is a scalar "
+                f"({scalars[0].value!r}), but numbax passes scalars by value "
+                "to numba-cuda kernels only, not to numba-cuda-mlir ones; "
+                "pass it as a 1-element array (jnp.array([value])) and read "
+                "a[0] in the kernel")
+        positions = None if not scalars else [
+            i for i, a in enumerate(args) if not _scalars.is_scalar(a)]
+        inputs = _checks.as_input_arrays(arrays, op, shapes=shapes,
+                                         positions=positions)
+        call, tree, wide = self._resolve(inputs, scalars)
+        _checks.check_x64(wide, op)
+        nargs = len(args) + call.num_outputs
+        if nargs not in self._arities_checked:
+            _checks.check_arity(
+                self._py_func, nargs, op,
+                _checks.arg_layout(len(args), call.num_outputs),
+                what="kernel")
+            self._arities_checked.add(nargs)
+        if self.input_output_aliases is not None:
+            specs = self.out_specs if self._outs_fn is None else [
+                jax.ShapeDtypeStruct(s, d) for s, d in call.outs]
+            _checks.check_aliases(self.input_output_aliases, inputs, specs,
+                                  op)
+        return inputs, call, tree
+
+    def _checked_inputs(self, args, shapes=False):
+        """The call's input buffers, checked as a call checks them."""
+        return self._checked_call(args, shapes)[0]
+
     # -- GPU: the plan C++ launches from ----------------------------------
-    def _argtypes(self, avals, batch):
+    def _argtypes(self, avals, batch, scalars=()):
+        """The kernel's argument types: arrays for `avals` (the leading axis
+        dropped when `batch`), and each scalar's Numba type at its
+        position."""
         if self._mlir:
             return _mlir.argtypes(avals, batch, self._label)
         from numba import types
@@ -326,7 +466,39 @@ class NumbaCudaKernel:
             ndim = len(shape) - (1 if batch else 0)
             # A float8 buffer is a uint8 array (its bits) to the kernel.
             tys.append(types.Array(_numba.numba_type_for(dtype), ndim, "C"))
-        return tuple(tys)
+        return tuple(_scalars.merge(
+            tys, scalars,
+            [_scalars.numba_type(s, self._label) for s in scalars]))
+
+    def _formals(self, argtypes, scalars, n_in):
+        """The types the kernel's parameters at the scalars' positions have
+        in the version that runs: the explicit signature's, or the scalars'
+        own."""
+        if not scalars:
+            return ()
+        chosen = None
+        if not _numba.simulator_enabled():
+            chosen = _signatures.select_signature(self.kernel, argtypes,
+                                                  self._label, n_in)
+        formals = argtypes if chosen is None else tuple(chosen)
+        return tuple(formals[s.position] for s in scalars)
+
+    def _scalar_values(self, scalars, formals):
+        """Each scalar as the kernel parameter of type `formals[i]`
+        receives it (a NumPy scalar of its dtype)."""
+        names = _signatures._parameter_names(self.kernel)
+        return [_scalars.converted(
+                    s, f, self._label,
+                    _signatures.describe_argument(s.position, None, names))
+                for s, f in zip(scalars, formals)]
+
+    def _scalar_params(self, scalars, formals):
+        """(position, kind, bytes) per scalar, for the LaunchPlan."""
+        names = _signatures._parameter_names(self.kernel)
+        return [_scalars.parameter(
+                    s, f, self._label,
+                    _signatures.describe_argument(s.position, None, names))
+                for s, f in zip(scalars, formals)]
 
     def _compile(self, argtypes, n_in=None):
         argtypes = tuple(argtypes)
@@ -398,13 +570,20 @@ class NumbaCudaKernel:
         return compiled
 
     def _config(self) -> str:
-        """What the op was created with, as its key spells it."""
-        grid, block, _ = self._launch()
-        outs = _registry.avals_text(
-            (tuple(o.shape), o.dtype) for o in self.out_specs)
+        """What the op was created with, as its key spells it: 'fn' for a
+        shape function (the call part then spells what it returned)."""
         dims = lambda d: "x".join(map(str, d))  # noqa: E731
-        return (f"kernel;outs={outs};grid={dims(grid)};block={dims(block)}"
-                f";smem={self.shared_mem}")
+        if self._outs_fn is not None:
+            outs = "fn"
+        else:
+            outs = _registry.avals_text(
+                (tuple(o.shape), o.dtype) for o in self.out_specs)
+        if self._dims_fn is not None:
+            launch = "grid=fn;block=fn"
+        else:
+            grid, block, _ = self._launch()
+            launch = f"grid={dims(grid)};block={dims(block)}"
+        return f"kernel;outs={outs};{launch};smem={self.shared_mem}"
 
     def _alias_pairs(self) -> tuple:
         """input_output_aliases as sorted (input, output) int pairs (checked
@@ -412,9 +591,8 @@ class NumbaCudaKernel:
         return tuple(sorted((int(i), int(o)) for i, o in
                             (self.input_output_aliases or {}).items()))
 
-    @staticmethod
-    def _call_spec(avals, batch, broadcast, fold: str = "",
-                   aliases: tuple = ()) -> str:
+    def _call_spec(self, avals, batch, broadcast, fold: str = "",
+                   aliases: tuple = (), call: _Call | None = None) -> str:
         flags = "".join("1" if b else "0" for b in broadcast)
         spec = (f"in={_registry.avals_text(avals)};batch={int(batch)}"
                 f";bcast={flags}")
@@ -424,15 +602,26 @@ class NumbaCudaKernel:
         # in the key so that a program built under another chunk limit
         # never shares an entry with this one.
         spec += f";fold={fold}" if fold else ""
+        if call is not None:
+            # What shape functions returned, and the scalars: a process
+            # that resolves the key has nothing else to go by.
+            if self._outs_fn is not None:
+                spec += f";out={_registry.avals_text(call.outs)}"
+            if self._dims_fn is not None:
+                spec += (f";grid={'x'.join(map(str, call.grid))}"
+                         f";block={'x'.join(map(str, call.block))}")
+            spec += _scalars.scalars_spec(call.scalars)
         assert "/" not in spec, spec  # "/" separates a key's parts
         return spec
 
-    def _fold_spec(self, avals, batch, broadcast) -> str:
+    def _fold_spec(self, avals, batch, broadcast, call) -> str:
         """'axis:max slices per launch' for a folded vmapped call, else ''."""
         if batch <= 0:
             return ""
-        argtypes = self._argtypes(list(avals) + self._out_avals(batch), batch)
-        decision, batched = self._folded(argtypes, batch, broadcast)
+        argtypes = self._argtypes(list(avals) + call.out_avals(batch), batch,
+                                  call.scalars)
+        decision, batched = self._folded(argtypes, call.grid, batch,
+                                         broadcast, scalars=call.scalars)
         if batched is None or not decision.folds:
             return ""
         # ":" not "/": "/" separates the parts of a key (_registry.split_key).
@@ -445,53 +634,84 @@ class NumbaCudaKernel:
         broadcast = tuple(c == "1" for c in fields.get("bcast", ""))
         if len(broadcast) != len(avals):
             raise ValueError(f"{self!r}: malformed call spec {call!r}")
-        return avals, batch, broadcast, _registry.parse_aliases(fields)
-
-    def _out_avals(self, batch):
-        lead = (batch,) if batch else ()
-        return [(lead + tuple(o.shape), np.dtype(o.dtype))
-                for o in self.out_specs]
+        scalars = _scalars.parse_scalars(fields)
+        if self._outs_fn is not None:
+            if "out" not in fields:
+                raise ValueError(f"{self!r}: call spec {call!r} has no out=")
+            outs = tuple((tuple(s), np.dtype(d)) for s, d in
+                         _registry.parse_avals(fields["out"]))
+        else:
+            outs = tuple((tuple(s.shape), np.dtype(s.dtype))
+                         for s in self.out_specs)
+        if self._dims_fn is not None:
+            try:
+                grid, block = (tuple(int(n) for n in fields[k].split("x"))
+                               for k in ("grid", "block"))
+            except (KeyError, ValueError):
+                raise ValueError(
+                    f"{self!r}: call spec {call!r} has no grid= and "
+                    "block=") from None
+        else:
+            grid, block, _ = self._launch()
+        return (avals, batch, broadcast, _registry.parse_aliases(fields),
+                _Call(outs, tuple(grid), tuple(block), scalars))
 
     def _entry_for_call(self, key, call, platform):
         """The registry entry of a key this process did not trace (a
         deserialised or cached program): built from the call spec, the
         kernel compiled here once per key."""
-        avals, batch, broadcast, aliases = self._parse_call(call)
+        avals, batch, broadcast, aliases, resolved = self._parse_call(call)
         if platform == "cpu":
             return _registry.CallableEntry(
-                key, _LauncherRef(self, (avals, self._out_avals(batch), batch,
-                                         broadcast, aliases)),
-                len(avals), len(self.out_specs), 0, aliases=aliases,
+                key, _LauncherRef(self, (avals, resolved.out_avals(batch),
+                                         batch, broadcast, aliases,
+                                         resolved)),
+                len(avals), resolved.num_outputs, 0, aliases=aliases,
                 name=self.profile_name)
         # On XLA's instantiating thread: compile with device 0's primary
         # context bound for the call (as a trace on the main thread would),
         # so that Numba does not push a context of its own onto XLA's thread.
         return _core.call_on_device(
             0, lambda: self._kernel_entry(key, avals, batch, broadcast,
-                                          aliases))
+                                          aliases, resolved))
 
-    def _kernel_entry(self, key, avals, batch, broadcast, aliases=()):
-        out_avals = self._out_avals(batch)
+    def _fixed_call(self) -> _Call:
+        """The _Call of an op without shape functions and scalars."""
+        return self._resolve((), ())[0]
+
+    def _kernel_entry(self, key, avals, batch, broadcast, aliases=(),
+                      call=None):
+        call = call if call is not None else self._fixed_call()
+        out_avals = call.out_avals(batch)
         dtypes = [d for _, d in list(avals) + out_avals]
         if _numba.has_bfloat16(dtypes):
             _numba.check_bfloat16_devices(repr(self))
-        # The kernel's arguments are the inputs then the outputs.
+        # The kernel's arguments are the inputs then the outputs, with the
+        # scalars at their positions among the inputs.
         all_avals = list(avals) + list(out_avals)
-        argtypes = self._argtypes(all_avals, batch)
-        compiled = self._compile(argtypes, len(avals))
-        grid, block, empty = self._launch()
-        decision, batched = self._folded(argtypes, batch, broadcast, compiled)
+        scalars = call.scalars
+        argtypes = self._argtypes(all_avals, batch, scalars)
+        n_in = len(avals) + len(scalars)
+        compiled = self._compile(argtypes, n_in)
+        formals = self._formals(argtypes, scalars, n_in)
+        params = self._scalar_params(scalars, formals)
+        grid, block, empty = call.grid, call.block, call.empty
+        decision, batched = self._folded(argtypes, grid, batch, broadcast,
+                                         compiled, scalars)
         fold_axis = -1
         if batched is not None:
             try:
-                tys = self._argtypes(all_avals, 0)
-                compiled = self._compile_batched(batched, tys)
+                # The batched kernel takes the whole buffers, and each
+                # scalar as the version that runs types it.
+                tys = _scalars.merge(
+                    self._argtypes(all_avals, 0), scalars, list(formals))
+                compiled = self._compile_batched(batched, tuple(tys))
                 fold_axis = _fold.AXIS_NAMES.index(decision.axis)
             except Exception as exc:
-                self._fold_decisions[argtypes] = _fold.fallback(
-                    f"the batched kernel did not compile "
-                    f"({type(exc).__name__}: {exc})")
-        n_in = len(avals)
+                self._fold_decisions[(argtypes, tuple(grid))] = \
+                    _fold.fallback(
+                        f"the batched kernel did not compile "
+                        f"({type(exc).__name__}: {exc})")
         max_slices = _fold.MAX_SLICES_PER_LAUNCH
         # The registry keeps `plan` but must not keep the op alive: the plan
         # refers to it weakly, and the C++ call site that asks for the plan
@@ -499,18 +719,21 @@ class NumbaCudaKernel:
         op_ref = weakref.ref(self)
 
         plan = _kernel_plan.builder(op_ref, compiled, grid, block, empty,
-                                    batch, broadcast, n_in, fold_axis,
-                                    max_slices, aliases)
+                                    batch, broadcast, len(avals), fold_axis,
+                                    max_slices, aliases,
+                                    num_outputs=call.num_outputs,
+                                    scalars=params)
         return _registry.KernelEntry(key, plan, op_ref)
 
-    def _gpu_key(self, avals, out_avals, batch, broadcast):
+    def _gpu_key(self, avals, out_avals, batch, broadcast, call=None):
+        call = call if call is not None else self._fixed_call()
         if [tuple(s) for s, _ in out_avals] != [
-                s for s, _ in self._out_avals(batch)]:
+                s for s, _ in call.out_avals(batch)]:
             raise ValueError(f"{self!r}: outputs {out_avals} do not match "
-                             f"outs {self.out_specs} (batch {batch})")
+                             f"outs {list(call.outs)} (batch {batch})")
         # Compiled now, at trace time, so that compile errors surface here.
         aliases = self._alias_pairs()
-        entry = self._kernel_entry("", avals, batch, broadcast, aliases)
+        entry = self._kernel_entry("", avals, batch, broadcast, aliases, call)
 
         def make_entry(key):
             entry.key = key
@@ -518,32 +741,39 @@ class NumbaCudaKernel:
         return _registry.program_key(
             self.kernel, self._group,
             self._call_spec(avals, batch, broadcast,
-                            self._fold_spec(avals, batch, broadcast), aliases),
+                            self._fold_spec(avals, batch, broadcast, call),
+                            aliases, call),
             make_entry)
 
     # -- CPU: the same launch through Numba's simulator -------------------
     def _simulator_launcher(self, avals, out_shapes, batch, broadcast,
-                            aliases=()):
+                            aliases=(), call=None):
         """The function the CPU handler calls: the launch(es) in the simulator."""
         if self._mlir:
             raise _mlir.no_simulator_error(self._label)
-        grid, block, empty = self._launch()
+        call = call if call is not None else self._fixed_call()
+        grid, block, empty = call.grid, call.block, call.empty
         n_in = len(avals)
         all_avals = list(avals) + [(tuple(s), np.dtype(d)) for s, d in out_shapes]
-        decision, batched = self._folded(
-            self._argtypes(all_avals, batch), batch, broadcast)
+        scalars = call.scalars
+        argtypes = self._argtypes(all_avals, batch, scalars)
+        decision, batched = self._folded(argtypes, grid, batch, broadcast,
+                                         scalars=scalars)
         fold_axis = (-1 if batched is None
                      else _fold.AXIS_NAMES.index(decision.axis))
         max_slices = _fold.MAX_SLICES_PER_LAUNCH if batched is not None \
             else None
         signature = (n_in, batch, tuple(broadcast), fold_axis, max_slices,
-                     aliases)
+                     aliases, grid, block, scalars)
         launcher = self._launchers.get(signature)
         if launcher is None:
+            formals = self._formals(argtypes, scalars, n_in + len(scalars))
+            values = self._scalar_values(scalars, formals)
             launcher = _kernel_simulator.make_launcher(
                 self.kernel, self.shared_mem, self._py_func, n_in, grid, block,
                 empty, batch, broadcast, batched, fold_axis, max_slices,
-                {o for _, o in aliases})
+                {o for _, o in aliases},
+                [(s.position, v) for s, v in zip(scalars, values)])
             # Kept alive here: the registry refers to it weakly.
             launcher = self._launchers.setdefault(signature, launcher)
         try:
@@ -558,50 +788,33 @@ class NumbaCudaKernel:
         """numbax.clear_caches(): drop every simulator launcher."""
         self._launchers.clear()
 
-    def _simulator_key(self, avals, out_shapes, batch, broadcast):
+    def _simulator_key(self, avals, out_shapes, batch, broadcast, call=None):
+        call = call if call is not None else self._fixed_call()
         n_in = len(avals)
         aliases = self._alias_pairs()
         # Made now, so that its errors surface at trace time.
         launcher = self._simulator_launcher(avals, out_shapes, batch, broadcast,
-                                            aliases)
+                                            aliases, call)
 
         def make_entry(key):
             return _registry.CallableEntry(
                 key, _LauncherRef(self, (avals, out_shapes, batch, broadcast,
-                                         aliases), launcher),
-                n_in, len(self.out_specs), 0, aliases=aliases,
+                                         aliases, call), launcher),
+                n_in, call.num_outputs, 0, aliases=aliases,
                 name=self.profile_name)
         return _registry.program_key(
             self.kernel, self._group,
             self._call_spec(avals, batch, broadcast,
-                            self._fold_spec(avals, batch, broadcast), aliases),
+                            self._fold_spec(avals, batch, broadcast, call),
+                            aliases, call),
             make_entry)
 
-    def _checked_inputs(self, args, shapes=False):
-        """The call's inputs, checked as a call checks them (arrays, or with
-        `shapes` ShapeDtypeStructs): dtypes, ranks, arity, aliases."""
-        op = self._label
-        _checks.check_x64(self._wide_outs, op)
-        inputs = _checks.as_input_arrays(args, op, shapes=shapes)
-        nargs = len(inputs) + len(self.out_specs)
-        if nargs not in self._arities_checked:
-            _checks.check_arity(
-                self._py_func, nargs, op,
-                _checks.arg_layout(len(inputs), len(self.out_specs)),
-                what="kernel")
-            self._arities_checked.add(nargs)
-        _checks.check_aliases(self.input_output_aliases, inputs,
-                              self.out_specs, op)
-        return inputs
-
     def __call__(self, *args):
-        inputs = self._checked_inputs(args)
+        inputs, call, tree = self._checked_call(args)
         outs = numbax_kernel_p.bind(
-            *inputs, op=self,
-            out_shapes=tuple((tuple(s.shape), np.dtype(s.dtype))
-                             for s in self.out_specs),
-            batch=0, broadcast=tuple(False for _ in inputs))
-        return jax.tree_util.tree_unflatten(self.out_tree, list(outs))
+            *inputs, op=self, out_shapes=call.outs, batch=0,
+            broadcast=tuple(False for _ in inputs), call=call)
+        return jax.tree_util.tree_unflatten(tree, list(outs))
 
 
 def numba_cuda_kernel(
@@ -610,7 +823,7 @@ def numba_cuda_kernel(
     *,
     grid: int | Sequence[int] | None = None,
     block: int | Sequence[int] | None = None,
-    launch_dims: int | Sequence[int] | None = None,
+    launch_dims: int | Sequence[int] | Callable[..., Any] | None = None,
     threads_per_block: int = 256,
     shared_mem: int = 0,
     vmap_method: str | None = None,
@@ -619,7 +832,16 @@ def numba_cuda_kernel(
 ) -> NumbaCudaKernel:
     """Wrap one ``@cuda.jit`` kernel as a JAX function, launched from C++.
 
-    The kernel's arguments are the inputs, then the outputs (all arrays).
+    The kernel's arguments are the inputs, then the outputs. An input is an
+    array, or a Python or NumPy scalar (``bool``, ``int``, ``float``,
+    ``complex``, ``np.float32(...)``, ...), which is passed by value into the
+    kernel's parameter at that position, typed as Numba types it (``int``:
+    int64, ``float``: float64, ``bool``: boolean, NumPy scalars their dtype)
+    or converted to the type the kernel's explicit signature gives it. A
+    scalar is static, like a static argument of ``jax.jit``: it is part of
+    the op's key, so each new value is a new key and launch plan (the
+    compiled code depends on its type only), and ``jax.vmap`` never batches
+    it. Values only known at run time go in 1-element arrays.
     It is compiled for the argument types when traced; each call then packs
     the arguments in the compiler's kernel ABI (numba-cuda's, or
     numba-cuda-mlir's memrefs) and launches on XLA's stream from C++, with
@@ -630,7 +852,14 @@ def numba_cuda_kernel(
 
     Launch configuration: ``grid`` and ``block`` (int or up to 3 ints), or
     ``launch_dims`` (1-3 extents; 1-D blocks of ``min(threads_per_block, n)``,
-    2-D 16x16, 3-D 8x8x4, grid rounded up). A zero extent launches nothing and
+    2-D 16x16, 3-D 8x8x4, grid rounded up).
+
+    ``outs`` and ``launch_dims`` may also be functions of the call's
+    arguments (arrays as ``jax.ShapeDtypeStruct``, scalars as their values)
+    returning what the fixed form takes, e.g. ``outs=lambda x:
+    jax.ShapeDtypeStruct(x.shape, x.dtype)``, ``launch_dims=lambda x:
+    x.shape[0]``: evaluated when a call is traced, once per signature, so
+    one op serves every shape (docs/shapes_and_scalars.md). A zero extent launches nothing and
     the outputs are zero-filled (one aliased to an input keeps its values).
     ``shared_mem`` is dynamic shared memory in bytes.
 
@@ -648,11 +877,13 @@ def numba_cuda_kernel(
         simulator; docs/compilers.md). Its arguments are the op's inputs,
         then its outputs.
       outs: a ``jax.ShapeDtypeStruct`` or a sequence/pytree of them; the
-        result has the same structure.
+        result has the same structure. Or a function of the call's
+        arguments returning one.
       grid: blocks per grid, an int or 1-3 ints; with ``block``.
       block: threads per block, an int or 1-3 ints; with ``grid``.
       launch_dims: 1-3 extents to cover with one thread each, instead of
         ``grid`` and ``block``; numbax picks the blocks as described above.
+        Or a function of the call's arguments returning them.
       threads_per_block: the 1-D block size used with ``launch_dims``
         (default 256).
       shared_mem: bytes of dynamic shared memory per block (default 0).
@@ -661,7 +892,8 @@ def numba_cuda_kernel(
         ``'sequential'`` (one launch per slice, in order). Needs
         ``launch_dims`` unless ``None``.
       input_output_aliases: ``{input index: output index}``: the output is
-        written in the input's buffer (same shape and dtype).
+        written in the input's buffer (same shape and dtype). Input indices
+        count the array inputs only (scalars are not buffers).
       name: optional stable name for the op's key, a non-empty str
         (default: the kernel's module and qualified name); also the op's
         name in profiles (default there: the kernel's qualified name): its
@@ -669,8 +901,8 @@ def numba_cuda_kernel(
         (``op.profile_name``; docs/profiling.md).
 
     Returns:
-      A function of JAX arrays (the inputs) returning the outputs, usable
-      eagerly and inside ``jax.jit`` and ``jax.vmap``.
+      A function of the inputs (JAX arrays and scalars) returning the
+      outputs, usable eagerly and inside ``jax.jit`` and ``jax.vmap``.
 
     Raises:
       ValueError: an invalid launch configuration (both or neither of
@@ -678,13 +910,17 @@ def numba_cuda_kernel(
         a bad ``threads_per_block`` or ``shared_mem``, an explicit grid with
         a ``vmap_method``, or an unknown ``vmap_method``), checked first,
         before the kernel or Numba; and, when
-        called, a 0-d input, a dtype Numba cannot use, or aliased buffers of
-        different shapes or dtypes.
+        called, a 0-d array input, a dtype Numba cannot use, aliased buffers
+        of different shapes or dtypes, a launch a ``launch_dims`` function
+        returned that CUDA cannot run, or an int scalar outside the range
+        of its parameter's type in an explicit signature.
       ImportError: Numba with CUDA support is not installed.
       TypeError: ``kernel`` is not a Numba CUDA dispatcher, or is a device
         function; ``name`` is not a str (a blank one is a ValueError);
-        when traced, arrays that none of the signatures the kernel was
-        compiled for takes.
+        when traced, arrays or scalars that none of the signatures the
+        kernel was compiled for takes (or a scalar of a kind its parameter
+        cannot take: a float for an int); a scalar for a numba-cuda-mlir
+        kernel.
     """
     # The launch configuration first, purely (as the reference system does):
     # its errors do not depend on the kernel or on Numba being installed.
