@@ -64,7 +64,7 @@ if ! [ -x "$root/usr/bin/python3.11" ]; then
         libuuid1 libncursesw6 libtinfo6 libreadline8 libdb5.3 libnsl2 libtirpc3
         libgssapi-krb5-2 libkrb5-3 libk5crypto3 libcom-err2 libkrb5support0 libkeyutils1
         libcrypt1 libzstd1)
-  (cd "$work/debs" && apt-get "${apt_opts[@]}" download "${pkgs[@]/%/:arm64}" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
+  (cd "$work/debs" && apt-get -qq "${apt_opts[@]}" download "${pkgs[@]/%/:arm64}" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
   rm -rf "$root.partial" && mkdir -p "$root.partial"
   for d in "$work"/debs/*_arm64.deb; do dpkg-deb -x "$d" "$root.partial"; done
   rm -rf "$root" && mv "$root.partial" "$root"
@@ -79,9 +79,9 @@ run() {
 # while the pins are the same). numba-cuda 0.30.4 reads the CUDA runtime's
 # version even in simulator mode: libcudart comes from nvidia-cuda-runtime.
 grep -vE '^\s*(#|$)|\[' requirements-dev.txt | sed 's/\s*#.*//' > "$work/constraints.txt"
-plat=(--only-binary=:all: --python-version 3.11 --implementation cp
-      --platform manylinux_2_28_aarch64 --platform manylinux_2_27_aarch64
-      --platform manylinux_2_17_aarch64 --platform manylinux2014_aarch64)
+# pip takes exactly the platform tags named: every manylinux up to 2_28.
+plat=(--only-binary=:all: --python-version 3.11 --implementation cp --platform manylinux2014_aarch64)
+for minor in $(seq 17 28); do plat+=(--platform "manylinux_2_${minor}_aarch64"); done
 if ! cmp -s "$work/constraints.txt" "$work/site.pins" 2>/dev/null; then
   echo "== the dependencies' aarch64 wheels (pip --platform)"
   rm -rf "$work/site"
@@ -95,6 +95,7 @@ fi
 rm -rf "$work/numbax"
 python3 -m pip install -q --disable-pip-version-check --target "$work/numbax" "${plat[@]}" \
   --no-deps "$wheel" 2>&1 | grep -vE "^WARNING: (Location|Running pip)" || true
+[ -d "$work/numbax/numbax" ] || { echo "aarch64_check.sh: $wheel did not install" >&2; exit 1; }
 
 echo "== under qemu-aarch64: import numbax, python -m numbax info"
 run "import platform, numbax, numbax._core as c; print(platform.machine(), 'numbax', numbax.__version__, c.__file__)"
