@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Fills .whl/ with what scripts/gpu_check.sh installs on a GPU machine that
 # has no network: the numbax release wheel for that machine's Python (built
-# the release way, scripts/build_wheel.sh) and numpy<2.5 (numba-cuda 0.30
+# the release way, scripts/build_wheel.sh: zig for glibc 2.28, tagged
+# manylinux_2_28 or lower, so the GPU check runs the wheel users install;
+# gpu_check.sh checks that tag again) and numpy<2.5 (numba-cuda 0.30
 # cannot compile kernels under the numpy 2.5 such machines carry).
 #
 #   bash scripts/gpu_bundle.sh                 # for Python 3.12 (pyenv's, if any)

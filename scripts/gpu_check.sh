@@ -45,6 +45,15 @@ echo "== numbax ($from)"
 t0=$(date +%s)
 install_numbax "$site" "$OUT/build.log" "$from" || exit 1
 echo "installed in $(( $(date +%s) - t0 ))s"
+# The wheel checked is the one users install: manylinux_2_28 or lower.
+if [ "$from" = wheel ]; then
+  installed=$(ls "$site"/numbax-*.dist-info/WHEEL)
+  py_tag=$(grep -m1 -E '^Tag:' "$installed" | awk '{print $2}' | cut -d- -f1,2)
+  plats=$(grep -E '^Tag:' "$installed" | awk '{print $2}' | cut -d- -f3 | paste -sd. -)
+  name="numbax-$(basename "$(dirname "$installed")" .dist-info | cut -d- -f2)-$py_tag-$plats.whl"
+  echo "wheel: $name"
+  $PY scripts/lib/wheel_tag.py --max 2_28 "$name" > /dev/null || exit 1
+fi
 # Bounded: a hang while JAX starts (as once with jax 0.11's plugin locks)
 # must fail the check, not eat the machine's time.
 rm -f "$OUT/gpu_count"

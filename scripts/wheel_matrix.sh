@@ -12,8 +12,14 @@
 # (all but HEAVY), subset, or subset+heavy (SUBSET and HEAVY): the default
 # rows run every test file at least once, the slowest on a row of the other
 # lane so that the two lanes take about the same time. PYTHON a version
-# (3.12) found as pythonX.Y on PATH or under ~/.pyenv/versions (default: the
-# PYTHON variable, else python3). Default rows: see DEFAULT_ROWS. The rows
+# (3.12) found as pythonX.Y on PATH or under ~/.pyenv/versions, else
+# Debian's build of it fetched once by scripts/lib/python_from_debian.sh (how
+# Python 3.14 comes to this machine) (default: the PYTHON variable, else
+# python3). Default rows: see DEFAULT_ROWS: each end of the supported
+# Python (3.11, 3.14) and JAX (0.8.1, 0.12) range, and the GPU machine's
+# jax 0.11.2. Every wheel a row tests must be tagged manylinux_2_28 or lower
+# for this machine's architecture (scripts/lib/wheel_tag.py), or the row
+# fails. The rows
 # run two at a time (this machine has 2 cores; the full row is the long
 # one). --wheel names the wheel for rows of the Python that built it; the
 # wheels of other Pythons are built by scripts/build_wheel.sh. Needs PyPI
@@ -23,7 +29,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DEFAULT_PY=${PYTHON:-python3}
 DEFAULT_ROWS=("0.10.2:full:3.11" "0.8.1:subset:3.11" "0.11.2:subset+heavy:3.12"
-              "0.12.0.1:subset:3.13")
+              "0.12.0.1:subset:3.14")
 SUBSET=(tests/test_callable.py tests/test_kernel.py tests/test_custom_kernel.py
         tests/test_export.py tests/test_versions.py)
 # Slow files (fresh processes, fault loops) that need no
@@ -73,7 +79,9 @@ fi
 ensure_wheel() {
   local want=$1 exe built
   [ -n "${pyexe[$want]:-}" ] || {
-    exe=$(find_python "$want") || { echo "no Python $want found (pyenv install $want)"; return 1; }
+    exe=$(find_python "$want") ||
+      exe=$(bash scripts/lib/python_from_debian.sh "$want" | tail -1) ||
+      { echo "no Python $want found (pyenv install $want)"; return 1; }
     pyexe[$want]=$exe
   }
   [ -n "${wheel_for[$want]:-}" ] && return 0
@@ -92,10 +100,16 @@ run_row() {
     echo "jax $jax_v, Python $want: no wheel (see $WORK/build-$jax_v.log)" > "$WORK/result-$jax_v"
     return 1
   fi
+  if ! python3 scripts/lib/wheel_tag.py --max 2_28 --arch "$(uname -m)" "${wheel_for[$want]}" \
+      > "$WORK/tag-$jax_v.log" 2>&1; then
+    cat "$WORK/tag-$jax_v.log"
+    echo "jax $jax_v, Python $want: wheel tag refused: $(tail -1 "$WORK/tag-$jax_v.log")" > "$WORK/result-$jax_v"
+    return 1
+  fi
   rm -rf "$venv"
   "${pyexe[$want]}" -m venv "$venv"
   if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-      -c "$WORK/constraints.txt" "${wheel_for[$want]}[bench]" "jax==$jax_v" "jaxlib==$jax_v" \
+      -c "$WORK/constraints.txt" "${wheel_for[$want]}[bench,cpu]" "jax==$jax_v" "jaxlib==$jax_v" \
       pytest hypothesis flatbuffers > "$WORK/pip-$jax_v.log" 2>&1; then
     tail -20 "$WORK/pip-$jax_v.log"
     echo "jax $jax_v, Python $want: install failed (see $WORK/pip-$jax_v.log)" > "$WORK/result-$jax_v"
@@ -134,7 +148,7 @@ run_row() {
   rc=$?
   set -e
   versions=$(cd "$WORK" && "$venv/bin/python" -c "import sys, jax, jaxlib.version, numpy, numbax._build_info as b; print(f'Python {sys.version.split()[0]}, jax {jax.__version__} jaxlib {jaxlib.version.__version__} numpy {numpy.__version__}, numbax built against FFI {b.XLA_FFI_API[0]}.{b.XLA_FFI_API[1]} ({b.XLA_FFI_HEADERS_FROM})')" 2>&1 | tail -1)
-  echo "$versions [$scope]: $(tail -1 "$WORK/pytest-$jax_v.log")" > "$WORK/result-$jax_v"
+  echo "$versions, wheel $(head -1 "$WORK/tag-$jax_v.log") [$scope]: $(tail -1 "$WORK/pytest-$jax_v.log")" > "$WORK/result-$jax_v"
   return $rc
 }
 
