@@ -22,7 +22,8 @@ _NUMBA_LOAD_LOCK = threading.Lock()
 
 
 def builder(op_ref, compiled, grid, block, empty, batch, broadcast, n_in,
-            fold_axis, max_slices, aliases=()) -> Callable[[], Any]:
+            fold_axis, max_slices, aliases=(), units=((), ()),
+            grid_from=(-1, -1, -1)) -> Callable[[], Any]:
     """`plan()`: the LaunchPlan of one call of the op `op_ref` refers to,
     built when XLA instantiates a program (_registry._resolve_kernel), with
     `compiled`'s function in every visible device's primary context."""
@@ -52,7 +53,8 @@ def builder(op_ref, compiled, grid, block, empty, batch, broadcast, n_in,
             empty_launch=bool(empty or batch < 0), batch=int(batch),
             broadcast=[bool(b) for b in broadcast], fold_axis=fold_axis,
             max_slices=max_slices, abi=_mlir.MEMREF_ABI if op._mlir else 0,
-            aliases=list(aliases))
+            aliases=list(aliases), lead_units=list(units[0]),
+            trail_units=list(units[1]), grid_from=list(grid_from))
 
     return plan
 
