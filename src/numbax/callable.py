@@ -10,7 +10,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from . import (_checks, _fast_launch, _inputcheck, _mlir_launch, _numba,
-               _registry, _targets)
+               _partitioning, _registry, _sharding_rule, _targets)
 
 
 class NumbaCudaCallable:
@@ -18,7 +18,7 @@ class NumbaCudaCallable:
 
     def __init__(self, func, outs, *, vmap_method, input_output_aliases,
                  scratch, capture, name, batch_partitionable=False,
-                 has_side_effect=False, fast_launch=True):
+                 has_side_effect=False, fast_launch=True, sharding_rule=None):
         self.func = func  # strong: the registry refers to it weakly
         self._label = op = f"numba_cuda_callable({_registry.base_name(func)})"
         self.out_specs, self.out_tree = _checks.normalize_outs(outs, op=op)
@@ -39,6 +39,10 @@ class NumbaCudaCallable:
         self.name = name
         self.capture = bool(capture)
         self.batch_partitionable = bool(batch_partitionable)
+        # The op's own rule (None: none, or batch_partitionable's, which is
+        # made per call from the shapes).
+        self.sharding_rule = (None if sharding_rule is None else
+                              _sharding_rule.parse(sharding_rule, op))
         self.fast_launch = bool(fast_launch)
         self.__name__ = getattr(func, "__name__", "numba_cuda_callable")
         self.__doc__ = getattr(func, "__doc__", None)
@@ -108,26 +112,36 @@ class NumbaCudaCallable:
         # primitive broadcasts it instead.
         own_batching = bool(aliases) and self.vmap_method in (
             "expand_dims", "legacy_vectorized")
+        results_specs = self.out_specs + self.scratch_specs
+        rule = self.sharding_rule
         if self.batch_partitionable:
-            from . import _partitioning
-            _partitioning.check_leading_axis(
-                inputs, self.out_specs + self.scratch_specs, op)
+            _partitioning.check_leading_axis(inputs, results_specs, op)
+            rule = _sharding_rule.leading_rule(
+                [x.shape for x in inputs], [s.shape for s in results_specs])
+        if rule is not None:
+            # Refused here, at trace time, naming the op: a rule that does
+            # not fit the call, or that leaves nothing to split.
+            _sharding_rule.split(
+                rule, [x.shape for x in inputs],
+                [s.shape for s in results_specs], op,
+                n_free_results=len(self.scratch_specs),
+                aliases=tuple(sorted((aliases or {}).items())))
 
-        # A traced call of an op without vmap_method goes through numbax's
-        # own primitive, whose batching rule refuses jax.vmap naming the op
-        # and vmap_method= (ffi_call's names neither); it lowers to the same
-        # custom call. Eager calls keep ffi_call: nothing batches them.
+        # Traced calls go through numbax's own primitive: its batching rule
+        # refuses jax.vmap naming the op and vmap_method= for an op without
+        # one (ffi_call's names neither), and otherwise makes the batched
+        # call one XLA may split along the vmapped axis. It lowers to the
+        # same custom call. Eager calls of ops without a rule keep ffi_call:
+        # nothing batches or splits them.
         tracing = any(isinstance(x, jax.core.Tracer) for x in inputs)
-        own_primitive = (self.batch_partitionable or own_batching
-                         or (tracing and self.vmap_method is None))
+        own_primitive = rule is not None or own_batching or tracing
 
         def bind(*xs):
             if own_primitive:
-                from . import _partitioning
                 results = _partitioning.bind(
-                    target, xs, self.out_specs + self.scratch_specs, key=key,
-                    aliases=aliases, vmap_method=self.vmap_method,
-                    partitionable=self.batch_partitionable,
+                    target, xs, results_specs, key=key,
+                    aliases=aliases, vmap_method=self.vmap_method, rule=rule,
+                    n_scratch=len(self.scratch_specs),
                     has_side_effect=self.has_side_effect, label=op)
             else:
                 results = jax.ffi.ffi_call(
@@ -209,6 +223,7 @@ def numba_cuda_callable(
     batch_partitionable: bool = False,
     has_side_effect: bool = False,
     fast_launch: bool = True,
+    sharding_rule: str | None = None,
 ) -> Callable[..., Any]:
     """Create a JAX-callable from a Python function that launches Numba CUDA kernels.
 
@@ -245,6 +260,16 @@ def numba_cuda_callable(
         around the call, so ``func`` must take its sizes from the arrays it
         is given. Wrong for anything that mixes rows (a sum, a scan, a
         shift): leave it False there. See docs/multi_gpu.md.
+      sharding_rule: which axes of the inputs, outputs and scratch buffers
+        are the same factor, in the einsum-like notation of Shardy rules
+        (``"i j, j -> i j"``: rows ``i`` of input 0 and of the output, input
+        1 whole). XLA may then split the factors that lead every output
+        (each input leading with them too, or not naming them): each device
+        runs ``func`` on its own shards, and whole copies of the other
+        inputs. ``func`` must take its sizes from the arrays. A rule that
+        does not fit the call is refused when the op is called.
+        Exclusive with ``batch_partitionable`` (the rule
+        ``"b ..., b ... -> b ..."``). See docs/multi_gpu.md.
       has_side_effect: declare that ``func`` does more than write its
         outputs (it counts calls, draws host-seeded random numbers, logs,
         or writes memory other than its outputs). Passed to XLA, which then
@@ -302,9 +327,20 @@ def numba_cuda_callable(
             "'expand_dims', 'broadcast_all' or 'sequential'")
     _checks.check_bool(fast_launch, "fast_launch", "numba_cuda_callable")
     _checks.check_name(name, "numba_cuda_callable")
+    if sharding_rule is not None and batch_partitionable:
+        raise ValueError(
+            "numba_cuda_callable: give sharding_rule or "
+            "batch_partitionable=True, not both (batch_partitionable=True is "
+            "the rule that splits axis 0 of every array)")
+    if sharding_rule is not None and vmap_method == "legacy_vectorized":
+        raise ValueError(
+            "numba_cuda_callable: sharding_rule cannot be combined with "
+            "vmap_method='legacy_vectorized' (deprecated in JAX); use "
+            "'expand_dims', 'broadcast_all' or 'sequential'")
     return NumbaCudaCallable(func, outs, vmap_method=vmap_method,
                              input_output_aliases=input_output_aliases,
                              scratch=scratch, capture=capture, name=name,
                              batch_partitionable=batch_partitionable,
                              has_side_effect=has_side_effect,
-                             fast_launch=bool(fast_launch))
+                             fast_launch=bool(fast_launch),
+                             sharding_rule=sharding_rule)
