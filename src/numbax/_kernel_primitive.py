@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 
-from . import _batching, _checks, _compat, _nested_vmap, _registry, _targets
+from . import (_batching, _checks, _compat, _nested_vmap, _partitioning,
+               _registry, _targets)
 
 numbax_kernel_p = _compat.eager_primitive("numbax_kernel")
 
@@ -29,17 +30,24 @@ def _abstract_eval(*args, op, out_shapes, batch, broadcast):
 
 def _lower(ctx, *args, op, out_shapes, batch, broadcast, platform):
     avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_in]
+    # How XLA may split the call: the op's rule, and the vmapped axis of a
+    # batched call (in a program of several devices); None: not at all.
+    split = op._split(ctx, avals, batch, broadcast)
     if platform == "cuda":
         outs = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_out]
-        key = op._gpu_key(avals, outs, batch, broadcast)
+        key = op._gpu_key(avals, outs, batch, broadcast, split)
         target = _targets.KERNEL_TARGET
     else:
-        key = op._simulator_key(avals, out_shapes, batch, broadcast)
+        key = op._simulator_key(avals, out_shapes, batch, broadcast, split)
         target = _targets.CALLABLE_TARGET
     if (getattr(ctx.module_context.lowering_parameters, "for_export", False)
             and _registry.is_ambiguous(key)):
         raise _registry.ambiguous_export_error(op._label, key, op.name)
     aliases = op.input_output_aliases or {}
+    if split is not None:
+        return _partitioning.lower_split(
+            ctx, args, target=_targets.BATCH_TARGETS[target], split=split,
+            key=key, aliases=tuple(dict(aliases).items()))
     return jax.ffi.ffi_lowering(
         target,
         operand_output_aliases=dict(aliases),

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import (_checks, _core, _fast_launch, _fold, _kernel_cache,
                _kernel_plan, _kernel_simulator, _mlir, _numba, _registry,
-               _signatures)
+               _sharding_rule, _signatures)
 # numbax.kernel's names for the launch configuration and the primitive.
 from ._kernel_primitive import numbax_kernel_p
 from ._launch_config import (MAX_BLOCK, MAX_GRID,  # noqa: F401
@@ -73,7 +73,8 @@ class _LauncherRef:
 
     def __init__(self, op, spec, launcher=None):
         self._op = weakref.ref(op)
-        self._spec = spec  # (avals, out_shapes, batch, broadcast, aliases)
+        # (avals, out_shapes, batch, broadcast, aliases, grid_from)
+        self._spec = spec
         self._launcher = (weakref.ref(launcher) if launcher is not None
                           else lambda: None)
 
@@ -97,8 +98,14 @@ class NumbaCudaKernel:
 
     def __init__(self, kernel, outs, *, grid, block, launch_dims,
                  threads_per_block, shared_mem, vmap_method,
-                 input_output_aliases, name):
+                 input_output_aliases, name, batch_partitionable=False,
+                 sharding_rule=None):
         self.kernel = kernel
+        self.batch_partitionable = bool(batch_partitionable)
+        self.sharding_rule = (
+            None if sharding_rule is None else _sharding_rule.parse(
+                sharding_rule, f"numbax.numba_cuda_kernel("
+                f"{_registry.base_name(getattr(kernel, 'py_func', kernel))})"))
         self.out_specs, self.out_tree = _checks.normalize_outs(
             outs, op=f"numba_cuda_kernel("
             f"{_registry.base_name(getattr(kernel, 'py_func', kernel))})")
@@ -273,7 +280,7 @@ class NumbaCudaKernel:
                   for s in self.out_specs),
             self.out_tree, self.launch_dims, self.grid, self.block,
             self.threads_per_block, self.shared_mem, self.vmap_method,
-            aliases, self.name)
+            aliases, self.name, self.batch_partitionable, self.sharding_rule)
         try:
             hash(identity)
         except TypeError:
@@ -390,8 +397,79 @@ class NumbaCudaKernel:
         outs = _registry.avals_text(
             (tuple(o.shape), o.dtype) for o in self.out_specs)
         dims = lambda d: "x".join(map(str, d))  # noqa: E731
+        # Only an op with a rule says so: every other op's key stays what it
+        # was before rules existed.
+        rule = ("" if not self._has_rule() else ";rule=batch"
+                if self.batch_partitionable else
+                f";rule={str(self.sharding_rule).replace(', ', ',')}")
         return (f"kernel;outs={outs};grid={dims(grid)};block={dims(block)}"
-                f";smem={self.shared_mem}")
+                f";smem={self.shared_mem}{rule}")
+
+    # -- partitioning: which calls XLA may split, and how -----------------
+    def _has_rule(self) -> bool:
+        return self.batch_partitionable or self.sharding_rule is not None
+
+    def _unbatched_rule(self, in_shapes):
+        """The op's own rule for unbatched inputs of `in_shapes`, or None."""
+        outs = [tuple(o.shape) for o in self.out_specs]
+        if self.batch_partitionable:
+            return _sharding_rule.leading_rule(in_shapes, outs)
+        return self.sharding_rule
+
+    def _check_rule(self, in_shapes):
+        """Refuses, naming the op, a rule that does not fit a call of
+        `in_shapes` or a launch that could not follow the split."""
+        rule = self._unbatched_rule(in_shapes)
+        if rule is None:
+            return
+        outs = [tuple(o.shape) for o in self.out_specs]
+        if self.batch_partitionable:
+            extents = {int(s[0]) for s in list(in_shapes) + outs}
+            if len(extents) > 1:
+                raise ValueError(
+                    f"{self._label}: batch_partitionable=True declares that "
+                    "axis 0 of every input and output is one independent "
+                    "batch axis, so their leading extents must be equal; got "
+                    f"inputs {[tuple(s) for s in in_shapes]}, outputs {outs}. "
+                    "Give a sharding_rule that says which arrays share the "
+                    "axis (e.g. 'i j, j -> i j'), or use jax.shard_map")
+        split = _sharding_rule.split(rule, in_shapes, outs, self._label,
+                                     aliases=self._alias_pairs())
+        if self.launch_dims is not None:
+            _sharding_rule.launch_ties(self.launch_dims, split, self._label)
+
+    def _grid_from(self, avals, batch):
+        """Per grid axis, the axis of output 0 (as the call's buffers have
+        it) whose local extent that axis covers, or -1: the op's rule ties
+        the leading launch axes to the split factors."""
+        if not self._has_rule() or self.launch_dims is None:
+            return (-1, -1, -1)
+        shapes = [tuple(s)[1:] if batch else tuple(s) for s, _ in avals]
+        rule = self._unbatched_rule(shapes)
+        outs = [tuple(o.shape) for o in self.out_specs]
+        split = _sharding_rule.split(rule, shapes, outs, self._label,
+                                     aliases=self._alias_pairs())
+        ties = _sharding_rule.launch_ties(self.launch_dims, split, self._label)
+        shift = 1 if batch else 0
+        ties = tuple(t + shift if t >= 0 else -1 for t in ties)
+        return ties + (-1,) * (3 - len(ties))
+
+    def _split(self, ctx, avals, batch, broadcast):
+        """The Split of a lowered call, or None where XLA gets no rule."""
+        from . import _partitioning
+        in_shapes = [tuple(s) for s, _ in avals]
+        if batch:
+            unbatched = [s[1:] for s in in_shapes]
+            outs = [tuple(o.shape) for o in self.out_specs]
+            base = self._unbatched_rule(unbatched)
+            vmap_only = base is None
+            if base is None:
+                base = _sharding_rule.unshared_rule(unbatched, outs)
+            rule = _sharding_rule.vmapped(base, [not b for b in broadcast])
+        else:
+            rule, vmap_only = self._unbatched_rule(in_shapes), False
+        return _partitioning.split_for(ctx, rule, vmap_only, self._label,
+                                       aliases=self._alias_pairs())
 
     def _alias_pairs(self) -> tuple:
         """input_output_aliases as sorted (input, output) int pairs (checked
@@ -401,7 +479,7 @@ class NumbaCudaKernel:
 
     @staticmethod
     def _call_spec(avals, batch, broadcast, fold: str = "",
-                   aliases: tuple = ()) -> str:
+                   aliases: tuple = (), lead: str = "") -> str:
         flags = "".join("1" if b else "0" for b in broadcast)
         spec = (f"in={_registry.avals_text(avals)};batch={int(batch)}"
                 f";bcast={flags}")
@@ -411,6 +489,9 @@ class NumbaCudaKernel:
         # in the key so that a program built under another chunk limit
         # never shares an entry with this one.
         spec += f";fold={fold}" if fold else ""
+        # The leading unit axes of a call XLA may split (a program of
+        # several devices, or an op with a rule): C++ drops them first.
+        spec += lead
         assert "/" not in spec, spec  # "/" separates a key's parts
         return spec
 
@@ -432,7 +513,8 @@ class NumbaCudaKernel:
         broadcast = tuple(c == "1" for c in fields.get("bcast", ""))
         if len(broadcast) != len(avals):
             raise ValueError(f"{self!r}: malformed call spec {call!r}")
-        return avals, batch, broadcast, _registry.parse_aliases(fields)
+        return (avals, batch, broadcast, _registry.parse_aliases(fields),
+                _sharding_rule.parse_units(fields))
 
     def _out_avals(self, batch):
         lead = (batch,) if batch else ()
@@ -443,20 +525,23 @@ class NumbaCudaKernel:
         """The registry entry of a key this process did not trace (a
         deserialised or cached program): built from the call spec, the
         kernel compiled here once per key."""
-        avals, batch, broadcast, aliases = self._parse_call(call)
+        avals, batch, broadcast, aliases, units = self._parse_call(call)
         if platform == "cpu":
             return _registry.CallableEntry(
                 key, _LauncherRef(self, (avals, self._out_avals(batch), batch,
-                                         broadcast, aliases)),
-                len(avals), len(self.out_specs), 0, aliases=aliases)
+                                         broadcast, aliases,
+                                         self._grid_from(avals, batch))),
+                len(avals), len(self.out_specs), 0, aliases=aliases,
+                units=units)
         # On XLA's instantiating thread: compile with device 0's primary
         # context bound for the call (as a trace on the main thread would),
         # so that Numba does not push a context of its own onto XLA's thread.
         return _core.call_on_device(
             0, lambda: self._kernel_entry(key, avals, batch, broadcast,
-                                          aliases))
+                                          aliases, units))
 
-    def _kernel_entry(self, key, avals, batch, broadcast, aliases=()):
+    def _kernel_entry(self, key, avals, batch, broadcast, aliases=(),
+                      units=((), ())):
         out_avals = self._out_avals(batch)
         dtypes = [d for _, d in list(avals) + out_avals]
         if _numba.has_bfloat16(dtypes):
@@ -486,17 +571,21 @@ class NumbaCudaKernel:
 
         plan = _kernel_plan.builder(op_ref, compiled, grid, block, empty,
                                     batch, broadcast, n_in, fold_axis,
-                                    max_slices, aliases)
+                                    max_slices, aliases, units,
+                                    self._grid_from(avals, batch))
         return _registry.KernelEntry(key, plan, op_ref)
 
-    def _gpu_key(self, avals, out_avals, batch, broadcast):
+    def _gpu_key(self, avals, out_avals, batch, broadcast, split=None):
         if [tuple(s) for s, _ in out_avals] != [
                 s for s, _ in self._out_avals(batch)]:
             raise ValueError(f"{self!r}: outputs {out_avals} do not match "
                              f"outs {self.out_specs} (batch {batch})")
         # Compiled now, at trace time, so that compile errors surface here.
         aliases = self._alias_pairs()
-        entry = self._kernel_entry("", avals, batch, broadcast, aliases)
+        units = (split.buffer_units() if split is not None
+                 else ((), ()))
+        entry = self._kernel_entry("", avals, batch, broadcast, aliases,
+                                   units)
 
         def make_entry(key):
             entry.key = key
@@ -504,12 +593,13 @@ class NumbaCudaKernel:
         return _registry.program_key(
             self.kernel, self._group,
             self._call_spec(avals, batch, broadcast,
-                            self._fold_spec(avals, batch, broadcast), aliases),
+                            self._fold_spec(avals, batch, broadcast), aliases,
+                            split.lead_spec() if split is not None else ""),
             make_entry)
 
     # -- CPU: the same launch through Numba's simulator -------------------
     def _simulator_launcher(self, avals, out_shapes, batch, broadcast,
-                            aliases=()):
+                            aliases=(), grid_from=(-1, -1, -1)):
         """The function the CPU handler calls: the launch(es) in the simulator."""
         if self._mlir:
             raise _mlir.no_simulator_error(self._label)
@@ -523,13 +613,13 @@ class NumbaCudaKernel:
         max_slices = _fold.MAX_SLICES_PER_LAUNCH if batched is not None \
             else None
         signature = (n_in, batch, tuple(broadcast), fold_axis, max_slices,
-                     aliases)
+                     aliases, tuple(grid_from))
         launcher = self._launchers.get(signature)
         if launcher is None:
             launcher = _kernel_simulator.make_launcher(
                 self.kernel, self.shared_mem, self._py_func, n_in, grid, block,
                 empty, batch, broadcast, batched, fold_axis, max_slices,
-                {o for _, o in aliases})
+                {o for _, o in aliases}, tuple(grid_from))
             # Kept alive here: the registry refers to it weakly.
             launcher = self._launchers.setdefault(signature, launcher)
         try:
@@ -544,22 +634,27 @@ class NumbaCudaKernel:
         """numbax.clear_caches(): drop every simulator launcher."""
         self._launchers.clear()
 
-    def _simulator_key(self, avals, out_shapes, batch, broadcast):
+    def _simulator_key(self, avals, out_shapes, batch, broadcast, split=None):
         n_in = len(avals)
         aliases = self._alias_pairs()
+        grid_from = self._grid_from(avals, batch)
+        units = (split.buffer_units() if split is not None
+                 else ((), ()))
         # Made now, so that its errors surface at trace time.
         launcher = self._simulator_launcher(avals, out_shapes, batch, broadcast,
-                                            aliases)
+                                            aliases, grid_from)
 
         def make_entry(key):
             return _registry.CallableEntry(
                 key, _LauncherRef(self, (avals, out_shapes, batch, broadcast,
-                                         aliases), launcher),
-                n_in, len(self.out_specs), 0, aliases=aliases)
+                                         aliases, grid_from), launcher),
+                n_in, len(self.out_specs), 0, aliases=aliases,
+                units=units)
         return _registry.program_key(
             self.kernel, self._group,
             self._call_spec(avals, batch, broadcast,
-                            self._fold_spec(avals, batch, broadcast), aliases),
+                            self._fold_spec(avals, batch, broadcast), aliases,
+                            split.lead_spec() if split is not None else ""),
             make_entry)
 
     def _checked_inputs(self, args, shapes=False):
@@ -581,6 +676,8 @@ class NumbaCudaKernel:
 
     def __call__(self, *args):
         inputs = self._checked_inputs(args)
+        # A rule that does not fit this call is refused now, naming the op.
+        self._check_rule([tuple(x.shape) for x in inputs])
         outs = numbax_kernel_p.bind(
             *inputs, op=self,
             out_shapes=tuple((tuple(s.shape), np.dtype(s.dtype))
@@ -601,6 +698,8 @@ def numba_cuda_kernel(
     vmap_method: str | None = None,
     input_output_aliases: dict[int, int] | None = None,
     name: str | None = None,
+    batch_partitionable: bool = False,
+    sharding_rule: str | None = None,
 ) -> NumbaCudaKernel:
     """Wrap one ``@cuda.jit`` kernel as a JAX function, launched from C++.
 
@@ -649,6 +748,23 @@ def numba_cuda_kernel(
         written in the input's buffer (same shape and dtype).
       name: optional stable name for the op's key, a non-empty str
         (default: the kernel's module and qualified name).
+      batch_partitionable: declare that the kernel treats every index of
+        axis 0 of every input and output independently (they must all have
+        the same leading extent): under ``jax.jit`` with inputs sharded
+        along axis 0, XLA runs the kernel on each device's own rows instead
+        of gathering the arrays. ``launch_dims[0]`` must then be that
+        extent: each device launches over its own rows (the grid is read
+        from the shards the call receives). Same as
+        ``sharding_rule="b ..., b ... -> b ..."``.
+      sharding_rule: which axes of the inputs and outputs are the same
+        factor, in the einsum-like notation of Shardy rules
+        (``"i j, j -> i j"``): XLA may split the factors that lead every
+        output (each input leading with them too, or not naming them),
+        running the kernel on each device's shards with whole copies of the
+        other inputs. ``launch_dims`` must start with the extents of the
+        split factors, in order (each device launches over its shard), or
+        give ``grid``/``block`` (kept as given: the kernel must take its
+        sizes from its arrays). See docs/multi_gpu.md.
 
     Returns:
       A function of JAX arrays (the inputs) returning the outputs, usable
@@ -675,6 +791,13 @@ def numba_cuda_kernel(
         threads_per_block=threads_per_block, shared_mem=shared_mem,
         vmap_method=vmap_method)
     _checks.check_name(name, "numba_cuda_kernel")
+    _checks.check_bool(batch_partitionable, "batch_partitionable",
+                       "numba_cuda_kernel")
+    if sharding_rule is not None and batch_partitionable:
+        raise ValueError(
+            "numba_cuda_kernel: give sharding_rule or batch_partitionable=True, "
+            "not both (batch_partitionable=True is the rule that splits axis 0 "
+            "of every array)")
     _numba.require_cuda()
     _fast_launch.install()  # counts the simulator's launches on the CPU
     if not _is_dispatcher(kernel):
@@ -692,7 +815,8 @@ def numba_cuda_kernel(
         kernel, outs, grid=grid, block=block, launch_dims=launch_dims,
         threads_per_block=int(threads_per_block), shared_mem=int(shared_mem),
         vmap_method=vmap_method, input_output_aliases=input_output_aliases,
-        name=name)
+        name=name, batch_partitionable=batch_partitionable,
+        sharding_rule=sharding_rule)
     if op._identity is None:
         return op
     # One object per distinct op while it lives: its compiled kernels,
