@@ -49,15 +49,21 @@ def child_env(mode, i):
     return env
 
 
-def run_two_processes(mode):
-    """[(exit code, RESULT dict or None, output)] of the two processes."""
+def run_two_processes(mode, script="multiprocess_child.py", child_args=None):
+    """[(exit code, RESULT dict or None, output)] of the two processes.
+
+    Each runs tests/`script` with `child_args(i, port, seed)` (default:
+    multiprocess_child.py's arguments for `mode`)."""
     port, seed = free_port(), int.from_bytes(os.urandom(4), "little")
+    if child_args is None:
+        def child_args(i, port, seed):
+            return [str(i), str(port), mode, str(seed), str(REPEATS), str(N),
+                    str(TIMEOUT)]
     procs, logs = [], []
     try:
         for i in range(2):
-            cmd = [sys.executable, os.path.join(HERE, "multiprocess_child.py"),
-                   str(i), str(port), mode, str(seed), str(REPEATS), str(N),
-                   str(TIMEOUT)]
+            cmd = [sys.executable, os.path.join(HERE, script),
+                   *child_args(i, port, seed)]
             log = tempfile.TemporaryFile("w+")  # a file, not a pipe: never blocks
             logs.append(log)
             procs.append(subprocess.Popen(cmd, env=child_env(mode, i),
