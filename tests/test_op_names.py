@@ -191,7 +191,7 @@ def test_callable_without_vmap_method_lowers_to_the_plain_custom_call(which):
     from numbax import _targets
     op, n_in = _unbatchable_ops()[which]
     args = [jnp.arange(8, dtype=jnp.float32) + i for i in range(n_in)]
-    key = op._key(args)
+    key = op._key(args, op.input_output_aliases)
     specs = op.out_specs + op.scratch_specs
     target = (_targets.CAPTURE_TARGET if op.capture
               else _targets.CALLABLE_TARGET)
