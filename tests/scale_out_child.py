@@ -181,6 +181,13 @@ def main():
                                       batch_partitionable=True)
     results["kernel_batch_partitionable"] = run(
         k_rows, (put(x, rows),), 2 * x, grid_out=1)
+    # In place (input 0 aliased to output 0), 1-D: the unit axis numbax
+    # adds at the end of the input goes on the output too.
+    k_inplace = numbax.numba_cuda_kernel(
+        scale_rows, outs1, launch_dims=N, threads_per_block=4,
+        input_output_aliases={0: 0}, batch_partitionable=True)
+    results["kernel_aliased"] = run(
+        lambda a: k_inplace(a * 1), (put(x, rows),), 2 * x, grid_out=1)
     # The same op on one device: the whole grid.
     results["kernel_one_device"] = run(k_rows, (x,), 2 * x, grid_out=1)
 

@@ -65,6 +65,7 @@ EVEN = {
     # name: rows of each shard of the result (64 rows, or 16 vmapped
     # slices, or 8 outer slices, over 8 devices)
     "kernel_batch_partitionable": 8,
+    "kernel_aliased": 8,
     "kernel_rule_matvec": 8,
     "kernel_rule_gather": 8,
     "callable_rule_matvec": 8,
@@ -92,7 +93,8 @@ def test_split_without_collectives(report, check):
 
 
 @pytest.mark.parametrize("check", ["kernel_batch_partitionable",
-                                   "kernel_rule_matvec", "custom_kernel_rule"])
+                                   "kernel_aliased", "kernel_rule_matvec",
+                                   "custom_kernel_rule"])
 def test_kernel_grid_is_the_shards(report, check):
     # 4 threads per block: each device's 8 rows take 2 blocks, the whole
     # array 16. The grid comes from the shard the call receives.

@@ -261,8 +261,11 @@ def split(rule: Rule, in_shapes: Sequence, out_shapes: Sequence, op: str, *,
         if name not in used:
             unit_names.append(name)
     lead = tuple(units if s else 0 for s in split_arrays)
-    trail = tuple(1 if s and i < n_in and len(m) == len(chosen) else 0
-                  for i, (m, s) in enumerate(zip(arrays, split_arrays)))
+    trail_list = [1 if s and i < n_in and len(m) == len(chosen) else 0
+                  for i, (m, s) in enumerate(zip(arrays, split_arrays))]
+    for i, o in aliases:  # an output written in place has its input's shape
+        trail_list[n_in + o] = trail_list[i]
+    trail = tuple(trail_list)
     trail_name = "numbax_trail"
     while trail_name in used:
         trail_name += "_"
@@ -272,8 +275,8 @@ def split(rule: Rule, in_shapes: Sequence, out_shapes: Sequence, op: str, *,
                         ([trail_name] if t else []))
     sdy = (", ".join(mapping(m, s, t) for m, s, t in
                      zip(rule.operands, split_arrays[:n_in], trail)) + " -> " +
-           ", ".join(mapping(m, s) for m, s in
-                     zip(rule.results, split_arrays[n_in:])))
+           ", ".join(mapping(m, s, t) for m, s, t in
+                     zip(rule.results, split_arrays[n_in:], trail[n_in:])))
     # In the order the factors first appear (Shardy wants the indices of
     # special factors sorted).
     order = [f for f in sdy.replace(",", " ").replace("->", " ").split()]
