@@ -28,11 +28,13 @@ cd "$(dirname "$0")/.."
 DEFAULT_PY=${PYTHON:-python3}
 DEFAULT_ROWS=("0.10.2:full:3.11" "0.8.1:subset:3.11"
               "0.11.2:subset+heavy+multigpu:3.12" "0.12.0.1:subset:3.13")
-# test_scale_out.py: XLA's partitioning of numbax ops (8 fake devices in a
-# process of its own, and two jax.distributed processes) is what a JAX
-# release changes most readily, so every row runs it.
+# test_scale_out.py and test_sharding.py: XLA's partitioning of numbax ops
+# (fake devices in processes of their own, and two jax.distributed
+# processes) is what a JAX release changes most readily (Shardy chose other
+# shardings in 0.12 than in 0.10), so every row runs them (about 40 s).
 SUBSET=(tests/test_callable.py tests/test_kernel.py tests/test_custom_kernel.py
-        tests/test_export.py tests/test_versions.py tests/test_scale_out.py)
+        tests/test_export.py tests/test_versions.py tests/test_scale_out.py
+        tests/test_sharding.py)
 # Slow files (fresh processes, fault loops) that need no
 # particular JAX: run on the Python 3.12 row (jax 0.11.2), not the full one.
 HEAVY=(tests/test_export_keys.py tests/test_faults.py)

@@ -293,20 +293,21 @@ def test_custom_kernel_rule_reaches_the_kernel(rng):
 
 
 @pytest.mark.parametrize("rule, ins, outs, factors, units, lead, trail", [
-    # elementwise: nothing whole, no unit axis; x gets one at the end,
-    # having no axis besides the split one
+    # elementwise: nothing whole, no unit axis; no split input has an axis
+    # besides the split one, so each gets one at the end
     ("i, i -> i", [(8,), (8,)], [(8,)], ("i",), 0, (0, 0, 0), (1, 1, 0)),
-    # row-wise: rows split, nothing whole
+    # row-wise: rows split, nothing whole; m has an axis besides the rows
     ("i j, i -> i j", [(8, 3), (8,)], [(8, 3)], ("i",), 0, (0, 0, 0),
-     (0, 1, 0)),
+     (0, 0, 0)),
     # matrix-vector: v whole (1 axis), so the split arrays get 1 unit axis
     ("i j, j -> i", [(8, 3), (3,)], [(8,)], ("i",), 1, (1, 0, 1), (0, 0, 0)),
-    # gather from a table every row reads: the table whole (2 axes)
+    # gather from a table every row reads: the table whole (2 axes); idx,
+    # the only split input, has no other axis
     ("i, t d -> i d", [(8,), (5, 2)], [(8, 2)], ("i",), 2, (2, 0, 2),
      (1, 0, 0)),
     # two leading factors
     ("b c x, b c -> b c x", [(2, 4, 3), (2, 4)], [(2, 4, 3)], ("b", "c"), 0,
-     (0, 0, 0), (0, 1, 0)),
+     (0, 0, 0), (0, 0, 0)),
 ])
 def test_split_of_common_shapes(rule, ins, outs, factors, units, lead, trail):
     s = _sharding_rule.split(_sharding_rule.parse(rule, "op"), ins, outs,

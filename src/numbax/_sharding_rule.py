@@ -27,8 +27,8 @@ without Python at compile time is the batch partitioner that
 every operand and result alike, and passes an array with fewer axes than
 that whole. So numbax gives every split array enough leading axes of extent
 1 (``units``) that every whole array has fewer axes than the split arrays'
-batch axes (and a split input without other axes one unit axis at the end,
-or the partitioner would read it as replicated), calls a target registered
+batch axes (and, where no split input has another axis, each one a unit
+axis at the end, or the partitioner would read them all as replicated), calls a target registered
 as batch-partitionable with ``num_batch_dims = units + len(factors)`` and
 the Shardy rule over those shapes, and drops the unit axes again before the
 kernel or func sees the buffers (C++: ``DropUnitAxes``). The reshapes are bitcasts; the
@@ -142,10 +142,11 @@ class Split:
       units: the leading unit axes added to every split array.
       lead: per array (inputs, then results), the unit axes added: `units`
         for a split array, 0 for a whole one.
-      trail: per array, the unit axes added at the end: 1 for a split input
-        that would otherwise have no axis beside the batch axes (XLA's
-        batch partitioner takes its sharding from the inputs, and reads an
-        input with no other axis as replicated), else 0.
+      trail: per array, the unit axes added at the end: 1 for each split
+        input where no split input would otherwise have an axis beside the
+        batch axes (XLA's batch partitioner takes its sharding from the
+        inputs, and reads an input with no other axis as replicated), and
+        for an output aliased to such an input; else 0.
       sdy_rule: the Shardy rule over the arrays as the custom call has them
         (unit axes included).
       replicated: the rule's factors that stay whole on each device.
@@ -261,8 +262,13 @@ def split(rule: Rule, in_shapes: Sequence, out_shapes: Sequence, op: str, *,
         if name not in used:
             unit_names.append(name)
     lead = tuple(units if s else 0 for s in split_arrays)
-    trail_list = [1 if s and i < n_in and len(m) == len(chosen) else 0
-                  for i, (m, s) in enumerate(zip(arrays, split_arrays))]
+    # The batch partitioner takes the split from the inputs that have an
+    # axis besides the batch axes: where none has, each split input gets
+    # one (a unit axis at the end).
+    need_trail = not any(s and len(m) > len(chosen) for m, s in
+                         zip(rule.operands, split_arrays[:n_in]))
+    trail_list = [1 if need_trail and s and i < n_in else 0
+                  for i, s in enumerate(split_arrays)]
     for i, o in aliases:  # an output written in place has its input's shape
         trail_list[n_in + o] = trail_list[i]
     trail = tuple(trail_list)
