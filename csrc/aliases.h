@@ -45,9 +45,10 @@ std::atomic<uint64_t>& AliasCopyCount();
 // `driver` null, on the host (the CPU simulator's buffers). `buffers` are
 // the inputs then the outputs (then any scratch). Returns an empty string,
 // or the error: sizes that differ, buffers that overlap without being the
-// same (a copy would read what it wrote), or the driver's refusal.
-std::string KeepAliasedInputs(const cuda::Driver* driver,
-                              cuda::CUstream stream,
+// same (a copy would read what it wrote), an output over another input (the
+// copy would change that input before it is read), or the driver's
+// refusal. Every pair is checked before anything is copied.
+std::string KeepAliasedInputs(const cuda::Driver* driver, cuda::CUstream stream,
                               const std::vector<BufferView>& buffers,
                               int64_t num_inputs, const AliasList& aliases);
 

@@ -7,41 +7,55 @@
 namespace numbax {
 
 const DTypeInfo* LookupDType(ffi::DataType dtype) {
-  static const DTypeInfo kBool{"bool", 1}, kI8{"int8", 1}, kI16{"int16", 2},
-      kI32{"int32", 4}, kI64{"int64", 8}, kU8{"uint8", 1}, kU16{"uint16", 2},
-      kU32{"uint32", 4}, kU64{"uint64", 8}, kF16{"float16", 2},
-      kF32{"float32", 4}, kF64{"float64", 8}, kBF16{"bfloat16", 2},
-      kC64{"complex64", 8}, kC128{"complex128", 16};
+  using T = ffi::DataType;
+  static const DTypeInfo kBool{"bool", 1, T::PRED}, kI8{"int8", 1, T::S8},
+      kI16{"int16", 2, T::S16}, kI32{"int32", 4, T::S32},
+      kI64{"int64", 8, T::S64}, kU8{"uint8", 1, T::U8},
+      kU16{"uint16", 2, T::U16}, kU32{"uint32", 4, T::U32},
+      kU64{"uint64", 8, T::U64}, kF16{"float16", 2, T::F16},
+      kF32{"float32", 4, T::F32}, kF64{"float64", 8, T::F64},
+      kBF16{"bfloat16", 2, T::BF16}, kC64{"complex64", 8, T::C64},
+      kC128{"complex128", 16, T::C128};
   switch (dtype) {
-    case ffi::DataType::PRED:
+    case T::PRED:
       return &kBool;
-    case ffi::DataType::S8:
+    case T::S8:
       return &kI8;
-    case ffi::DataType::S16:
+    case T::S16:
       return &kI16;
-    case ffi::DataType::S32:
+    case T::S32:
       return &kI32;
-    case ffi::DataType::S64:
+    case T::S64:
       return &kI64;
-    case ffi::DataType::U8:
+    case T::U8:
+    // Every 8-bit float XLA has (and the oldest supported jaxlib's headers
+    // name): kernels get its bits as uint8, one byte per element.
+    case T::F8E5M2:
+    case T::F8E4M3:
+    case T::F8E4M3FN:
+    case T::F8E4M3B11FNUZ:
+    case T::F8E5M2FNUZ:
+    case T::F8E4M3FNUZ:
+    case T::F8E3M4:
+    case T::F8E8M0FNU:
       return &kU8;
-    case ffi::DataType::U16:
+    case T::U16:
       return &kU16;
-    case ffi::DataType::U32:
+    case T::U32:
       return &kU32;
-    case ffi::DataType::U64:
+    case T::U64:
       return &kU64;
-    case ffi::DataType::F16:
+    case T::F16:
       return &kF16;
-    case ffi::DataType::F32:
+    case T::F32:
       return &kF32;
-    case ffi::DataType::F64:
+    case T::F64:
       return &kF64;
-    case ffi::DataType::BF16:
+    case T::BF16:
       return &kBF16;
-    case ffi::DataType::C64:
+    case T::C64:
       return &kC64;
-    case ffi::DataType::C128:
+    case T::C128:
       return &kC128;
     default:
       return nullptr;
@@ -52,9 +66,10 @@ ffi::Error DecodeBuffer(ffi::DataType dtype, void* data, const int64_t* dims,
                         int64_t rank, const char* what, BufferView* out) {
   const DTypeInfo* info = LookupDType(dtype);
   if (info == nullptr) {
-    return ffi::Error::InvalidArgument(std::string(what) +
-                                       ": unsupported XLA element type code " +
-                                       std::to_string(static_cast<int>(dtype)));
+    return ffi::Error::InvalidArgument(
+        std::string(what) + ": unsupported XLA element type code " +
+        std::to_string(static_cast<int>(dtype)) +
+        " (a sub-byte type, a token or a type numbax does not know)");
   }
   if (rank < 0 || rank > kMaxRank) {
     return ffi::Error::InvalidArgument(std::string(what) + ": rank " +
@@ -96,7 +111,7 @@ ffi::Error DecodeBuffer(ffi::DataType dtype, void* data, const int64_t* dims,
         std::string(what) + ": null data pointer for a non-empty buffer");
   }
   out->data = nbytes > 0 ? data : nullptr;
-  out->dtype = dtype;
+  out->dtype = info->as;
   out->dims = dims;
   out->rank = rank;
   out->element_count = count;

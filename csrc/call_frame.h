@@ -18,14 +18,19 @@ namespace numbax {
 
 namespace ffi = ::xla::ffi;
 
-// Numba and numpy spell each supported XLA element type this way.
+// How numbax hands a buffer of each supported XLA element type to Numba.
 struct DTypeInfo {
   const char* name;  // numpy dtype name ("float32", "bfloat16", ...)
   size_t itemsize;   // bytes per element
+  // The element type the buffer reaches kernels as: the type itself, or U8
+  // for the 8-bit floats (float8_*), which Numba has no array type for and
+  // which kernels get as a bit view of the same shape (zero copy).
+  ffi::DataType as;
 };
 
 // The dtype's description, or nullptr when numbax cannot hand such a buffer
-// to Numba (fp8, sub-byte integers, tokens, unknown codes).
+// to Numba (sub-byte types: int4, uint4, float4_e2m1fn, ...; tokens;
+// unknown codes). Every float8 type maps to uint8's description.
 const DTypeInfo* LookupDType(ffi::DataType dtype);
 
 // Numba's arrays take at most this many dimensions in numbax.
@@ -33,6 +38,7 @@ constexpr int64_t kMaxRank = 32;
 
 struct BufferView {
   void* data = nullptr;
+  // The element type kernels see (DTypeInfo::as): U8 for a float8 buffer.
   ffi::DataType dtype = ffi::DataType::INVALID;
   const int64_t* dims = nullptr;  // owned by XLA's call frame
   int64_t rank = 0;

@@ -108,6 +108,7 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
   PyObject* resolved = nullptr;
   int fast = 0;
   PyObject* aliases = nullptr;  // borrowed from `resolved`
+  const char* name = nullptr;   // borrowed from `resolved`; None: no name
   PyObject* lead = nullptr;     // borrowed from `resolved`
   PyObject* trail = nullptr;    // borrowed from `resolved`
   if (!Hooks().resolve) {
@@ -120,9 +121,9 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
         platform == Platform::kCuda ? "cuda" : "cpu");
     if (!resolved) {
       error = ffi::Error::InvalidArgument(TakePythonError());
-    } else if (!PyArg_ParseTuple(resolved, "OLLL|pOOO", &func_, &num_inputs_,
+    } else if (!PyArg_ParseTuple(resolved, "OLLL|pOzOO", &func_, &num_inputs_,
                                  &num_outputs_, &num_scratch_, &fast, &aliases,
-                                 &lead, &trail) ||
+                                 &name, &lead, &trail) ||
                !ReadAliases(aliases, &aliases_) ||
                !ReadUnits(lead, &lead_units_) ||
                !ReadUnits(trail, &trail_units_)) {
@@ -145,6 +146,7 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
       func_ = nullptr;
     } else {
       fast_launch_ = fast != 0;
+      name_ = name != nullptr && *name != '\0' ? std::string(name) : key_;
       Py_INCREF(func_);
       slots_.resize(
           static_cast<size_t>(num_inputs_ + num_outputs_ + num_scratch_));

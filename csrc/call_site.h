@@ -57,6 +57,10 @@ class CallSite {
   CallSite& operator=(const CallSite&) = delete;
 
   const std::string& key() const { return key_; }
+  // The op's name in profiles (its name=, else its function's or kernel's
+  // qualified name; the key where the resolver gave none): each call is an
+  // NVTX range with this name (nvtx.h).
+  const std::string& name() const { return name_; }
 
   // The error a call returns when numbax's exit hook has stopped Python
   // use (InterpreterUse not admitted).
@@ -150,6 +154,7 @@ class CallSite {
                                      Platform platform);
 
   std::string key_;
+  std::string name_;
   PyObject* func_ = nullptr;  // strong reference
   int64_t num_inputs_ = 0;
   int64_t num_outputs_ = 0;

@@ -14,6 +14,7 @@
 #include "device_binding.h"
 #include "ffi_binding.h"
 #include "interpreter.h"
+#include "nvtx.h"
 #include "python_errors.h"
 
 namespace numbax {
@@ -76,6 +77,7 @@ ffi::Error Run(CallSite* site, ffi::RemainingArgs args, ffi::RemainingRets rets,
 
 ffi::Error ExecuteCpu(CpuCallSite* site, std::string_view /*key*/,
                       ffi::RemainingArgs args, ffi::RemainingRets rets) {
+  nvtx::Range range(site->name().c_str());
   return Run(site, args, rets, Platform::kCpu, -1, nullptr, /*plain=*/true);
 }
 
@@ -85,6 +87,8 @@ ffi::Error ExecuteCallableCuda(void* stream, int32_t device, CudaCallSite* site,
                                std::string_view /*key*/,
                                ffi::RemainingArgs args,
                                ffi::RemainingRets rets) {
+  // The call as an NVTX range named after the op (free without a tool).
+  nvtx::Range range(site->name().c_str());
   return RunCallableCuda(stream, device, site, args, rets,
                          /*plain=*/true);
 }

@@ -17,6 +17,7 @@
 #include "ffi_binding.h"
 #include "graph_cache.h"
 #include "interpreter.h"
+#include "nvtx.h"
 #include "python_errors.h"
 
 namespace numbax {
@@ -42,6 +43,8 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
                               CudaCallSite* site, std::string_view /*key*/,
                               ffi::RemainingArgs args,
                               ffi::RemainingRets rets) {
+  // The call (a replay, a recording or a plain run) as an NVTX range.
+  nvtx::Range range(site->name().c_str());
   std::string why;
   const cuda::Driver* driver = cuda::Load(&why);
   if (!driver) return ffi::Error::Internal("numbax: " + why);

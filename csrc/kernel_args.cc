@@ -1,6 +1,76 @@
 #include "kernel_args.h"
 
+#include <cstring>
+
 namespace numbax {
+
+// Scalars are packed into the low bytes of 8-byte words.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "scalar kernel parameters are packed for little-endian hosts");
+
+std::string MakeScalarParam(int64_t position, char kind, const void* bytes,
+                            size_t size, ScalarParam* out) {
+  if (position < 0) return "a scalar's position must be >= 0";
+  if (bytes == nullptr && size != 0) return "a scalar has no bytes";
+  ScalarParam p;
+  p.position = position;
+  switch (kind) {
+    case 'b':
+      if (size != 1) return "a bool scalar takes 1 byte";
+      // Numba's boolean parameter is one byte holding 0 or 1.
+      p.words[0] = *static_cast<const unsigned char*>(bytes) != 0 ? 1 : 0;
+      p.num_words = 1;
+      break;
+    case 'i':
+    case 'u':
+      if (size != 1 && size != 2 && size != 4 && size != 8) {
+        return "an integer scalar takes 1, 2, 4 or 8 bytes";
+      }
+      std::memcpy(&p.words[0], bytes, size);
+      p.num_words = 1;
+      break;
+    case 'f':
+      if (size != 2 && size != 4 && size != 8) {
+        return "a float scalar takes 2, 4 or 8 bytes";
+      }
+      std::memcpy(&p.words[0], bytes, size);
+      p.num_words = 1;
+      break;
+    case 'c':
+      if (size != 8 && size != 16) {
+        return "a complex scalar takes 8 or 16 bytes";
+      }
+      // Numba passes the real and the imaginary part as two parameters.
+      std::memcpy(&p.words[0], bytes, size / 2);
+      std::memcpy(&p.words[1], static_cast<const char*>(bytes) + size / 2,
+                  size / 2);
+      p.num_words = 2;
+      break;
+    default:
+      return std::string("unknown scalar kind '") + kind +
+             "' (expected b, i, u, f or c)";
+  }
+  *out = p;
+  return "";
+}
+
+std::string CheckScalarPositions(const std::vector<ScalarParam>& scalars,
+                                 int64_t num_params) {
+  int64_t last = -1;
+  for (const ScalarParam& s : scalars) {
+    if (s.position <= last) {
+      return "scalar positions must be strictly increasing";
+    }
+    if (s.position >= num_params) {
+      return "a scalar's position is past the kernel's parameters";
+    }
+    if (s.num_words < 1 || s.num_words > 2) {
+      return "a scalar takes 1 or 2 words";
+    }
+    last = s.position;
+  }
+  return "";
+}
 
 void KernelArgs::Reset(ArrayAbi abi) {
   words_.clear();
@@ -121,10 +191,10 @@ bool AddBatchChunk(const BufferView& view, int64_t batch, int64_t start,
 
 bool SliceParams::Pack(const std::vector<BufferView>& buffers, int64_t batch,
                        const std::vector<uint8_t>& broadcast, ArrayAbi abi,
-                       size_t* bad) {
+                       size_t* bad, const std::vector<ScalarParam>& scalars) {
   args_.Reset(abi);
   moving_.clear();
-  for (size_t i = 0; i < buffers.size(); ++i) {
+  const bool packed = AddParams(scalars, buffers.size(), &args_, [&](size_t i) {
     const BufferView& view = buffers[i];
     const bool reuse = i < broadcast.size() && broadcast[i] != 0;
     const size_t first = args_.size();
@@ -147,7 +217,9 @@ bool SliceParams::Pack(const std::vector<BufferView>& buffers, int64_t batch,
         }
       }
     }
-  }
+    return true;
+  });
+  if (!packed) return false;
   params_ = args_.params();
   return true;
 }

@@ -8,10 +8,15 @@
 // MLIR's LLVM lowering into 3 + 2*ndim parameters: allocated pointer, aligned
 // pointer, offset in elements, sizes[ndim] and strides[ndim] in elements.
 // KernelArgs packs either, chosen per parameter list (Reset).
+//
+// A Python or NumPy scalar given to a numba_cuda_kernel is a parameter of its
+// own, passed by value (ScalarParam): its C type in one 8-byte word, or two
+// for a complex, at its position among the kernel's parameters.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "call_frame.h"
@@ -29,6 +34,26 @@ enum class ArrayAbi : int {
 inline int64_t ArrayWords(ArrayAbi abi, int64_t rank) {
   return (abi == ArrayAbi::kMemref ? 3 : 5) + 2 * rank;
 }
+
+// A scalar kernel parameter passed by value: where it goes among the
+// kernel's parameters (inputs, then outputs, in the kernel's order) and its
+// words as Numba's launch packs it (MakeScalarParam). Fixed for a call site:
+// the value is part of the op's key.
+struct ScalarParam {
+  int64_t position = 0;
+  int num_words = 0;  // 1, or 2 for a complex (real, then imaginary part)
+  int64_t words[2] = {0, 0};
+};
+
+// Packs a scalar of NumPy kind `kind` ('b' bool, 'i' signed or 'u' unsigned
+// integer, 'f' float, 'c' complex) held in `size` bytes at `bytes` (the
+// host's order, as NumPy stores it) as Numba's launch passes it: its own C
+// type in the low bytes of one word (a bool as one byte, 0 or 1; a float16
+// as its 16 bits), a complex as two words, the real part's C type each.
+// The driver reads each parameter's own size from the start of its word.
+// Returns an empty string, or why the kind and size make no parameter.
+std::string MakeScalarParam(int64_t position, char kind, const void* bytes,
+                            size_t size, ScalarParam* out);
 
 class KernelArgs {
  public:
@@ -51,6 +76,11 @@ class KernelArgs {
   // Appends one scalar parameter, held in an 8-byte word: the driver reads
   // the parameter's own size from the word's start (its low bytes).
   void AddWord(int64_t word) { words_.push_back(word); }
+
+  // Appends a scalar parameter's words.
+  void AddScalar(const ScalarParam& scalar) {
+    for (int i = 0; i < scalar.num_words; ++i) AddWord(scalar.words[i]);
+  }
 
   // The kernelParams array for cuLaunchKernel: one pointer per 8-byte word.
   // Valid until the next Reset/AddArray.
@@ -87,6 +117,30 @@ class KernelArgs {
 char NumbaArrayLayout(const int64_t* dims, const int64_t* strides, int64_t rank,
                       int64_t itemsize);
 
+// Appends the kernel's parameters: buffer i through add_buffer(i) (false:
+// stop, returning false), in order, with each of `scalars` (sorted by
+// position) at its position among them. Allocates nothing.
+template <typename AddBuffer>
+bool AddParams(const std::vector<ScalarParam>& scalars, size_t num_buffers,
+               KernelArgs* args, AddBuffer&& add_buffer) {
+  size_t s = 0;
+  for (size_t b = 0; b < num_buffers; ++b) {
+    while (s < scalars.size() &&
+           scalars[s].position == static_cast<int64_t>(b + s)) {
+      args->AddScalar(scalars[s++]);
+    }
+    if (!add_buffer(b)) return false;
+  }
+  for (; s < scalars.size(); ++s) args->AddScalar(scalars[s]);
+  return true;
+}
+
+// Whether `scalars` can sit among `num_buffers` buffers: positions strictly
+// increasing, each before the end of the parameter list. Returns an empty
+// string, or why not.
+std::string CheckScalarPositions(const std::vector<ScalarParam>& scalars,
+                                 int64_t num_params);
+
 // Appends slice `index` of a buffer batched along axis 0 for a vmapped
 // launch of `batch` slices: the kernel sees the remaining axes, at the
 // slice's address. With `reuse` (a broadcast input) every index gets slice
@@ -118,9 +172,11 @@ class SliceParams {
   // Packs slice 0 of every buffer of a batch of `batch` slices (slice 0
   // for good for a `broadcast` input). Returns false, with `*bad` set to
   // the first buffer that cannot be sliced so (see AddBatchSlice).
-  // Arrays are packed in `abi` (a memref moves both of its pointers).
+  // Arrays are packed in `abi` (a memref moves both of its pointers);
+  // `scalars` sit at their positions, the same for every slice.
   bool Pack(const std::vector<BufferView>& buffers, int64_t batch,
-            const std::vector<uint8_t>& broadcast, ArrayAbi abi, size_t* bad);
+            const std::vector<uint8_t>& broadcast, ArrayAbi abi, size_t* bad,
+            const std::vector<ScalarParam>& scalars = {});
 
   // Points every per-slice buffer at slice `index` (0 <= index < batch).
   void Select(int64_t index);

@@ -16,6 +16,7 @@
 #include "graph_cache.h"
 #include "kernel_args.h"
 #include "kernel_site.h"
+#include "nvtx.h"
 #include "python_errors.h"
 
 namespace numbax {
@@ -55,14 +56,18 @@ ffi::Error LaunchFolded(const KernelSite& site, const cuda::Driver& driver,
   for (int64_t start = 0; start < batch; start += plan.max_slices) {
     const int64_t count = std::min(plan.max_slices, batch - start);
     packed.Reset(plan.abi);
-    for (size_t i = 0; i < buffers.size(); ++i) {
-      const bool reuse = i < plan.broadcast.size() && plan.broadcast[i];
-      if (!AddBatchChunk(buffers[i], batch, start, count, reuse, &packed)) {
-        return Fail(site, "buffer " + std::to_string(i) + " (rank " +
-                              std::to_string(buffers[i].rank) +
-                              ") does not hold " + std::to_string(batch) +
-                              " slices along axis 0 for a vmapped launch");
-      }
+    size_t bad = 0;
+    const bool ok =
+        AddParams(plan.scalars, buffers.size(), &packed, [&](size_t i) {
+          const bool reuse = i < plan.broadcast.size() && plan.broadcast[i];
+          bad = i;
+          return AddBatchChunk(buffers[i], batch, start, count, reuse, &packed);
+        });
+    if (!ok) {
+      return Fail(site, "buffer " + std::to_string(bad) + " (rank " +
+                            std::to_string(buffers[bad].rank) +
+                            ") does not hold " + std::to_string(batch) +
+                            " slices along axis 0 for a vmapped launch");
     }
     std::array<unsigned, 3> grid = slice_grid;
     grid[plan.fold_axis] = static_cast<unsigned>(count);
@@ -170,7 +175,8 @@ ffi::Error LaunchPerSlice(KernelSite& site, const cuda::Driver& driver,
   }
   thread_local SliceParams slices;
   size_t bad = 0;
-  if (!slices.Pack(buffers, batch, plan.broadcast, plan.abi, &bad)) {
+  if (!slices.Pack(buffers, batch, plan.broadcast, plan.abi, &bad,
+                   plan.scalars)) {
     return Fail(site, "buffer " + std::to_string(bad) + " (rank " +
                           std::to_string(buffers[bad].rank) +
                           ") does not hold " + std::to_string(batch) +
@@ -229,6 +235,8 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
                    std::string_view /*key*/, ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
   const LaunchPlan& plan = site->plan();
+  // The call as an NVTX range named after the op (free without a tool).
+  nvtx::Range range(plan.name.c_str());
   thread_local std::vector<BufferView> buffers;
   if (ffi::Error err = DecodeCallBuffers(args, rets, plan.num_inputs,
                                          plan.num_outputs, &buffers);
@@ -303,9 +311,11 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
   }
   thread_local KernelArgs packed;
   packed.Reset(plan.abi);
-  for (const BufferView& b : buffers) {
+  AddParams(plan.scalars, buffers.size(), &packed, [&](size_t i) {
+    const BufferView& b = buffers[i];
     packed.AddArray(b.data, b.dims, b.rank, LookupDType(b.dtype)->itemsize);
-  }
+    return true;
+  });
   cuda::CUresult r =
       Launch(*driver, plan, function, stream, grid, packed.params());
   if (r != cuda::CUDA_SUCCESS) return LaunchError(*site, *driver, r);

@@ -44,6 +44,8 @@ ffi::ErrorOr<std::unique_ptr<KernelSite>> KernelSite::Create(
         if (PyObject* owner = ReadLaunchPlan(t, &site->plan_, &error)) {
           Py_INCREF(owner);
           site->owner_ = owner;
+          // Each call's NVTX range: the op's name, or else its key.
+          if (site->plan_.name.empty()) site->plan_.name = site->key_;
         }
         Py_DECREF(t);
       }

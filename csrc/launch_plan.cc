@@ -3,9 +3,11 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <limits>
+#include <tuple>
 #include <utility>
 
 namespace nb = nanobind;
@@ -33,6 +35,8 @@ bool ToTriple(const std::vector<int64_t>& values,
   return true;
 }
 
+using ScalarSpec = std::tuple<int64_t, std::string, nb::bytes>;
+
 // Fills `plan`; returns an empty string or the reason the fields do not
 // make a launch.
 std::string MakePlan(const std::vector<uint64_t>& functions, int64_t num_inputs,
@@ -42,6 +46,7 @@ std::string MakePlan(const std::vector<uint64_t>& functions, int64_t num_inputs,
                      const std::vector<bool>& broadcast, int fold_axis,
                      int64_t max_slices, int abi,
                      const std::vector<std::pair<int64_t, int64_t>>& aliases,
+                     const std::vector<ScalarSpec>& scalars,
                      const std::vector<int64_t>& lead_units,
                      const std::vector<int64_t>& trail_units,
                      const std::vector<int64_t>& grid_from, LaunchPlan* plan) {
@@ -94,6 +99,26 @@ std::string MakePlan(const std::vector<uint64_t>& functions, int64_t num_inputs,
   }
   plan->lead_units = lead_units;
   plan->trail_units = trail_units;
+  for (const auto& [position, kind, bytes] : scalars) {
+    if (kind.size() != 1) return "a scalar's kind must be one character";
+    ScalarParam p;
+    if (std::string bad =
+            MakeScalarParam(position, kind[0], bytes.c_str(), bytes.size(), &p);
+        !bad.empty()) {
+      return bad;
+    }
+    plan->scalars.push_back(p);
+  }
+  if (std::string bad = CheckScalarPositions(
+          plan->scalars, num_inputs + num_outputs +
+                             static_cast<int64_t>(plan->scalars.size()));
+      !bad.empty()) {
+    return bad;
+  }
+  if (!plan->scalars.empty() && abi != static_cast<int>(ArrayAbi::kNumba)) {
+    return "scalar parameters need abi 0 (numba-cuda): numbax does not pass "
+           "scalars to numba-cuda-mlir kernels";
+  }
   for (uint64_t f : functions) {
     plan->functions.push_back(reinterpret_cast<cuda::CUfunction>(f));
   }
@@ -131,17 +156,19 @@ void BindLaunchPlan(nb::module_& m) {
              bool empty_launch, int64_t batch, std::vector<bool> broadcast,
              int fold_axis, int64_t max_slices, int abi,
              std::vector<std::pair<int64_t, int64_t>> aliases,
-             std::vector<int64_t> lead_units, std::vector<int64_t> trail_units,
-             std::vector<int64_t> grid_from) {
+             std::vector<ScalarSpec> scalars, std::vector<int64_t> lead_units,
+             std::vector<int64_t> trail_units, std::vector<int64_t> grid_from,
+             std::string name) {
             LaunchPlan plan;
             const std::string error =
                 MakePlan(functions, num_inputs, num_outputs, grid, block,
                          shared_mem, cooperative, empty_launch, batch,
                          broadcast, fold_axis, max_slices, abi, aliases,
-                         lead_units, trail_units, grid_from, &plan);
+                         scalars, lead_units, trail_units, grid_from, &plan);
             if (!error.empty()) {
               throw nb::value_error(("LaunchPlan: " + error).c_str());
             }
+            plan.name = std::move(name);
             new (self) PyLaunchPlan{std::move(plan), std::move(owner)};
           },
           nb::kw_only(), nb::arg("owner"), nb::arg("functions"),
@@ -149,8 +176,8 @@ void BindLaunchPlan(nb::module_& m) {
           nb::arg("block"), nb::arg("shared_mem"), nb::arg("cooperative"),
           nb::arg("empty_launch"), nb::arg("batch"), nb::arg("broadcast"),
           nb::arg("fold_axis"), nb::arg("max_slices"), nb::arg("abi"),
-          nb::arg("aliases"), nb::arg("lead_units"), nb::arg("trail_units"),
-          nb::arg("grid_from"))
+          nb::arg("aliases"), nb::arg("scalars"), nb::arg("lead_units"),
+          nb::arg("trail_units"), nb::arg("grid_from"), nb::arg("name") = "")
       .def_prop_ro("owner", [](const PyLaunchPlan& p) { return p.owner; })
       .def_prop_ro("functions",
                    [](const PyLaunchPlan& p) {
@@ -200,10 +227,25 @@ void BindLaunchPlan(nb::module_& m) {
                    [](const PyLaunchPlan& p) { return p.plan.lead_units; })
       .def_prop_ro("trail_units",
                    [](const PyLaunchPlan& p) { return p.plan.trail_units; })
-      .def_prop_ro("grid_from", [](const PyLaunchPlan& p) {
-        return nb::make_tuple(p.plan.grid_from[0], p.plan.grid_from[1],
-                              p.plan.grid_from[2]);
-      });
+      .def_prop_ro("grid_from",
+                   [](const PyLaunchPlan& p) {
+                     return nb::make_tuple(p.plan.grid_from[0],
+                                           p.plan.grid_from[1],
+                                           p.plan.grid_from[2]);
+                   })
+      .def_prop_ro(
+          "scalars",
+          [](const PyLaunchPlan& p) {
+            // (position, the parameter words as packed), per scalar.
+            std::vector<std::pair<int64_t, std::vector<int64_t>>> out;
+            for (const ScalarParam& s : p.plan.scalars) {
+              out.emplace_back(s.position, std::vector<int64_t>(
+                                               s.words, s.words + s.num_words));
+            }
+            return out;
+          },
+          "(position, words) of each scalar parameter, as C++ packs it.")
+      .def_prop_ro("name", [](const PyLaunchPlan& p) { return p.plan.name; });
 }
 
 PyObject* ReadLaunchPlan(PyObject* object, LaunchPlan* plan,

@@ -64,6 +64,13 @@ struct LaunchPlan {
   std::vector<int64_t> lead_units;
   std::vector<int64_t> trail_units;
   std::array<int, 3> grid_from{-1, -1, -1};
+  // Python or NumPy scalars passed by value, sorted by position among the
+  // kernel's parameters; the buffers fill the other positions in order.
+  std::vector<ScalarParam> scalars;
+  // The op's name in profiles (its name=, else the kernel's qualified
+  // name): each call is an NVTX range with this name (nvtx.h). Empty: the
+  // call site's key names the range.
+  std::string name;
 };
 
 // Registers numbax._core.LaunchPlan on the extension module.

@@ -23,6 +23,7 @@
 #include "kernel_handler.h"
 #include "kernel_site.h"
 #include "launch_plan.h"
+#include "nvtx.h"
 #include "python_hooks.h"
 #include "stream_cache.h"
 
@@ -89,6 +90,15 @@ NB_MODULE(_core, m) {
   });
   m.def("kernel_site_type", &TypeRegistration<numbax::KernelSite>);
   numbax::BindLaunchPlan(m);
+
+  // An NVTX tool (Nsight Systems, Nsight Compute) set NVTX_INJECTION64_PATH
+  // for this process: attach now, before any handler runs, so that each
+  // call is a range named after its op (nvtx.h); without one, nothing.
+  numbax::nvtx::AttachFromEnvironment();
+  m.def("nvtx_attached", &numbax::nvtx::Attached,
+        "Whether an NVTX tool (named by NVTX_INJECTION64_PATH) attached when "
+        "numbax was imported: each op's calls are then NVTX ranges named "
+        "after the op.");
 
   m.def(
       "set_python_hooks",

@@ -1377,6 +1377,50 @@ def per_slice_graphs_with_moving_buffers():
             f"{c['slice_graph_records']}, replayed {c['slice_graph_replays']}")
 
 
+@cuda.jit
+def swap_add(a, b, out_a, out_b):  # out_a aliases b, out_b aliases a
+    i = cuda.grid(1)
+    if i < out_a.shape[0]:
+        ta = out_b[i]
+        out_b[i] = out_a[i] + 1
+        out_a[i] = ta * 2
+
+
+@case()
+def aliases_inside_xla_loops_with_fresh_data():
+    """input_output_aliases inside lax.map / scan / fori_loop over slices
+    large enough for XLA's dynamic_slice_fusion, fresh data each call,
+    crossed pairs ({0: 1, 1: 0}), a callable and a captured callable."""
+    n, b = (64 if SIM else 8192), 5
+    spec = jax.ShapeDtypeStruct((n,), jnp.float32)
+    swap = numbax.numba_cuda_kernel(swap_add, (spec, spec), launch_dims=n,
+                                    input_output_aliases={0: 1, 1: 0})
+
+    def launch(x, y, out, stream):
+        alias_add[grid_for(n), 256, stream](out, y, out)
+
+    ops = [numbax.numba_cuda_callable(launch, spec, capture=c,
+                                      input_output_aliases={0: 0},
+                                      vmap_method="sequential")
+           for c in (False, True)]
+    numbax.reset_bridge_counters()
+    mapped = jax.jit(lambda p, q: jax.lax.map(lambda t: swap(*t), (p, q)))
+    for k in range(6):
+        p, q = f32((b, n)), f32((b, n))
+        got_a, got_b = mapped(p, q)
+        close(got_a, 2 * p, f"swap out_a, call {k}")
+        close(got_b, q + 1, f"swap out_b, call {k}")
+        for op in ops:
+            scanned = jax.jit(lambda p, q, op=op: jax.lax.scan(
+                lambda c, t: (c, op(*t)), 0, (p, q))[1])
+            close(scanned(p, q), p + q, f"callable scan, call {k}")
+            looped = jax.jit(lambda p, q, op=op: jax.lax.fori_loop(
+                0, b, lambda i, acc: acc.at[i].set(op(acc[i], q[i])), p))
+            close(looped(p, q), p + q, f"callable fori_loop, call {k}")
+    c = numbax.bridge_counters()
+    return f"6 rounds right; handler copies where XLA split an alias: {c['alias_copies']}"
+
+
 @case()
 def per_slice_ops_recreated_in_a_loop():
     """Ops of a non-foldable kernel re-created 150 times with new batch

@@ -30,6 +30,7 @@ no dump; the multigpu tests keep their own faulthandler watchdog (which
 exits the process).
 """
 
+import contextlib
 import faulthandler
 import os
 import threading
@@ -168,3 +169,16 @@ def random_array(rng, shape, dtype):
     if dtype.kind == "c":
         return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
     return rng.standard_normal(shape).astype(dtype)
+
+
+@contextlib.contextmanager
+def x64_enabled(on: bool):
+    """jax_enable_x64 set to `on` for the block, restored after."""
+    import jax
+
+    previous = jax.config.read("jax_enable_x64")
+    jax.config.update("jax_enable_x64", on)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", previous)

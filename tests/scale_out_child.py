@@ -57,6 +57,15 @@ def scale_rows(x, out, grid):
 
 
 @cuda.jit
+def scale_rows_by(x, k, out, grid):
+    """out = k * x with k passed by value (a scalar among the buffers)."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = k * x[i]
+        grid[i] = cuda.gridDim.x
+
+
+@cuda.jit
 def matvec(m, v, out, grid):
     """out = m @ v, one thread per row."""
     i = cuda.grid(1)
@@ -211,6 +220,26 @@ def main():
         sharding_rule="i, t d -> i d")
     results["kernel_rule_gather"] = run(
         k_gather, (put(idx, rows), put(table, whole)), table[idx])
+
+    # A scalar passed by value between the buffers: rules, unit axes and
+    # grid ties count the buffers only.
+    k_by = numbax.numba_cuda_kernel(scale_rows_by, outs1, launch_dims=N,
+                                    threads_per_block=4,
+                                    batch_partitionable=True)
+    results["kernel_scalar_partitionable"] = run(
+        lambda a: k_by(a, 3.0), (put(x, rows),), 3 * x, grid_out=1)
+
+    # numba_cuda_callable, batch_partitionable, with outs a function of the
+    # arguments and a scalar passed by value.
+    def by_func(a, k, out, grid, stream):
+        note("callable_by", a.shape)
+        scale_rows_by[(a.shape[0] + 3) // 4, 4, stream](a, k, out, grid)
+    c_by = numbax.numba_cuda_callable(
+        by_func, lambda a, k: (jax.ShapeDtypeStruct(a.shape, F32),
+                               jax.ShapeDtypeStruct(a.shape, F32)),
+        batch_partitionable=True)
+    results["callable_scalar_shape_fn"] = run(
+        lambda a: c_by(a, 3.0), (put(x, rows),), 3 * x)
 
     # numba_cuda_callable, sharding_rule.
     def mv_func(a, b, out, grid, stream):

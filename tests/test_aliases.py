@@ -189,3 +189,42 @@ def test_kernel_key_carries_its_aliases():
     assert ";alias" not in text_u
     np.testing.assert_allclose(np.asarray(jax.jit(aliased)(x)),
                                2 * np.arange(n) + 1)
+
+
+# -- an in-place carry read by a second input (hostile pass) -----------------
+
+@cuda.jit
+def twice_plus_other(x, y, out):
+    # out aliases x: out = 2 * x + y, in place; y is only read.
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = 2 * out[i] + y[i]
+
+
+def launch_twice_plus_other(x, y, out, stream):
+    twice_plus_other[(out.size + 255) // 256, 256, stream](x, y, out)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("kind", ["kernel", "callable"])
+def test_in_place_carry_read_by_another_input(kind, n, rng):
+    # acc[i + 1] = 2 * acc[i] + acc[i + 1], in a loop over rows of one
+    # carry: a loop XLA may run with the inputs and the output as slices of
+    # one buffer. The second input must be read as it was, never replaced by
+    # the aliased input's values (numbax refuses an output XLA puts over
+    # another input rather than copy into it: csrc/aliases.cc).
+    spec = jax.ShapeDtypeStruct((n,), jnp.float32)
+    if kind == "kernel":
+        op = numbax.numba_cuda_kernel(twice_plus_other, spec, launch_dims=n,
+                                      input_output_aliases={0: 0})
+    else:
+        op = numbax.numba_cuda_callable(launch_twice_plus_other, spec,
+                                        input_output_aliases={0: 0})
+    acc0 = rng.standard_normal((BATCH + 1, n)).astype(np.float32)
+    f = jax.jit(lambda acc: lax.fori_loop(
+        0, BATCH, lambda i, a: a.at[i + 1].set(op(a[i], a[i + 1])), acc))
+    want = acc0.copy()
+    for i in range(BATCH):
+        want[i + 1] = 2 * want[i] + want[i + 1]
+    np.testing.assert_allclose(np.asarray(f(acc0)), want, rtol=1e-5)

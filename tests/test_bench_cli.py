@@ -405,3 +405,24 @@ def test_select_refuses_a_backend_error_with_the_simulator_on(monkeypatch):
     assert len(text.splitlines()) == 1
     assert "JAX could not start a backend with JAX_PLATFORMS=nonsense" in text
     assert "set JAX_PLATFORMS=cpu" in text
+
+
+@pytest.mark.parametrize("case", ["run", "plot-from", "plot-from-default"])
+def test_chart_over_its_own_record_is_refused(tmp_path, capsys, case):
+    """The chart written over the JSON record it is drawn from (the same
+    path for --json and --plot, or --plot-from a record whose default chart
+    path is itself) destroyed the record; refused before anything runs."""
+    record = tmp_path / ("run.png" if case == "plot-from-default"
+                         else "run.json")
+    record.write_text(H200_JSON.read_text())
+    argv = {"run": ["--cpu-smoke", "--json", str(record), "--plot",
+                    str(tmp_path / "." / "run.json")],
+            "plot-from": ["--plot-from", str(record), "--plot", str(record)],
+            "plot-from-default": ["--plot-from", str(record)]}[case]
+    with pytest.raises(SystemExit) as info:
+        run.main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "would overwrite" in err and str(record.name) in err
+    assert record.read_text() == H200_JSON.read_text()

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import numbax
-from conftest import SIMULATOR, random_array
+from conftest import SIMULATOR, random_array, x64_enabled
 
 pytestmark = pytest.mark.gpu
 
@@ -124,15 +124,11 @@ def test_kernel_explicit_signature_of_another_dtype_is_refused(k, rng):
         typed, jax.ShapeDtypeStruct((n,), jnp.float32), launch_dims=n)
     with pytest.raises(TypeError, match="explicit signatures only"):
         jax.jit(op)(random_array(rng, (n,), np.float32))
-    previous = jax.config.read("jax_enable_x64")
-    jax.config.update("jax_enable_x64", True)
-    try:
+    with x64_enabled(True):
         op64 = numbax.numba_cuda_kernel(
             typed, jax.ShapeDtypeStruct((n,), jnp.float64), launch_dims=n)
         x = random_array(rng, (n,), np.float64)
         np.testing.assert_allclose(jax.jit(op64)(x), 2 * x + 1, rtol=1e-12)
-    finally:
-        jax.config.update("jax_enable_x64", previous)
 
 
 def test_kernel_zero_extent_zero_fills(k):

@@ -20,7 +20,7 @@ from numba import cuda
 
 import numbax
 from numbax.custom_kernel import NUMBA_CUDA, is_undefined_primal
-from conftest import SIMULATOR, random_array
+from conftest import SIMULATOR, random_array, x64_enabled
 
 pytestmark = pytest.mark.gpu
 
@@ -46,12 +46,8 @@ def new_op(prefix: str) -> numbax.XLACustomKernel:
 
 @pytest.fixture
 def x64():
-    previous = jax.config.read("jax_enable_x64")
-    jax.config.update("jax_enable_x64", True)
-    try:
+    with x64_enabled(True):
         yield
-    finally:
-        jax.config.update("jax_enable_x64", previous)
 
 
 # -- the CSR worked example -----------------------------------------------------

@@ -42,23 +42,15 @@ def _fresh_warnings():
 
 
 @pytest.mark.parametrize("name", sorted(SWITCHES))
-@pytest.mark.parametrize("word", TRUE_WORDS)
-def test_true_words_turn_every_switch_on(monkeypatch, name, word):
+@pytest.mark.parametrize("word, on", [(w, True) for w in TRUE_WORDS]
+                         + [(w, False) for w in FALSE_WORDS])
+def test_true_and_false_words_turn_every_switch_on_and_off(
+        monkeypatch, name, word, on):
     read, _ = SWITCHES[name]
     monkeypatch.setenv(name, word)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert read() is True
-
-
-@pytest.mark.parametrize("name", sorted(SWITCHES))
-@pytest.mark.parametrize("word", FALSE_WORDS)
-def test_false_words_turn_every_switch_off(monkeypatch, name, word):
-    read, _ = SWITCHES[name]
-    monkeypatch.setenv(name, word)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert read() is False
+        assert read() is on
 
 
 @pytest.mark.parametrize("name", sorted(SWITCHES))

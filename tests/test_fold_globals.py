@@ -10,6 +10,8 @@ compiled the kernel without numbax, a body reading such globals does not
 fold, and vmap_fold says why.
 """
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -126,3 +128,123 @@ def test_unknown_values_block_the_fold_only_for_bodies_reading_globals():
     _fold.note_compile(c, ("t",))
     assert _fold.unknown_globals_reason(c, ("t",)) is None
     assert _fold.frozen_globals(c, ("t",)) == {"SCALE": SCALE}
+
+
+# -- closures and attributes of the user's modules (hostile pass) -----------
+#
+# Numba freezes closure variables and a module's attributes (cfg.SCALE) at
+# compile time too: the batched body compiled later must not read values
+# changed since, or must not fold.
+
+CFG = types.ModuleType("numbax_test_fold_cfg")
+CFG.SCALE = 2.0
+
+
+def _launch_batched(kernel, frozen, xs):
+    batched = _fold.make_batched_kernel(kernel, 2, (False, False), 2, frozen)
+    out = np.zeros_like(xs)
+    batched[(1, 1, xs.shape[0]), (xs.shape[1], 1, 1)](xs, out)
+    return out
+
+
+def test_batched_body_reads_the_closure_values_numba_froze():
+    scale = np.array([2.0], np.float32)
+    factor = 3.0
+
+    @cuda.jit
+    def closed(x, out):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = x[i] * scale[0] * factor
+
+    _fold.note_compile(closed, ("closure",))
+    scale[0] = 7.0  # in place, after Numba froze a copy
+    frozen = _fold.frozen_globals(closed, ("closure",))
+    xs = np.ones((3, 4), np.float32)
+    np.testing.assert_array_equal(_launch_batched(closed, frozen, xs), 6.0)
+    assert scale[0] == 7.0  # the caller's array is left alone
+
+
+def test_batched_body_does_not_read_a_changed_module_attribute():
+    @cuda.jit
+    def via_module(x, out):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = x[i] * CFG.SCALE
+
+    _fold.note_compile(via_module, ("attr",))
+    xs = np.ones((3, 4), np.float32)
+    frozen = _fold.frozen_globals(via_module, ("attr",))
+    # Unchanged: folds, and reads the value Numba froze.
+    np.testing.assert_array_equal(_launch_batched(via_module, frozen, xs),
+                                  2.0)
+    CFG.SCALE = 5.0
+    try:
+        # Changed: the batched kernel is not built (the op then does not
+        # fold, saying why), rather than reading 5.0.
+        with pytest.raises(ValueError, match=r"CFG\.SCALE changed"):
+            _launch_batched(via_module, frozen, xs)
+    finally:
+        CFG.SCALE = 2.0
+
+
+def test_unknown_values_count_closures_and_module_attributes():
+    class Kernel:  # stands for a dispatcher
+        def __init__(self, py_func):
+            self.py_func = py_func
+
+    arr = np.ones(2)
+
+    def closed(x):
+        return x * arr[0]
+
+    def via_module(x):
+        return x * CFG.SCALE
+
+    a, b = Kernel(closed), Kernel(via_module)
+    _fold.note_compiled_elsewhere(a, ("t",))
+    _fold.note_compiled_elsewhere(b, ("t",))
+    assert "arr" in _fold.unknown_globals_reason(a, ("t",))
+    assert "(CFG.SCALE)" in _fold.unknown_globals_reason(
+        b, ("t",))
+
+
+@pytest.mark.gpu
+def test_folded_vmap_keeps_closure_values_and_module_attributes(
+        gpu_only, rng):
+    scale = np.array([2.0], np.float32)
+
+    @cuda.jit
+    def closed(x, out):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = x[i] * scale[0]
+
+    @cuda.jit
+    def via_module(x, out):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = x[i] * CFG.SCALE
+
+    spec = jax.ShapeDtypeStruct((N,), jnp.float32)
+    by_closure = numbax.numba_cuda_kernel(closed, spec, launch_dims=N)
+    by_module = numbax.numba_cuda_kernel(via_module, spec, launch_dims=N)
+    x = rng.standard_normal(N).astype(np.float32)
+    xs = rng.standard_normal((3, N)).astype(np.float32)
+    for op in (by_closure, by_module):  # compiled: Numba froze 2.0
+        np.testing.assert_allclose(np.asarray(jax.jit(op)(x)), 2 * x,
+                                   rtol=1e-6)
+    scale[0] = 7.0
+    CFG.SCALE = 5.0
+    try:
+        for op in (by_closure, by_module):
+            np.testing.assert_allclose(
+                np.asarray(jax.jit(jax.vmap(op))(xs)), 2 * xs, rtol=1e-6)
+        # The closure's frozen value is given to the batched body: it
+        # folds. The module's attribute cannot be: it does not, and says so.
+        assert by_closure.vmap_fold(x).folds
+        decision = by_module.vmap_fold(x)
+        assert not decision.folds
+        assert "CFG.SCALE changed" in decision.reason
+    finally:
+        CFG.SCALE = 2.0

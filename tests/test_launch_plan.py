@@ -15,7 +15,7 @@ def _fields(**overrides):
                   num_outputs=1, grid=(3, 2, 1), block=(128, 1, 1),
                   shared_mem=4096, cooperative=True, empty_launch=False,
                   batch=5, broadcast=[False, True], fold_axis=1,
-                  max_slices=65535, abi=0, aliases=[(1, 0)],
+                  max_slices=65535, abi=0, aliases=[(1, 0)], scalars=[],
                   lead_units=[2, 0, 2], trail_units=[1, 0, 0],
                   grid_from=[1, -1, -1])
     fields.update(overrides)
@@ -39,6 +39,7 @@ def test_fields_read_back_as_given():
     assert plan.max_slices == 65535
     assert plan.abi == 0
     assert plan.aliases == [(1, 0)]
+    assert plan.scalars == []
     # a call XLA splits (src/numbax/_sharding_rule.py): unit axes per
     # buffer, and the grid axes read from output 0's local extents
     assert plan.lead_units == [2, 0, 2]
@@ -46,6 +47,10 @@ def test_fields_read_back_as_given():
     assert plan.grid_from == (1, -1, -1)
     none = _core.LaunchPlan(**_fields(lead_units=[], trail_units=[]))
     assert (none.lead_units, none.trail_units) == ([], [])
+    # scalars are not buffers: the unit axes still count the 3 buffers
+    both = _core.LaunchPlan(**_fields(scalars=[(1, "i", b"1234")]))
+    assert both.lead_units == [2, 0, 2]
+    assert [p for p, _ in both.scalars] == [1]
     # numba-cuda-mlir kernels: arrays packed as MLIR memrefs (kernel_args.h)
     assert _core.LaunchPlan(**_fields(abi=1)).abi == 1
 
@@ -88,6 +93,17 @@ def test_unknown_field_and_positional_arguments_fail():
     ("lead_units", [0, -1, 0], "unit axes out of range"),
     ("grid_from", [0, 0], "grid_from must have 3 entries"),
     ("grid_from", [-2, -1, -1], "grid_from entries must be -1 or an axis"),
+    # scalars passed by value (csrc/kernel_args.h, MakeScalarParam)
+    ("scalars", [(0, "x", b"1234")], "unknown scalar kind 'x'"),
+    ("scalars", [(0, "ff", b"1234")], "kind must be one character"),
+    ("scalars", [(0, "i", b"123")], "integer scalar takes 1, 2, 4 or 8"),
+    ("scalars", [(0, "f", b"1")], "float scalar takes 2, 4 or 8"),
+    ("scalars", [(0, "c", b"1234")], "complex scalar takes 8 or 16"),
+    ("scalars", [(0, "b", b"12")], "bool scalar takes 1 byte"),
+    ("scalars", [(-1, "i", b"1234")], "position must be >= 0"),
+    ("scalars", [(3, "i", b"1234"), (3, "i", b"1234")],
+     "strictly increasing"),
+    ("scalars", [(4, "i", b"1234")], "past the kernel's parameters"),
 ])
 def test_values_no_launch_can_take_fail(name, value, message):
     with pytest.raises(ValueError, match=message):
@@ -105,3 +121,37 @@ def test_wrong_types_fail():
         _core.LaunchPlan(**_fields(functions=[-1]))  # not a handle
     with pytest.raises(TypeError):
         _core.LaunchPlan(**_fields(num_inputs=2.0))
+
+
+def test_scalars_are_packed_as_numbas_launch_packs_them():
+    """Each scalar in the low bytes of its word(s), as ctypes' c_<type>
+    (what Numba's launch hands the driver) holds it; a complex as two."""
+    import ctypes
+
+    import numpy as np
+
+    def low_word(c):
+        raw = bytes(c) + b"\0" * (8 - ctypes.sizeof(c))
+        return int.from_bytes(raw, "little", signed=True)
+
+    cases = [
+        (np.float32(1.5), [low_word(ctypes.c_float(1.5))]),
+        (np.float64(-2.25), [low_word(ctypes.c_double(-2.25))]),
+        (np.int16(-3), [low_word(ctypes.c_int16(-3))]),
+        (np.uint8(200), [low_word(ctypes.c_uint8(200))]),
+        (np.int64(-(2**40)), [-(2**40)]),
+        (np.bool_(True), [1]),
+        (np.float16(1.0), [0x3C00]),
+        (np.complex64(1 - 2j), [low_word(ctypes.c_float(1)),
+                                low_word(ctypes.c_float(-2))]),
+    ]
+    for value, words in cases:
+        array = np.asarray(value)
+        plan = _core.LaunchPlan(**_fields(
+            scalars=[(1, array.dtype.kind, array.tobytes())]))
+        assert plan.scalars == [(1, words)], value
+
+
+def test_scalars_refused_for_memref_kernels():
+    with pytest.raises(ValueError, match="numba-cuda-mlir"):
+        _core.LaunchPlan(**_fields(abi=1, scalars=[(0, "i", b"1234")]))

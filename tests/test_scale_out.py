@@ -66,6 +66,8 @@ EVEN = {
     # slices, or 8 outer slices, over 8 devices)
     "kernel_batch_partitionable": 8,
     "kernel_aliased": 8,
+    "kernel_scalar_partitionable": 8,
+    "callable_scalar_shape_fn": 8,
     "kernel_rule_matvec": 8,
     "kernel_rule_gather": 8,
     "callable_rule_matvec": 8,
@@ -94,6 +96,7 @@ def test_split_without_collectives(report, check):
 
 @pytest.mark.parametrize("check", ["kernel_batch_partitionable",
                                    "kernel_aliased", "kernel_rule_matvec",
+                                   "kernel_scalar_partitionable",
                                    "custom_kernel_rule"])
 def test_kernel_grid_is_the_shards(report, check):
     # 4 threads per block: each device's 8 rows take 2 blocks, the whole
@@ -226,6 +229,20 @@ def test_kernel_launch_dims_must_cover_the_split_factors():
         numbax.numba_cuda_kernel(
             affine, jax.ShapeDtypeStruct((8,), F32), launch_dims=8,
             batch_partitionable=True)(jnp.zeros(4))
+
+
+@pytest.mark.parametrize("kw", [
+    dict(outs=lambda x: jax.ShapeDtypeStruct(x.shape, F32), launch_dims=8),
+    dict(outs=jax.ShapeDtypeStruct((8,), F32),
+         launch_dims=lambda x: x.shape[0]),
+])
+@pytest.mark.parametrize("rule", [dict(batch_partitionable=True),
+                                  dict(sharding_rule="i -> i")])
+def test_kernel_rule_refuses_shape_functions(kw, rule):
+    with pytest.raises(ValueError, match=r"numba_cuda_kernel\(.*affine\).*"
+                       r"cannot be combined with outs= or launch_dims= "
+                       r"given as a function"):
+        numbax.numba_cuda_kernel(affine, **kw, **rule)
 
 
 def test_rule_and_batch_partitionable_are_exclusive():

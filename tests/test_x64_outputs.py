@@ -17,7 +17,7 @@ import pytest
 from numba import cuda
 
 import numbax
-from conftest import SIMULATOR
+from conftest import SIMULATOR, x64_enabled
 
 pytestmark = pytest.mark.gpu
 
@@ -40,12 +40,8 @@ def x64_on():
 
 @pytest.fixture(autouse=True)
 def x64_off():
-    previous = jax.config.read("jax_enable_x64")
-    jax.config.update("jax_enable_x64", False)
-    try:
+    with x64_enabled(False):
         yield
-    finally:
-        jax.config.update("jax_enable_x64", previous)
 
 
 @cuda.jit

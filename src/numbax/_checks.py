@@ -14,7 +14,8 @@ import numpy as np
 from . import _numba
 
 # The element types the C++ bridge can hand to Numba; bfloat16 too, where
-# the installed numba-cuda types it (0.30 and newer, see _numba.numba_type_for).
+# the installed numba-cuda types it (0.30 and newer, see _numba.numba_type_for),
+# and the float8 types, as their bits (uint8; _numba.FLOAT8_NAMES).
 _SUPPORTED = {np.dtype(t) for t in (
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
     np.uint32, np.uint64, np.float16, np.float32, np.float64, np.complex64,
@@ -50,10 +51,23 @@ def check_dtype(dtype: Any, what: str) -> np.dtype:
             "cannot type (numba-cuda 0.30 or newer can: pip install -U "
             "numba-cuda); or convert it with .astype(jnp.float32) (or "
             "float16) first")
+    if _numba.is_float8(dt):
+        # Kernels get the bits: a uint8 array of the same shape.
+        return dt
+    bits = _numba.SUB_BYTE_BITS.get(dt.name)
+    if bits is not None:
+        wider = ("uint8" if dt.name.startswith("uint") else
+                 "int8" if dt.name.startswith("int") else "float16")
+        raise ValueError(
+            f"{what} has dtype {dt.name}, a sub-byte type ({bits} bit(s) per "
+            "element, which XLA may pack several to a byte), which Numba "
+            "CUDA kernels cannot use: no Numba array addresses elements "
+            f"narrower than a byte; convert with .astype(jnp.{wider}) before "
+            "the op (and back after it, if needed)")
     raise ValueError(
         f"{what} has dtype {dt.name}, which Numba CUDA kernels cannot use. "
         "Supported: bool, int8-64, uint8-64, float16/32/64, complex64/128"
-        ", bfloat16; convert with .astype(...)")
+        ", bfloat16, float8 (as uint8 bits); convert with .astype(...)")
 
 
 # The 64-bit dtypes numbax supports, and what JAX turns each into with
@@ -183,11 +197,15 @@ def normalize_outs(outs: Any, what: str = "outs", op: str | None = None):
 
 
 def as_input_arrays(args: Sequence[Any], op: str,
-                    shapes: bool = False) -> list:
+                    shapes: bool = False, positions=None) -> list:
     """JAX arrays for the call's inputs, checked (no copy of JAX arrays).
-    `shapes`: jax.ShapeDtypeStructs stand for arrays too (checked alike)."""
+    `shapes`: jax.ShapeDtypeStructs stand for arrays too (checked alike).
+    `positions`: each arg's position among the call's arguments, as errors
+    name it (default: its index in `args`; scalars passed by value sit
+    between the arrays)."""
     arrays = []
-    for i, a in enumerate(args):
+    for j, a in enumerate(args):
+        i = j if positions is None else positions[j]
         if isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer) or (
                 shapes and isinstance(a, jax.ShapeDtypeStruct)):
             x = a
@@ -202,21 +220,26 @@ def as_input_arrays(args: Sequence[Any], op: str,
                 raise TypeError(
                     f"{op}: input {i} is {type(a).__name__} ({a!r:.60}), not "
                     "an array; pass a numeric jax or numpy array for each "
-                    "input (numbax inputs are buffers; bake Python values "
-                    "into func instead)")
+                    "input (numbax inputs are buffers; Python and NumPy "
+                    "scalars are passed by value)")
             try:
                 x = jnp.asarray(a)
             except (TypeError, ValueError) as exc:
                 raise TypeError(
                     f"{op}: input {i} is not an array JAX can hold "
                     f"({type(a).__name__}): {exc} Pass a numeric jax or "
-                    "numpy array (numbax inputs are buffers; bake Python "
-                    "values into func instead)") from exc
+                    "numpy array (numbax inputs are buffers; Python and "
+                    "NumPy scalars are passed by value)") from exc
         if len(x.shape) == 0:
             raise ValueError(
-                f"{op}: input {i} is 0-d (a scalar); Numba CUDA device arrays "
-                "need at least one dimension: wrap it in a 1-d array, e.g. "
-                "jnp.array([value])")
+                f"{op}: input {i} is 0-d (a scalar array); Numba CUDA device "
+                "arrays need at least one dimension. Either pass a Python or "
+                "NumPy scalar (float(value), np.float32(value), ...), which "
+                "numbax passes by value as a static argument (each new value "
+                "is a new key and launch plan: for values known when "
+                "tracing), or wrap it in a 1-d array, e.g. "
+                "jnp.array([value]) or x.reshape(1), and read a[0] in the "
+                "kernel (for traced values)")
         dtype = check_dtype(x.dtype, f"{op}: input {i}")
         if isinstance(x, jax.ShapeDtypeStruct):  # an array would exist
             check_extent_product(x.shape, dtype.itemsize, f"{op}: input {i}")

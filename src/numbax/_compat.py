@@ -254,6 +254,23 @@ def eager_primitive(name: str) -> Any:
     return prim
 
 
+def source_location(ctx: Any) -> Any:
+    """The MLIR location of the user's source line that a lowering rule's
+    equation came from (as JAX locates it: a file line, or a call-site
+    chain under jax_include_full_tracebacks_in_locations), without JAX's
+    names around it; None where this jax lays its lowering out otherwise."""
+    # jax._src, keep: source_info_to_location is what JAX's lowering uses
+    # for every equation; it is not exported.
+    try:
+        from jax._src import source_info_util
+        from jax._src.interpreters import mlir as jax_mlir
+        return jax_mlir.source_info_to_location(
+            ctx.module_context, None, source_info_util.new_name_stack(),
+            ctx.traceback)
+    except Exception:  # noqa: BLE001 - another jax's internals
+        return None
+
+
 def shaped_array(shape: tuple[int, ...], dtype: Any) -> Any:
     """``jax.core.ShapedArray(shape, dtype)``, an abstract eval's result."""
     return _shaped_array_class()(shape, dtype)

@@ -16,7 +16,7 @@ class LaunchPlan:
     What one numba_cuda_kernel launch needs, built by numbax at XLA's instantiate stage and read by the C++ handler on every call. Keyword arguments only.
     """
 
-    def __init__(self, *, owner: object, functions: Sequence[int], num_inputs: int, num_outputs: int, grid: Sequence[int], block: Sequence[int], shared_mem: int, cooperative: bool, empty_launch: bool, batch: int, broadcast: Sequence[bool], fold_axis: int, max_slices: int, abi: int, aliases: Sequence[tuple[int, int]], lead_units: Sequence[int], trail_units: Sequence[int], grid_from: Sequence[int]) -> None: ...
+    def __init__(self, *, owner: object, functions: Sequence[int], num_inputs: int, num_outputs: int, grid: Sequence[int], block: Sequence[int], shared_mem: int, cooperative: bool, empty_launch: bool, batch: int, broadcast: Sequence[bool], fold_axis: int, max_slices: int, abi: int, aliases: Sequence[tuple[int, int]], scalars: Sequence[tuple[int, str, bytes]], lead_units: Sequence[int], trail_units: Sequence[int], grid_from: Sequence[int], name: str = '') -> None: ...
 
     @property
     def owner(self) -> object: ...
@@ -71,6 +71,18 @@ class LaunchPlan:
 
     @property
     def grid_from(self) -> tuple: ...
+
+    @property
+    def scalars(self) -> list[tuple[int, list[int]]]:
+        """(position, words) of each scalar parameter, as C++ packs it."""
+
+    @property
+    def name(self) -> str: ...
+
+def nvtx_attached() -> bool:
+    """
+    Whether an NVTX tool (named by NVTX_INJECTION64_PATH) attached when numbax was imported: each op's calls are then NVTX ranges named after the op.
+    """
 
 def set_python_hooks(resolve: object, device_array: object, host_array: object, device_stream: object, host_stream: object, format_exception: object) -> None: ...
 

@@ -63,5 +63,10 @@ def lower(op: XLACustomKernel, ctx, *args, outs, out_tree, backends, static,
             f"the '{backend}' kernel (platform '{platform}')")
 
     # The returned op is traced and lowered inline: it emits numbax's own
-    # custom calls (or whatever jnp code it is) into this program.
+    # custom calls (or whatever jnp code it is) into this program. A numbax
+    # op the generator made is named after this op already (_kernel_for);
+    # anything else is scoped under its name: HLO's op_name reads
+    # jit(f)/<name>/<inner op> (_profile.py).
+    if getattr(fn, "_profile_tag", None) != op.name:
+        ctx = ctx.replace(name_stack=ctx.name_stack.extend(op.name))
     return mlir.lower_fun(body, multiple_results=True)(ctx, *args)

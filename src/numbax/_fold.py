@@ -419,6 +419,9 @@ def _plain(value) -> bool:
 # globals then does not fold.
 
 _UNKNOWN = object()
+# Key tags of globals_read for what is not a module global.
+_CELL = "<closure>"
+_ATTR = "<attribute>"
 # dispatcher -> {unbatched argtypes: {name: value} or _UNKNOWN}; per kernel,
 # not per op: ops re-created around one kernel share its compiled code.
 _frozen: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
@@ -435,6 +438,28 @@ def _global_names(code, out: set) -> set:
     return out
 
 
+def _attribute_chains(code, out: set) -> set:
+    """(name, attr, ...) of each `name.attr...` the code reads, name a
+    global or a closure variable."""
+    ins = list(dis.get_instructions(code))
+    for i, op in enumerate(ins):
+        if op.opname not in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF") or \
+                not isinstance(op.argval, str):
+            continue
+        chain = [op.argval]
+        for nxt in ins[i + 1:]:
+            if nxt.opname not in ("LOAD_ATTR", "LOAD_METHOD") or \
+                    not isinstance(nxt.argval, str):
+                break
+            chain.append(nxt.argval)
+        if len(chain) > 1:
+            out.add(tuple(chain))
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _attribute_chains(const, out)
+    return out
+
+
 def _frozen_value(value):
     """The value as Numba would freeze it, or _UNKNOWN where it is not one
     (functions, modules, kernels: code, looked up again at compile)."""
@@ -448,9 +473,59 @@ def _frozen_value(value):
     return value
 
 
+def _cells(py_func) -> dict:
+    """{name: value} of `py_func`'s closure variables (empty cells left
+    out)."""
+    code = getattr(py_func, "__code__", None)
+    cells = getattr(py_func, "__closure__", None) or ()
+    out = {}
+    for name, cell in zip(getattr(code, "co_freevars", ()), cells):
+        try:
+            out[name] = cell.cell_contents
+        except ValueError:  # not yet bound
+            pass
+    return out
+
+
+def _user_module_attribute(root, chain):
+    """`root.a.b` for chain (a, b) where root is a module of the user's
+    (not one of _SAFE_MODULES, whose values do not change), or _UNKNOWN."""
+    if not isinstance(root, types.ModuleType) or \
+            root.__name__.split(".")[0] in _SAFE_MODULES:
+        return _UNKNOWN
+    value = root
+    for attr in chain:
+        if not isinstance(value, types.ModuleType):
+            return _UNKNOWN
+        try:
+            value = getattr(value, attr)
+        except AttributeError:
+            return _UNKNOWN
+    return value
+
+
+def _same(a, b) -> bool:
+    """Whether two frozen values are the same value (arrays bit for bit)."""
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (isinstance(a, tuple) and isinstance(b, tuple)
+                and len(a) == len(b) and all(map(_same, a, b)))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+                and a.dtype == b.dtype and a.shape == b.shape
+                and a.tobytes() == b.tobytes())
+    if type(a) is not type(b):
+        return False
+    try:
+        return bool(a == b) or (a != a and b != b)  # NaN is NaN
+    except Exception:  # pragma: no cover - not a plain value
+        return a is b
+
+
 def globals_read(py_func) -> dict:
-    """{name: value} of the module globals `py_func`'s code reads that
-    Numba freezes into compiled code, as they are now."""
+    """What `py_func`'s code reads that Numba freezes into compiled code,
+    as it is now: {name: value} of module globals, {(_CELL, name): value}
+    of closure variables and {(_ATTR, name, attr, ...): value} of
+    attributes of the user's modules (cfg.SCALE)."""
     code = getattr(py_func, "__code__", None)
     scope = getattr(py_func, "__globals__", None)
     if code is None or scope is None:
@@ -461,7 +536,29 @@ def globals_read(py_func) -> dict:
             value = _frozen_value(scope[name])
             if value is not _UNKNOWN:
                 values[name] = value
+    cells = _cells(py_func)
+    for name, value in sorted(cells.items()):
+        value = _frozen_value(value)
+        if value is not _UNKNOWN:
+            values[(_CELL, name)] = value
+    for chain in sorted(_attribute_chains(code, set())):
+        name = chain[0]
+        root = cells[name] if name in cells else scope.get(name)
+        value = _user_module_attribute(root, chain[1:])
+        if value is not _UNKNOWN:
+            value = _frozen_value(value)
+        if value is not _UNKNOWN:
+            values[(_ATTR,) + chain] = value
     return values
+
+
+def _spell(key) -> str:
+    """A globals_read key as the kernel's source spells it."""
+    if isinstance(key, str):
+        return key
+    if key[0] == _CELL:
+        return key[1]
+    return ".".join(key[1:])
 
 
 def note_compile(kernel, argtypes) -> None:
@@ -491,7 +588,10 @@ def unknown_globals_reason(kernel, argtypes) -> str | None:
     read = globals_read(getattr(kernel, "py_func", kernel))
     if not read:
         return None
-    return (f"the kernel reads module globals ({', '.join(sorted(read))}) "
+    names = ", ".join(sorted(_spell(k) for k in read))
+    what = ("module globals" if all(isinstance(k, str) for k in read)
+            else "module globals or closure values")
+    return (f"the kernel reads {what} ({names}) "
             "and Numba compiled it for these types before numbax did (a "
             "launch through Numba, or an explicit signature), so numbax "
             "cannot know the values frozen into it, and a batched kernel "
@@ -500,14 +600,39 @@ def unknown_globals_reason(kernel, argtypes) -> str | None:
 
 
 def with_globals(py_func, values: dict):
-    """`py_func` reading `values` for those globals (a copy of the function
-    over a copy of its module's namespace); `py_func` itself when none."""
+    """`py_func` reading `values` (globals_read's) for the globals and
+    closure variables they name (a copy of the function over a copy of its
+    module's namespace and new cells); `py_func` itself when none.
+
+    A module attribute Numba froze cannot be given back to the body: where
+    it changed since, ValueError (the kernel then does not fold)."""
     if not values:
         return py_func
     scope = dict(py_func.__globals__)
-    scope.update(values)
+    cells = _cells(py_func)
+    frozen_cells = {}
+    for key, value in values.items():
+        if isinstance(key, str):
+            scope[key] = value
+        elif key[0] == _CELL:
+            frozen_cells[key[1]] = value
+        else:
+            name = key[1]
+            root = cells[name] if name in cells else scope.get(name)
+            now = _user_module_attribute(root, key[2:])
+            if now is _UNKNOWN or not _same(_frozen_value(now), value):
+                raise ValueError(
+                    f"{_spell(key)} changed since Numba compiled the kernel "
+                    "(which froze its value then), and numbax cannot give a "
+                    "batched kernel compiled now the old value")
+    closure = py_func.__closure__
+    if frozen_cells:
+        closure = tuple(
+            types.CellType(frozen_cells[name]) if name in frozen_cells
+            else cell for name, cell in zip(py_func.__code__.co_freevars,
+                                            closure))
     clone = types.FunctionType(py_func.__code__, scope, py_func.__name__,
-                               py_func.__defaults__, py_func.__closure__)
+                               py_func.__defaults__, closure)
     clone.__kwdefaults__ = py_func.__kwdefaults__
     clone.__qualname__ = py_func.__qualname__
     clone.__module__ = py_func.__module__
@@ -517,13 +642,16 @@ def with_globals(py_func, values: dict):
 
 # -- the batched kernel --------------------------------------------------------
 
-def batched_source(num_args: int, broadcast: tuple, axis: int) -> str:
+def batched_source(num_args: int, broadcast: tuple, axis: int,
+                   scalars: tuple = ()) -> str:
     """Source of the generated kernel: slice `blockIdx.<axis>` of each array.
 
-    Broadcast inputs (a leading axis of 1 shared by every slice) give slice 0.
+    Broadcast inputs (a leading axis of 1 shared by every slice) give slice 0;
+    scalar parameters (their positions in `scalars`) are passed as they are.
     """
     params = [f"a{i}" for i in range(num_args)]
-    picks = [f"a{i}[0]" if i < len(broadcast) and broadcast[i]
+    picks = [f"a{i}" if i in scalars
+             else f"a{i}[0]" if i < len(broadcast) and broadcast[i]
              else f"a{i}[s]" for i in range(num_args)]
     return (f"def batched({', '.join(params)}):\n"
             f"    s = cuda.blockIdx.{AXIS_NAMES[axis]}\n"
@@ -531,9 +659,10 @@ def batched_source(num_args: int, broadcast: tuple, axis: int) -> str:
 
 
 def make_batched_kernel(kernel, num_args: int, broadcast: tuple, axis: int,
-                        frozen: dict | None = None):
+                        frozen: dict | None = None, scalars: tuple = ()):
     """A @cuda.jit kernel running `kernel`'s body on one slice per block
-    row, reading `frozen` for the globals the unbatched kernel froze."""
+    row, reading `frozen` for the globals the unbatched kernel froze; the
+    parameters at `scalars` are scalars, passed to every slice."""
     from numba import cuda
     py_func = with_globals(getattr(kernel, "py_func", kernel), frozen or {})
     options = dict(getattr(kernel, "targetoptions", None) or {})
@@ -541,17 +670,18 @@ def make_batched_kernel(kernel, num_args: int, broadcast: tuple, axis: int,
     options.pop("link", None)  # never folded: decide() falls back on links
     if getattr(kernel, "_fastmath", False):  # the simulator's kernels
         options["fastmath"] = True
-    return compile_batched(cuda, py_func, options, num_args, broadcast, axis)
+    return compile_batched(cuda, py_func, options, num_args, broadcast, axis,
+                           scalars)
 
 
 def compile_batched(cuda: Any, py_func, options: dict, num_args: int,
-                    broadcast: tuple, axis: int):
+                    broadcast: tuple, axis: int, scalars: tuple = ()):
     """The generated batched kernel (batched_source) around `py_func` as a
     device function, both compiled by `cuda`'s jit (numba-cuda's, or
     numba-cuda-mlir's) with `options`."""
     body = cuda.jit(device=True, **options)(py_func)
     scope = {"cuda": cuda, "body": body}
-    exec(compile(batched_source(num_args, broadcast, axis),
+    exec(compile(batched_source(num_args, broadcast, axis, scalars),
                  f"<numbax batched {getattr(py_func, '__qualname__', '')}>",
                  "exec"), scope)
     batched = scope["batched"]

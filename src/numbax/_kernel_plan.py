@@ -23,10 +23,13 @@ _NUMBA_LOAD_LOCK = threading.Lock()
 
 def builder(op_ref, compiled, grid, block, empty, batch, broadcast, n_in,
             fold_axis, max_slices, aliases=(), units=((), ()),
-            grid_from=(-1, -1, -1)) -> Callable[[], Any]:
+            grid_from=(-1, -1, -1), *, num_outputs: int,
+            scalars=()) -> Callable[[], Any]:
     """`plan()`: the LaunchPlan of one call of the op `op_ref` refers to,
     built when XLA instantiates a program (_registry._resolve_kernel), with
-    `compiled`'s function in every visible device's primary context."""
+    `compiled`'s function in every visible device's primary context.
+    `scalars`: (position, NumPy kind, bytes) per scalar parameter
+    (_scalars.parameter), packed by C++ once, here."""
 
     def plan():
         from numba import cuda
@@ -47,14 +50,15 @@ def builder(op_ref, compiled, grid, block, empty, batch, broadcast, n_in,
         # call do not agree on fails here, at construction.
         return _core.LaunchPlan(
             owner=op, functions=functions, num_inputs=n_in,
-            num_outputs=len(op.out_specs), grid=grid, block=block,
+            num_outputs=num_outputs, grid=grid, block=block,
             shared_mem=op.shared_mem,
             cooperative=bool(compiled.cooperative),
             empty_launch=bool(empty or batch < 0), batch=int(batch),
             broadcast=[bool(b) for b in broadcast], fold_axis=fold_axis,
             max_slices=max_slices, abi=_mlir.MEMREF_ABI if op._mlir else 0,
-            aliases=list(aliases), lead_units=list(units[0]),
-            trail_units=list(units[1]), grid_from=list(grid_from))
+            aliases=list(aliases), scalars=list(scalars),
+            lead_units=list(units[0]), trail_units=list(units[1]),
+            grid_from=list(grid_from), name=op.profile_name)
 
     return plan
 

@@ -18,27 +18,28 @@ import numpy as np
 from jax.interpreters import ad, batching, mlir
 
 from . import (_batching, _checks, _compat, _nested_vmap, _partitioning,
-               _registry, _targets)
+               _profile, _registry, _targets)
 
 numbax_kernel_p = _compat.eager_primitive("numbax_kernel")
 
 
 @numbax_kernel_p.def_abstract_eval
-def _abstract_eval(*args, op, out_shapes, batch, broadcast):
+def _abstract_eval(*args, op, out_shapes, batch, broadcast, call):
     return [_compat.shaped_array(s, d) for s, d in out_shapes]
 
 
-def _lower(ctx, *args, op, out_shapes, batch, broadcast, platform):
+def _lower(ctx, *args, op, out_shapes, batch, broadcast, call, platform):
     avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_in]
     # How XLA may split the call: the op's rule, and the vmapped axis of a
     # batched call (in a program of several devices); None: not at all.
-    split = op._split(ctx, avals, batch, broadcast)
+    split = op._split(ctx, avals, batch, broadcast, call)
     if platform == "cuda":
         outs = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_out]
-        key = op._gpu_key(avals, outs, batch, broadcast, split)
+        key = op._gpu_key(avals, outs, batch, broadcast, call, split)
         target = _targets.KERNEL_TARGET
     else:
-        key = op._simulator_key(avals, out_shapes, batch, broadcast, split)
+        key = op._simulator_key(avals, out_shapes, batch, broadcast, call,
+                                split)
         target = _targets.CALLABLE_TARGET
     if (getattr(ctx.module_context.lowering_parameters, "for_export", False)
             and _registry.is_ambiguous(key)):
@@ -47,11 +48,14 @@ def _lower(ctx, *args, op, out_shapes, batch, broadcast, platform):
     if split is not None:
         return _partitioning.lower_split(
             ctx, args, target=_targets.BATCH_TARGETS[target], split=split,
-            key=key, aliases=tuple(dict(aliases).items()))
-    return jax.ffi.ffi_lowering(
-        target,
-        operand_output_aliases=dict(aliases),
-    )(ctx, *args, key=key)
+            key=key, aliases=tuple(dict(aliases).items()),
+            profile_name=op.profile_name)
+    # The custom call is named after the op in HLO (_profile.py).
+    with _profile.location(ctx, op.profile_name):
+        return jax.ffi.ffi_lowering(
+            target,
+            operand_output_aliases=dict(aliases),
+        )(ctx, *args, key=key)
 
 
 mlir.register_lowering(numbax_kernel_p, partial(_lower, platform="cuda"),
@@ -60,11 +64,13 @@ mlir.register_lowering(numbax_kernel_p, partial(_lower, platform="cpu"),
                        platform="cpu")
 
 
-def _batch_rule(args, dims, *, op, out_shapes, batch, broadcast):
+def _batch_rule(args, dims, *, op, out_shapes, batch, broadcast, call):
+    # `call` (the resolved outs, launch and scalars of one unbatched call)
+    # is the same for every slice: scalars are never batched.
     if batch:  # a vmap around a vmap: one batch of every level's slices
         return _nested_vmap.flatten(
             numbax_kernel_p.bind, args, dims, op=op, out_shapes=out_shapes,
-            batch=batch, broadcast=broadcast)
+            batch=batch, broadcast=broadcast, call=call)
     size = _batching.batch_size(args, dims)
     if size == 0:  # no slice to launch: empty outputs
         outs = [jnp.zeros((0,) + tuple(s), d) for s, d in out_shapes]
@@ -89,7 +95,8 @@ def _batch_rule(args, dims, *, op, out_shapes, batch, broadcast):
         flags.append(reuse)
     out_batched = tuple(((size,) + tuple(s), d) for s, d in out_shapes)
     outs = numbax_kernel_p.bind(*new_args, op=op, out_shapes=out_batched,
-                                batch=size, broadcast=tuple(flags))
+                                batch=size, broadcast=tuple(flags),
+                                call=call)
     return outs, [0] * len(outs)
 
 

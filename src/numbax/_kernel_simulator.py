@@ -10,15 +10,26 @@ from __future__ import annotations
 
 def make_launcher(kernel, shared_mem, py_func, n_in, grid, block, empty, batch,
                   broadcast, batched, fold_axis, max_slices,
-                  aliased_outputs=frozenset(), grid_from=(-1, -1, -1)):
+                  aliased_outputs=frozenset(), scalars=(),
+                  grid_from=(-1, -1, -1)):
     """The simulator's version of the C++ launch (same slicing, same
     chunks of at most MAX_SLICES_PER_LAUNCH slices when folded).
     `aliased_outputs`: the indices of outputs aliased to an input, which
-    the CPU handler has already given the input's values. As in C++, a call
-    XLA split gets each device's shards: the batch is output 0's leading
-    extent, and each grid axis `grid_from` ties to an axis of output 0
-    covers that axis as received."""
+    the CPU handler has already given the input's values. `scalars`:
+    (position, value) of each scalar parameter, sorted by position, passed
+    by value to every launch (as the C++ launch packs them). As in C++, a
+    call XLA split gets each device's shards: the batch is output 0's
+    leading extent, and each grid axis `grid_from` ties to an axis of
+    output 0 covers that axis as received."""
     tied = any(a >= 0 for a in grid_from)
+
+    def params(buffers):
+        if not scalars:
+            return buffers
+        out = list(buffers)
+        for position, value in scalars:
+            out.insert(position, value)
+        return out
 
     def launcher(*args):
         *arrays, stream = args
@@ -48,7 +59,8 @@ def make_launcher(kernel, shared_mem, py_func, n_in, grid, block, empty, batch,
                          for i, a in enumerate(arrays)]
                 chunk_grid = list(local_grid)
                 chunk_grid[fold_axis] = count
-                batched[tuple(chunk_grid), block, stream, shared_mem](*chunk)
+                batched[tuple(chunk_grid), block, stream, shared_mem](
+                    *params(chunk))
             return None
         slices = range(local_batch) if batch else [None]
         for s in slices:
@@ -58,7 +70,7 @@ def make_launcher(kernel, shared_mem, py_func, n_in, grid, block, empty, batch,
                 view = [a[0] if (i < n_in and broadcast[i]) else a[s]
                         for i, a in enumerate(arrays)]
             kernel[tuple(local_grid[:3]), block[:3], stream,
-                   shared_mem](*view)
+                   shared_mem](*params(view))
         return None
     launcher.__module__ = getattr(
         py_func, "__module__", None)  # type: ignore[assignment]

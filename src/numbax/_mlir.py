@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _compat
+from . import _checks, _compat, _numba
 
 MODULE = "numba_cuda_mlir"
 DISTRIBUTION = "numba-cuda-mlir"
@@ -94,7 +94,8 @@ def argtypes(avals, batch: int, label: str = "numba_cuda_kernel") -> tuple:
     for shape, dtype in avals:
         ndim = len(shape) - (1 if batch else 0)
         try:
-            element = numpy_support.from_dtype(np.dtype(dtype))
+            # A float8 buffer reaches the kernel as uint8 (its bits).
+            element = numpy_support.from_dtype(_numba.kernel_dtype(dtype))
         except Exception as exc:  # noqa: BLE001 - its error names no op
             raise TypeError(
                 f"{label}: numba-cuda-mlir has no type for dtype "

@@ -33,7 +33,7 @@ from . import _batching
 
 
 def flatten(bind: Callable, args, dims, *, op, out_shapes, batch: int,
-            broadcast) -> tuple[list, list]:
+            broadcast, call) -> tuple[list, list]:
     """Batching rule for a call that is already batched (``batch`` > 0).
 
     Args:
@@ -41,8 +41,10 @@ def flatten(bind: Callable, args, dims, *, op, out_shapes, batch: int,
         broadcast).
       args, dims: the batched call's inputs and the axis the new (outer)
         vmap maps over in each, or None.
-      op, out_shapes, batch, broadcast: the batched call's parameters;
-        ``out_shapes`` include the leading ``batch`` axis.
+      op, out_shapes, batch, broadcast, call: the batched call's
+        parameters; ``out_shapes`` include the leading ``batch`` axis,
+        ``call`` (the unbatched call's outs, launch and scalars) is passed
+        on unchanged.
 
     Returns:
       (outputs, out_dims) as JAX batching rules do: every output with the
@@ -74,7 +76,7 @@ def flatten(bind: Callable, args, dims, *, op, out_shapes, batch: int,
         flags.append(False)
     flat_shapes = tuple(((total,) + tuple(s)[1:], d) for s, d in out_shapes)
     outs = bind(*new_args, op=op, out_shapes=flat_shapes, batch=total,
-                broadcast=tuple(flags))
+                broadcast=tuple(flags), call=call)
     outs = [o.reshape((outer, batch) + tuple(s)[1:])
             for o, (s, _) in zip(outs, out_shapes)]
     return outs, [0] * len(outs)

@@ -127,14 +127,58 @@ def _check_numpy() -> None:
                 "pip install 'numpy<2.5'")
 
 
+# The 8-bit float types of ml_dtypes that JAX has, each an XLA element type
+# the C++ bridge maps (csrc/call_frame.cc, LookupDType): kernels and funcs
+# get their bits as uint8 arrays of the same shape, zero copy. Names an
+# installed ml_dtypes lacks are skipped.
+FLOAT8_NAMES = (
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+    "float8_e4m3b11fnuz", "float8_e4m3", "float8_e8m0fnu", "float8_e3m4")
+# Types narrower than a byte: XLA may pack several elements into one byte,
+# which no Numba array can address. Refused, naming the fix.
+SUB_BYTE_BITS = {"int1": 1, "uint1": 1, "int2": 2, "uint2": 2, "int4": 4,
+                 "uint4": 4, "float4_e2m1fn": 4}
+_UINT8 = np.dtype(np.uint8)
+_float8: frozenset | None = None
+
+
+def float8_dtypes() -> frozenset:
+    """The float8 dtypes numbax accepts (those the installed ml_dtypes has)."""
+    global _float8
+    if _float8 is None:
+        try:
+            import ml_dtypes
+        except ImportError:  # pragma: no cover - jax depends on ml_dtypes
+            _float8 = frozenset()
+        else:
+            _float8 = frozenset(np.dtype(getattr(ml_dtypes, n))
+                                for n in FLOAT8_NAMES if hasattr(ml_dtypes, n))
+    return _float8
+
+
+def is_float8(dtype) -> bool:
+    try:
+        return np.dtype(dtype) in float8_dtypes()
+    except TypeError:
+        return False
+
+
+def kernel_dtype(dtype) -> np.dtype:
+    """The dtype of the array a kernel (or func) gets for a buffer of
+    `dtype`: uint8 for a float8 buffer (its bits), else `dtype` itself."""
+    dt = np.dtype(dtype)
+    return _UINT8 if dt in float8_dtypes() else dt
+
+
 def numba_type_for(dtype: np.dtype):
     """The Numba scalar type for a numpy dtype, or None if Numba lacks one.
 
     numba-cuda's own numpy support comes first: it types
     ``ml_dtypes.bfloat16`` (as ``types.bfloat16``), which core Numba's does
     not. Core Numba's is the fallback for numba-cuda releases without it.
+    A float8 dtype is typed as uint8: kernels get its bits.
     """
-    dt = np.dtype(dtype)
+    dt = kernel_dtype(dtype)
     try:
         from numba.cuda.np import numpy_support as cuda_support
         return cuda_support.from_dtype(dt)
@@ -272,7 +316,7 @@ def _viewed_input(arg):
     if (not isinstance(arg, np.ndarray) or arg.flags.writeable
             or arg.ndim == 0):
         return None
-    obj = arg
+    obj: object = arg
     for _ in range(64):  # numpy's base chains are short
         if isinstance(obj, _ReadOnlyInput):
             return obj.numbax_input

@@ -13,11 +13,12 @@ XLA gathering the whole arrays around the call. The op must read its sizes
 from the arrays it is given. numba_cuda_kernel's primitive lowers its split
 calls through :func:`lower_split` as well.
 
-The same primitive, without a rule, carries two other kinds of call to the
-plain targets, lowered to the custom call ``jax.ffi.ffi_call`` gives them:
-callables whose ``vmap_method`` batches an unbatched aliased operand (its
-batching rule broadcasts it), and traced calls of callables made without
-``vmap_method``, whose batching rule refuses ``jax.vmap`` naming the op
+The same primitive, without a rule, carries every other call of a
+callable to the plain targets, lowered to the custom call
+``jax.ffi.ffi_call`` gives them, named after the op (``profile_name``,
+_profile.py). Its batching rule gives ``vmap_method`` ffi_call's meaning,
+except that it broadcasts an unbatched aliased operand, and refuses
+``jax.vmap`` of callables made without ``vmap_method`` naming the op
 (``op_label``) and ``vmap_method=`` (ffi_call's refusal names neither; a
 ``custom_vmap`` around each call did the same at a cost in trace and
 lowering time).
@@ -30,6 +31,7 @@ the serialised module.
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 
 import jax
@@ -37,7 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import batching, mlir
 
-from . import _batching, _checks, _compat, _registry, _sharding_rule, _targets
+from . import (_batching, _checks, _compat, _profile, _registry,
+               _sharding_rule, _targets)
 
 numbax_callable_batch_p = _compat.eager_primitive("numbax_callable_batch")
 
@@ -60,12 +63,14 @@ def check_leading_axis(inputs, out_specs, op: str) -> None:
 
 def bind(target: str, inputs, result_specs, *, key: str, aliases,
          vmap_method, rule=None, vmap_only: bool = False, n_scratch: int = 0,
-         has_side_effect: bool = False, label: str | None = None):
+         has_side_effect: bool = False, label: str | None = None,
+         profile_name: str | None = None):
     """Binds the call. `rule` (a _sharding_rule.Rule, or None) says how XLA
     may split it; `vmap_only` marks a rule that only jax.vmap gave (split
     only in programs of several devices). Without a rule the call only
     borrows this primitive's batching rule (which broadcasts unbatched
-    aliased operands, and refuses vmap_method=None naming the op, `label`)."""
+    aliased operands, and refuses vmap_method=None naming the op, `label`).
+    `profile_name` names the custom call in HLO (_profile.py)."""
     out_shapes = tuple((tuple(int(d) for d in s.shape), np.dtype(s.dtype))
                        for s in result_specs)
     # The primitive's parameter is op_key, not key: jax 0.8-0.9 cache
@@ -75,13 +80,13 @@ def bind(target: str, inputs, result_specs, *, key: str, aliases,
         aliases=tuple(sorted((aliases or {}).items())),
         vmap_method=vmap_method, rule=rule, vmap_only=bool(vmap_only),
         n_scratch=int(n_scratch), has_side_effect=bool(has_side_effect),
-        op_label=label)
+        op_label=label, profile_name=profile_name)
 
 
 @numbax_callable_batch_p.def_effectful_abstract_eval
 def _abstract_eval(*avals, target, op_key, out_shapes, aliases, vmap_method,
                    rule, vmap_only, n_scratch, has_side_effect=False,
-                   op_label=None):
+                   op_label=None, profile_name=None):
     # The same effect ffi_call gives has_side_effect=True: XLA then neither
     # merges two identical calls nor drops one whose result is unused.
     effect = _compat.ffi_effect() if has_side_effect else None
@@ -107,6 +112,14 @@ def _sharding_rule_attr(op, split):
     return sdy_sharding_rule_to_mlir(rule, operand_types, result_types)
 
 
+def _named(ctx, profile_name):
+    """The custom call lowered under it named `profile_name` in HLO
+    (_profile.py); nothing when the call has no profile name."""
+    if not profile_name:
+        return contextlib.nullcontext()
+    return _profile.location(ctx, profile_name)
+
+
 def split_for(ctx, rule, vmap_only: bool, op: str, *, n_free_results=0,
               aliases=()):
     """The Split of a lowered call, or None when it is not split (no rule,
@@ -123,10 +136,11 @@ def split_for(ctx, rule, vmap_only: bool, op: str, *, n_free_results=0,
 
 
 def lower_split(ctx, args, *, target: str, split, key: str, aliases,
-                has_side_effect: bool = False):
+                has_side_effect: bool = False,
+                profile_name: str | None = None):
     """The custom call of a split call: split arrays get the unit axes of
     `split` (bitcasts; C++ drops them again), and the call the annotations
-    of XLA's batch partitioner."""
+    of XLA's batch partitioner. `profile_name` names it in HLO."""
     def grown(aval, lead, trail):
         if not lead and not trail:
             return aval
@@ -139,9 +153,11 @@ def lower_split(ctx, args, *, target: str, split, key: str, aliases,
     args = [_compat.reshape_value(ctx, x, a) if any(u) else x
             for x, a, u in zip(args, avals_in, units[:n_in])]
     inner = ctx.replace(avals_in=avals_in, avals_out=avals_out)
-    results = jax.ffi.ffi_lowering(
+    lowering = jax.ffi.ffi_lowering(
         target, operand_output_aliases=dict(aliases),
-        has_side_effect=has_side_effect)(inner, *args, key=key)
+        has_side_effect=has_side_effect)
+    with _named(ctx, profile_name):
+        results = lowering(inner, *args, key=key)
     call = results[0].owner
     call = getattr(call, "operation", call)
     call.attributes["mhlo.frontend_attributes"] = mlir.ir.DictAttr.get(
@@ -153,17 +169,21 @@ def lower_split(ctx, args, *, target: str, split, key: str, aliases,
 
 
 def _lower(ctx, *args, target, op_key, out_shapes, aliases, vmap_method,
-           rule, vmap_only, n_scratch, has_side_effect=False, op_label=None):
+           rule, vmap_only, n_scratch, has_side_effect=False, op_label=None,
+           profile_name=None):
     split = split_for(ctx, rule, vmap_only, op_label or f"numbax op '{op_key}'",
                       n_free_results=n_scratch, aliases=aliases)
     if split is None:
-        return jax.ffi.ffi_lowering(
+        lowering = jax.ffi.ffi_lowering(
             target, operand_output_aliases=dict(aliases),
-            has_side_effect=has_side_effect)(ctx, *args, key=op_key)
+            has_side_effect=has_side_effect)
+        with _named(ctx, profile_name):
+            return lowering(ctx, *args, key=op_key)
     key = _registry.with_lead(op_key, split.lead_spec())
     return lower_split(ctx, args, target=_targets.BATCH_TARGETS[target],
                        split=split, key=key, aliases=aliases,
-                       has_side_effect=has_side_effect)
+                       has_side_effect=has_side_effect,
+                       profile_name=profile_name)
 
 
 mlir.register_lowering(numbax_callable_batch_p, _lower)
@@ -171,7 +191,7 @@ mlir.register_lowering(numbax_callable_batch_p, _lower)
 
 def _batch_rule(args, dims, *, target, op_key, out_shapes, aliases, vmap_method,
                 rule, vmap_only, n_scratch, has_side_effect=False,
-                op_label=None):
+                op_label=None, profile_name=None):
     """jax.vmap, with the meaning ffi_call gives ``vmap_method``."""
     if vmap_method is None:
         raise _checks.not_batchable(op_label or f"numbax op '{op_key}'")
@@ -180,7 +200,8 @@ def _batch_rule(args, dims, *, target, op_key, out_shapes, aliases, vmap_method,
              for a, d in zip(args, dims)]
     params = dict(target=target, op_key=op_key, aliases=aliases,
                   vmap_method=vmap_method, n_scratch=n_scratch,
-                  has_side_effect=has_side_effect, op_label=op_label)
+                  has_side_effect=has_side_effect, op_label=op_label,
+                  profile_name=profile_name)
     if vmap_method in ("sequential", "sequential_unrolled"):
         outs = _batching.loop_over_batch(
             partial(numbax_callable_batch_p.bind, out_shapes=out_shapes,

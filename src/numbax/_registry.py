@@ -55,6 +55,9 @@ class CallableEntry:
     # the start and at the end (_sharding_rule.Split), which C++ drops
     # before func sees the arrays; () when the key's call added none.
     units: tuple = ()
+    # The op's name in profiles (_profile.py): each call is an NVTX range
+    # with this name. Empty: C++ names the range after the key.
+    name: str = ""
 
 
 @dataclass
@@ -197,9 +200,12 @@ def weak_ref_to(func):
 # "/" (which separates the parts), so a name= holding one still parses.
 
 def dtype_from_name(name: str) -> np.dtype:
-    if name == "bfloat16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
+    import ml_dtypes
+    # bfloat16 and the float8 types: ml_dtypes', whatever numpy's own
+    # registry of names holds.
+    if (name == "bfloat16" or name in _numba.FLOAT8_NAMES) and \
+            hasattr(ml_dtypes, name):
+        return np.dtype(getattr(ml_dtypes, name))
     return np.dtype(name)
 
 
@@ -528,12 +534,18 @@ def _lookup(key: str, platform: str, kind: str = "callable"):
 def _build_entry(key, group_key, call, member, kind, platform):
     func = member.func_ref()
     op = member.live_op()
-    if kind == "kernel":
-        if op is None:
-            raise _missing(key, kind, "The op was garbage-collected. ")
+    if op is not None and hasattr(op, "_entry_for_call"):
+        # The op builds it from the call spec: shapes, and what shape
+        # functions returned and the scalars where the op has them.
         entry = op._entry_for_call(key, call, platform)
+    elif kind == "kernel":
+        raise _missing(key, kind, "The op was garbage-collected. ")
     else:
         fields = spec_fields(call)
+        if "=fn" in _config(group_key) or "scalars" in fields:
+            # Shapes from functions, or scalars: only the op knows what
+            # its func is called with.
+            raise _missing(key, kind, "Its op was garbage-collected. ")
         avals = parse_avals(fields.get("in", ""))
         # What the op's traced entries call: func, or func checked for
         # writes to its inputs (NUMBAX_CHECK_INPUTS=1 when it was created).
@@ -546,7 +558,8 @@ def _build_entry(key, group_key, call, member, kind, platform):
                               fast_launch=spec_fields(
                                   _config(group_key)).get("fast") != "0",
                               aliases=parse_aliases(fields),
-                              units=_sharding_rule.parse_units(fields))
+                              units=_sharding_rule.parse_units(fields),
+                              name=getattr(op, "profile_name", "") or "")
     entry.func_id = id(func)
     with _lock:
         existing = _entries.get(key)
@@ -581,7 +594,7 @@ def _resolve_callable(key: str, platform: str):
         func = _one_simulated_launch_at_a_time(func)
     return (func, entry.num_inputs, entry.num_outputs, entry.num_scratch,
             _fast_launch.enabled_for(entry.fast_launch), entry.aliases,
-            *(entry.units or ((), ())))
+            entry.name or None, *(entry.units or ((), ())))
 
 
 # Numba's simulator runs one kernel launch at a time in the whole process

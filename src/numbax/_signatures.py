@@ -145,9 +145,12 @@ def select_signature(kernel, argtypes: tuple, label: str,
                 f"signature {spell(sig)} takes {len(sig)} arguments, "
                 f"numbax passes {len(argtypes)}")
         else:
+            # A scalar passed by value has a Numba scalar type, no ndim.
+            what = ("array" if hasattr(argtypes[index], "ndim")
+                    else "scalar")
             reasons.append(
                 f"signature {spell(sig)} takes {sig[index]} as "
-                f"{describe_argument(index, n_in, names)}, but the array "
+                f"{describe_argument(index, n_in, names)}, but the {what} "
                 f"there is {argtypes[index]}")
     only = "its one signature" if specialized else "any of its signatures"
     raise TypeError(

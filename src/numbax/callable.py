@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import weakref
 from typing import Any, Callable
 
 import jax
@@ -10,7 +12,32 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from . import (_checks, _fast_launch, _inputcheck, _mlir_launch, _numba,
-               _partitioning, _registry, _sharding_rule, _targets)
+               _partitioning, _profile, _registry, _scalars, _shape_fns,
+               _sharding_rule, _targets)
+
+
+class _CalledRef:
+    """The registry's reference to what a callable key calls when the call
+    has scalars (or NUMBAX_CHECK_INPUTS meets outs or scratch given as a
+    function): the op's func, with the key's scalars put at their
+    positions, made on demand. Refers to the op weakly, as the registry's
+    references do; a strong reference to the function it returns is what
+    the instantiated call site holds."""
+
+    __slots__ = ("_op", "_num_results", "_scalars")
+
+    def __init__(self, op, num_results: int, scalars: tuple):
+        self._op = weakref.ref(op)
+        self._num_results = num_results
+        self._scalars = scalars
+
+    def alive(self) -> bool:
+        return self._op() is not None
+
+    def __call__(self):
+        op = self._op()
+        return None if op is None else op._target(self._num_results,
+                                                  self._scalars)
 
 
 class NumbaCudaCallable:
@@ -21,22 +48,36 @@ class NumbaCudaCallable:
                  has_side_effect=False, fast_launch=True, sharding_rule=None):
         self.func = func  # strong: the registry refers to it weakly
         self._label = op = f"numba_cuda_callable({_registry.base_name(func)})"
-        self.out_specs, self.out_tree = _checks.normalize_outs(outs, op=op)
-        self._wide_outs = _checks.wide_outputs(self.out_specs)
-        self.scratch_specs = []
-        if scratch is not None:
+        # outs= and scratch= may be functions of the call's arguments
+        # (_shape_fns.py): resolved per signature when a call is traced.
+        self._outs_fn = outs if _shape_fns.is_function(outs) else None
+        self._scratch_fn = (scratch if _shape_fns.is_function(scratch)
+                            else None)
+        if self._outs_fn is None:
+            self.out_specs, self.out_tree = _checks.normalize_outs(outs, op=op)
+            self._wide_outs = _checks.wide_outputs(self.out_specs)
+        else:
+            self.out_specs, self.out_tree, self._wide_outs = None, None, ()
+        self.scratch_specs: list | None = (
+            [] if self._scratch_fn is None else None)
+        if scratch is not None and self._scratch_fn is None:
             self.scratch_specs, _ = _checks.normalize_outs(
                 scratch, "scratch", op=op)
+        self._calls = _shape_fns.Memo()
         self.has_side_effect = bool(has_side_effect)
         # What XLA calls: func itself, or func checked for writes to its
         # inputs (NUMBAX_CHECK_INPUTS=1, read when the op is created).
+        self._check_inputs = _inputcheck.enabled() and not capture
         self._called = func
-        if _inputcheck.enabled() and not capture:
+        if self._check_inputs and self._fixed():
             self._called = _inputcheck.checked(
-                func, len(self.out_specs) + len(self.scratch_specs), op)
+                func, len(self.out_specs) + len(self.scratch_specs or ()), op)
         self.vmap_method = vmap_method
         self.input_output_aliases = input_output_aliases
         self.name = name
+        # Set by an XLACustomKernel for the ops its generators return
+        # (custom_kernel.py): their profile name is the custom kernel's.
+        self._profile_tag: str | None = None
         self.capture = bool(capture)
         self.batch_partitionable = bool(batch_partitionable)
         # The op's own rule (None: none, or batch_partitionable's, which is
@@ -51,68 +92,180 @@ class NumbaCudaCallable:
         # creates the op can run a deserialised program that calls it.
         self._group = _registry.register_op(
             self, func, name=name, config=self._config(),
-            num_outputs=len(self.out_specs),
-            num_scratch=len(self.scratch_specs))
+            num_outputs=len(self.out_specs or ()),
+            num_scratch=len(self.scratch_specs or ()))
 
     def __repr__(self):
         return f"numbax.numba_cuda_callable({_registry.base_name(self.func)})"
 
+    @property
+    def profile_name(self) -> str:
+        """The op's name in profiles: its ``name=``, else ``func``'s
+        qualified name. HLO names the op's custom calls after it (JAX's
+        profiler, TensorBoard, XLA dumps) and, on a GPU, each call is an
+        NVTX range with this name (docs/profiling.md)."""
+        return (self.name or self._profile_tag
+                or _profile.qualified_name(self.func))
+
+    def _fixed(self) -> bool:
+        """Whether outs and scratch are fixed (not functions)."""
+        return self._outs_fn is None and self._scratch_fn is None
+
     def _config(self) -> str:
-        """What the op was created with, as its key spells it."""
+        """What the op was created with, as its key spells it ('fn' for a
+        shape function: the call part then spells what it returned)."""
         aval = lambda s: (tuple(s.shape), s.dtype)  # noqa: E731
-        return (f"callable;outs={_registry.avals_text(map(aval, self.out_specs))}"
-                f";scratch={_registry.avals_text(map(aval, self.scratch_specs))}"
+        outs = ("fn" if self._outs_fn is not None else
+                _registry.avals_text(map(aval, self.out_specs)))
+        scratch = ("fn" if self._scratch_fn is not None else
+                   _registry.avals_text(map(aval, self.scratch_specs or ())))
+        return (f"callable;outs={outs}"
+                f";scratch={scratch}"
                 f";capture={int(self.capture)}"
                 # Only a switched-off op says so: every other op's key stays
                 # what it was before the switch existed.
                 + ("" if self.fast_launch else ";fast=0")
                 # Likewise an op that checks its inputs: its entry calls the
                 # checking wrapper, never shared with an op that does not.
-                + (";check=1" if self._called is not self.func else ""))
+                + (";check=1" if self._check_inputs else ""))
 
-    def _key(self, inputs, aliases=None) -> str:
-        call = "in=" + _registry.avals_text(
-            (tuple(x.shape), np.dtype(x.dtype)) for x in inputs)
+    def _resolve(self, inputs, scalars):
+        """(out specs, scratch specs, out tree, 64-bit outputs) of a call:
+        the fixed ones, or what the shape functions return for it (once
+        per signature)."""
+        if self._fixed():
+            return (self.out_specs, self.scratch_specs, self.out_tree,
+                    self._wide_outs)
+        sig = _shape_fns.signature(inputs, scalars)
+        known = self._calls.get(sig)
+        if known is not None:
+            return known
+        args = _shape_fns.arguments(inputs, scalars)
+        op = self._label
+        if self._outs_fn is not None:
+            result = _shape_fns.evaluate(self._outs_fn, "outs", args, op)
+            outs, tree = _checks.normalize_outs(
+                result, _shape_fns.where("outs", args), op=op)
+        else:
+            outs, tree = self.out_specs, self.out_tree
+        if self._scratch_fn is not None:
+            result = _shape_fns.evaluate(self._scratch_fn, "scratch", args, op)
+            scratch = [] if result is None else _checks.normalize_outs(
+                result, _shape_fns.where("scratch", args), op=op)[0]
+        else:
+            scratch = self.scratch_specs
+        return self._calls.put(
+            sig, (outs, scratch, tree, _checks.wide_outputs(outs)))
+
+    def _target(self, num_results: int, scalars: tuple):
+        """What XLA calls for a call with `scalars` and `num_results`
+        outputs and scratch buffers: func with the scalars put at their
+        positions, its inputs checked where NUMBAX_CHECK_INPUTS asks."""
+        user = func = self.func
+        if scalars:
+            values = [s.value for s in scalars]
+
+            @functools.wraps(user)
+            def with_scalars(*args):
+                *buffers, stream = args
+                # The inputs, with each scalar's Python value in its place,
+                # then the outputs, scratch and stream.
+                return user(*_scalars.merge(buffers, scalars, values), stream)
+            func = with_scalars
+        if self._check_inputs:
+            func = _inputcheck.checked(func, num_results, self._label)
+        return func
+
+    def _entry(self, key, n_in, n_out, n_scratch, scalars, aliases, bf16,
+               units=()):
+        if scalars or (self._check_inputs and not self._fixed()):
+            target = _CalledRef(self, n_out + n_scratch, scalars)
+        else:
+            # What XLA calls: func, or func checked for input writes.
+            target = _registry.weak_ref_to(self._called)
+        return _registry.CallableEntry(
+            key, target, n_in, n_out, n_scratch, bfloat16=bf16,
+            fast_launch=self.fast_launch,
+            aliases=tuple(sorted((aliases or {}).items())),
+            name=self.profile_name, units=units)
+
+    def _call_spec(self, inputs, aliases, outs, scratch, scalars) -> str:
+        aval = lambda s: (tuple(s.shape), np.dtype(s.dtype))  # noqa: E731
+        call = "in=" + _registry.avals_text(map(aval, inputs))
         call += _registry.alias_spec(aliases)
+        # What shape functions returned, and the scalars: a process that
+        # resolves the key has nothing else to go by.
+        if self._outs_fn is not None:
+            call += ";out=" + _registry.avals_text(map(aval, outs))
+        if self._scratch_fn is not None:
+            call += ";scratch=" + _registry.avals_text(map(aval, scratch))
+        call += _scalars.scalars_spec(scalars)
+        assert "/" not in call, call  # "/" separates a key's parts
+        return call
+
+    def _key(self, inputs, aliases=None, outs=None, scratch=None,
+             scalars=()) -> str:
+        outs = self.out_specs if outs is None else outs
+        scratch = self.scratch_specs if scratch is None else scratch
+        call = self._call_spec(inputs, aliases, outs, scratch, scalars)
         n_in = len(inputs)
-        specs = inputs + self.out_specs + self.scratch_specs
+        specs = list(inputs) + list(outs) + list(scratch)
         bf16 = _numba.has_bfloat16(s.dtype for s in specs)
 
         def entry(key):
-            return _registry.CallableEntry(
-                # What XLA calls: func, or func checked for input writes.
-                key, _registry.weak_ref_to(self._called), n_in,
-                len(self.out_specs), len(self.scratch_specs), bfloat16=bf16,
-                fast_launch=self.fast_launch,
-                aliases=tuple(sorted((aliases or {}).items())))
+            return self._entry(key, n_in, len(outs), len(scratch), scalars,
+                               aliases, bf16)
         return _registry.program_key(self.func, self._group, call, entry)
+
+    def _entry_for_call(self, key, call, platform):
+        """The registry entry of a key this process did not trace (a
+        deserialised or cached program), built from its call spec."""
+        del platform
+        fields = _registry.spec_fields(call)
+        avals = _registry.parse_avals(fields.get("in", ""))
+        if self._outs_fn is not None:
+            outs = _registry.parse_avals(fields.get("out", ""))
+        else:
+            outs = [(tuple(s.shape), s.dtype) for s in self.out_specs]
+        if self._scratch_fn is not None:
+            scratch = _registry.parse_avals(fields.get("scratch", ""))
+        else:
+            scratch = [(tuple(s.shape), s.dtype)
+                       for s in self.scratch_specs or ()]
+        scalars = _scalars.parse_scalars(fields)
+        bf16 = _numba.has_bfloat16(
+            [d for _, d in list(avals) + list(outs) + list(scratch)])
+        aliases = dict(_registry.parse_aliases(fields))
+        # A split call's key (_registry.with_lead) names its unit axes.
+        units = _sharding_rule.parse_units(fields)
+        return self._entry(key, len(avals), len(outs), len(scratch), scalars,
+                           aliases, bf16, units if any(units) else ())
 
     def __call__(self, *args):
         op = self._label
         # func may launch numba-cuda-mlir kernels on numbax's stream; its
         # module may have been imported after this op was created.
         _mlir_launch.install_launch_bridge()
-        _checks.check_x64(self._wide_outs, op)
-        inputs = _checks.as_input_arrays(args, op)
+        arrays, scalars = _scalars.split(args, op)
+        inputs = _checks.as_input_arrays(
+            arrays, op, positions=None if not scalars else [
+                i for i, a in enumerate(args) if not _scalars.is_scalar(a)])
+        out_specs, scratch_specs, out_tree, wide = self._resolve(inputs,
+                                                                 scalars)
+        _checks.check_x64(wide, op)
         aliases = _checks.check_aliases(self.input_output_aliases, inputs,
-                                        self.out_specs, op)
-        nargs = len(inputs) + len(self.out_specs) + len(self.scratch_specs) + 1
+                                        out_specs, op)
+        nargs = len(args) + len(out_specs) + len(scratch_specs) + 1
         if nargs not in self._arities_checked:
             _checks.check_arity(
                 self.func, nargs, op,
-                _checks.arg_layout(len(inputs), len(self.out_specs),
-                                   len(self.scratch_specs), stream=True))
+                _checks.arg_layout(len(args), len(out_specs),
+                                   len(scratch_specs), stream=True))
             self._arities_checked.add(nargs)
-        key = self._key(inputs, aliases)
+        key = self._key(inputs, aliases, out_specs, scratch_specs, scalars)
         target = (_targets.CAPTURE_TARGET if self.capture
                   else _targets.CALLABLE_TARGET)
-        # ffi_call's own 'expand_dims' batching gives an unbatched aliased
-        # operand a size-1 axis ('legacy_vectorized': none), which XLA's
-        # verifier then refuses against the batched output; numbax's
-        # primitive broadcasts it instead.
-        own_batching = bool(aliases) and self.vmap_method in (
-            "expand_dims", "legacy_vectorized")
-        results_specs = self.out_specs + self.scratch_specs
+        results_specs = list(out_specs) + list(scratch_specs)
         rule = self.sharding_rule
         if self.batch_partitionable:
             _partitioning.check_leading_axis(inputs, results_specs, op)
@@ -120,43 +273,35 @@ class NumbaCudaCallable:
                 [x.shape for x in inputs], [s.shape for s in results_specs])
         if rule is not None:
             # Refused here, at trace time, naming the op: a rule that does
-            # not fit the call, or that leaves nothing to split.
+            # not fit the call, or that leaves nothing to split. The rule
+            # covers the array operands only: scalars are not buffers.
             _sharding_rule.split(
                 rule, [x.shape for x in inputs],
                 [s.shape for s in results_specs], op,
-                n_free_results=len(self.scratch_specs),
+                n_free_results=len(scratch_specs),
                 aliases=tuple(sorted((aliases or {}).items())))
 
-        # Traced calls go through numbax's own primitive: its batching rule
-        # refuses jax.vmap naming the op and vmap_method= for an op without
-        # one (ffi_call's names neither), and otherwise makes the batched
-        # call one XLA may split along the vmapped axis. It lowers to the
-        # same custom call. Eager calls of ops without a rule keep ffi_call:
-        # nothing batches or splits them.
+        # Every call goes through numbax's own primitive, which lowers to
+        # the custom call jax.ffi.ffi_call would build (row-major layouts,
+        # the aliases, the side effect), named after the op in HLO
+        # (_profile.py). Its batching rule gives vmap_method ffi_call's
+        # meaning, except that it broadcasts an unbatched aliased operand
+        # (ffi_call's 'expand_dims' gave it a size-1 axis, which XLA's
+        # verifier refused against the batched output), refuses jax.vmap
+        # of an op without vmap_method naming the op and vmap_method=
+        # (ffi_call's refusal names neither), and otherwise makes the
+        # batched call one XLA may split along the vmapped axis.
         tracing = any(isinstance(x, jax.core.Tracer) for x in inputs)
-        own_primitive = rule is not None or own_batching or tracing
+        profile_name = self.profile_name
 
         def bind(*xs):
-            if own_primitive:
-                results = _partitioning.bind(
-                    target, xs, results_specs, key=key,
-                    aliases=aliases, vmap_method=self.vmap_method, rule=rule,
-                    n_scratch=len(self.scratch_specs),
-                    has_side_effect=self.has_side_effect, label=op)
-            else:
-                results = jax.ffi.ffi_call(
-                    target,
-                    self.out_specs + self.scratch_specs,
-                    # None pins XLA's default row-major layout on every
-                    # buffer: Numba's arrays are C-contiguous views.
-                    input_layouts=[None] * len(xs),
-                    output_layouts=[None] * (len(self.out_specs) +
-                                             len(self.scratch_specs)),
-                    vmap_method=self.vmap_method,
-                    input_output_aliases=aliases,
-                    has_side_effect=self.has_side_effect,
-                )(*xs, key=key)
-            return list(results)[:len(self.out_specs)]
+            results = _partitioning.bind(
+                target, xs, results_specs, key=key,
+                aliases=aliases, vmap_method=self.vmap_method, rule=rule,
+                n_scratch=len(scratch_specs),
+                has_side_effect=self.has_side_effect, label=op,
+                profile_name=profile_name)
+            return list(results)[:len(out_specs)]
 
         if tracing:
             # Makes grad name the user's op instead of numbax's shared
@@ -167,7 +312,7 @@ class NumbaCudaCallable:
             results = _not_transposable(bind(*inputs), op)
         else:
             results = bind(*inputs)
-        return jax.tree_util.tree_unflatten(self.out_tree, list(results))
+        return jax.tree_util.tree_unflatten(out_tree, list(results))
 
 
 def _not_differentiable(bind, op: str):
@@ -251,7 +396,10 @@ def numba_cuda_callable(
         synchronisation, no allocation (use ``scratch``), no host reads, and
         the same work for the same shapes.
       name: optional stable name for the op's key (default: the function's
-        module and qualified name).
+        module and qualified name); also the op's name in profiles
+        (default there: the function's qualified name): its HLO custom call
+        and, on a GPU, each call's NVTX range carry it
+        (``op.profile_name``; docs/profiling.md).
       batch_partitionable: declare that ``func`` treats every index of axis 0
         of every input, output and scratch buffer independently (like
         ``jax.vmap``); they must all have the same leading extent. Under

@@ -192,6 +192,15 @@ def collect_info() -> dict[str, Any]:
         info["fast_launch"] = _fast_launch.status()
     except Exception as exc:  # noqa: BLE001
         info["fast_launch"] = f"unknown ({_error(exc)})"
+    try:  # whether a profiler's NVTX tool attached (docs/profiling.md)
+        from numbax import _core
+        info["nvtx"] = (
+            "attached: each op call is an NVTX range named after the op"
+            if _core.nvtx_attached() else
+            "no tool attached (under Nsight Systems, each op call is an "
+            "NVTX range named after the op)")
+    except Exception as exc:  # noqa: BLE001
+        info["nvtx"] = f"unknown ({_error(exc)})"
     # The optional second compiler: read from its metadata, never imported
     # here (its import takes seconds).
     from numbax import _mlir
@@ -354,6 +363,7 @@ def format_info(info: dict[str, Any], problems: Sequence[Problem]) -> str:
     else:
         row("CUDA driver", "not found (libcuda.so.1 does not load)")
     row("fast launch", info.get("fast_launch", "unknown"))
+    row("NVTX", info.get("nvtx", "unknown"))
     row("numba-cuda-mlir",
         info.get("numba_cuda_mlir", {}).get("status", "unknown"))
     set_env = {k: v for k, v in info["env"].items() if v is not None}

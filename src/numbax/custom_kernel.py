@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import (_checks, _custom_batching, _custom_outs, _custom_primitive,
-               _custom_rules, _numba)
+               _custom_rules, _numba, _shape_fns)
 from ._custom_primitive import NUMBA_CUDA
 from ._custom_rules import is_undefined_primal
 
@@ -93,7 +93,9 @@ class XLACustomKernel:
 
     Create one per operation, once (at module level): each op registers a
     JAX primitive for the life of the process, and its name names the
-    primitive in jaxprs, HLO and error messages.
+    primitive in jaxprs, HLO, profiles and error messages (the numbax ops
+    its generators return, made without ``name=``, take it as their
+    ``profile_name``: docs/profiling.md).
 
     Example::
 
@@ -469,7 +471,11 @@ class XLACustomKernel:
             ruled = self._ruled.get(key)
         if ruled is not None:
             return ruled
-        outs_tree = jax.tree_util.tree_unflatten(fn.out_tree, fn.out_specs)
+        # outs (and a callable's scratch) as the op was given them: a shape
+        # function stays one (a kernel then refuses the rule, naming it).
+        outs_fn = getattr(fn, "_outs_fn", None)
+        outs_tree = outs_fn if outs_fn is not None else \
+            jax.tree_util.tree_unflatten(fn.out_tree, fn.out_specs)
         if isinstance(fn, NumbaCudaKernel):
             ruled = numba_cuda_kernel(
                 fn.kernel, outs_tree, grid=fn.grid, block=fn.block,
@@ -479,13 +485,18 @@ class XLACustomKernel:
                 input_output_aliases=fn.input_output_aliases, name=fn.name,
                 sharding_rule=str(rule))
         else:
-            scratch = fn.scratch_specs or None
+            scratch = (fn._scratch_fn if fn._scratch_fn is not None
+                       else fn.scratch_specs or None)
             ruled = numba_cuda_callable(
                 fn.func, outs_tree, vmap_method=fn.vmap_method,
                 input_output_aliases=fn.input_output_aliases,
                 scratch=scratch, capture=fn.capture, name=fn.name,
                 has_side_effect=fn.has_side_effect,
                 fast_launch=fn.fast_launch, sharding_rule=str(rule))
+        # Named in profiles as the op it was made from.
+        if isinstance(ruled, (NumbaCudaKernel, NumbaCudaCallable)) and \
+                ruled._profile_tag is None:
+            ruled._profile_tag = fn._profile_tag
         with self._lock:
             # Kept with the generated op it was made from.
             return self._ruled.setdefault(key, ruled)
@@ -519,8 +530,10 @@ class XLACustomKernel:
             raise TypeError(
                 f"{self!r}: pass outs=jax.ShapeDtypeStruct(...) (or a pytree "
                 "of them) describing the outputs")
-        specs, out_tree = _checks.normalize_outs(outs, op=repr(self))
-        _checks.check_x64(_checks.wide_outputs(specs), repr(self))
+        outs_fn = outs if _shape_fns.is_function(outs) else None
+        if outs_fn is None:
+            specs, out_tree = _checks.normalize_outs(outs, op=repr(self))
+            _checks.check_x64(_checks.wide_outputs(specs), repr(self))
         static = []
         for key in sorted(static_kwargs):
             value = static_kwargs[key]
@@ -553,12 +566,21 @@ class XLACustomKernel:
                     (p, self._default(p)) for p in _USER_PLATFORMS)
         args = [x if isinstance(x, (jax.Array, jax.core.Tracer))
                 else self._as_array(i, x) for i, x in enumerate(inputs)]
+        if outs_fn is not None:
+            # outs as a function of the inputs (as ShapeDtypeStructs) and
+            # the static keyword arguments, evaluated when traced.
+            structs = _shape_fns.arguments(args, ())
+            result = _shape_fns.evaluate(
+                lambda *a: outs_fn(*a, **static_kwargs), "outs", structs,
+                repr(self))
+            specs, out_tree = _checks.normalize_outs(
+                result, _shape_fns.where("outs", structs), op=repr(self))
+            _checks.check_x64(_checks.wide_outputs(specs), repr(self))
         outs_spec = tuple((tuple(s.shape), np.dtype(s.dtype)) for s in specs)
         if self._sharding_rule is not None:
             self._check_rule(args, outs_spec, out_tree, tuple(static))
         results = self.primitive.bind(
-            *args,
-            outs=tuple((tuple(s.shape), np.dtype(s.dtype)) for s in specs),
+            *args, outs=outs_spec,
             out_tree=out_tree, backends=backends, static=tuple(static))
         return jax.tree_util.tree_unflatten(out_tree, list(results))
 
@@ -662,6 +684,11 @@ class XLACustomKernel:
                 f"{self!r}: the kernel generator of backend '{backend}' "
                 f"returned {type(fn).__name__}, not a function of the inputs "
                 "(e.g. numbax.numba_cuda_kernel(...))")
+        # A numbax op made without name= takes this op's name in profiles
+        # (HLO and NVTX): its kernel is usually a closure of the generator.
+        if getattr(fn, "name", "") is None and \
+                getattr(fn, "_profile_tag", "") is None:
+            fn._profile_tag = self.name
         with self._lock:
             fn = self._generated.setdefault(key, fn)
         return self._with_rule(fn, outs, out_tree, static)

@@ -8,22 +8,23 @@ CPU through Numba's simulator in _kernel_simulator.py.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import weakref
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
 
 from . import (_checks, _core, _fast_launch, _fold, _kernel_cache,
-               _kernel_plan, _kernel_simulator, _mlir, _numba, _registry,
-               _sharding_rule, _signatures)
+               _kernel_plan, _kernel_simulator, _mlir, _numba, _profile,
+               _registry, _scalars, _shape_fns, _sharding_rule, _signatures)
 # numbax.kernel's names for the launch configuration and the primitive.
 from ._kernel_primitive import numbax_kernel_p
 from ._launch_config import (MAX_BLOCK, MAX_GRID,  # noqa: F401
                              MAX_SHARED_MEM, MAX_THREADS_PER_BLOCK,
-                             VMAP_METHODS, check_launch_configuration,
+                             VMAP_METHODS, as_dims, check_launch_configuration,
                              check_launch_limits, launch_config, pad3)
 
 # Simulator launchers kept per op (one per unbatched/batched call shape).
@@ -73,7 +74,7 @@ class _LauncherRef:
 
     def __init__(self, op, spec, launcher=None):
         self._op = weakref.ref(op)
-        # (avals, out_shapes, batch, broadcast, aliases, grid_from)
+        # (avals, out_shapes, batch, broadcast, aliases, _Call, grid_from)
         self._spec = spec
         self._launcher = (weakref.ref(launcher) if launcher is not None
                           else lambda: None)
@@ -93,6 +94,46 @@ class _LauncherRef:
         return launcher
 
 
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """What one call of an op launches, resolved when it is traced: its
+    outputs (unbatched), grid and block, and the scalars passed by value.
+    A parameter of numbax_kernel_p (hashable, compared by value), and what
+    the call part of the op's key spells where it is not fixed."""
+    outs: tuple  # ((shape, np.dtype), ...)
+    grid: tuple  # 3 ints
+    block: tuple  # 3 ints
+    scalars: tuple = ()  # _scalars.Scalar, by position
+
+    @property
+    def empty(self) -> bool:
+        return 0 in self.grid or 0 in self.block
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.outs)
+
+    def out_avals(self, batch: int) -> list:
+        lead = (batch,) if batch else ()
+        return [(lead + tuple(s), np.dtype(d)) for s, d in self.outs]
+
+
+def _out_shapes(call: _Call) -> list:
+    """The unbatched output shapes of a call."""
+    return [tuple(s) for s, _ in call.outs]
+
+
+def _rule_with_shape_fns_error(op: str, batch_partitionable: bool):
+    what = ("batch_partitionable=True" if batch_partitionable
+            else "sharding_rule=")
+    return ValueError(
+        f"{op}: {what} cannot be combined with outs= or launch_dims= given "
+        "as a function of the call's arguments: the rule ties the launch to "
+        "fixed outputs and launch dimensions. Give outs and launch_dims as "
+        "values (one op per shape), or use numba_cuda_callable, whose rules "
+        "take shape functions (docs/errors.md)")
+
+
 class NumbaCudaKernel:
     """The function of JAX arrays returned by :func:`numba_cuda_kernel`."""
 
@@ -106,10 +147,24 @@ class NumbaCudaKernel:
             None if sharding_rule is None else _sharding_rule.parse(
                 sharding_rule, f"numbax.numba_cuda_kernel("
                 f"{_registry.base_name(getattr(kernel, 'py_func', kernel))})"))
-        self.out_specs, self.out_tree = _checks.normalize_outs(
-            outs, op=f"numba_cuda_kernel("
-            f"{_registry.base_name(getattr(kernel, 'py_func', kernel))})")
-        self._wide_outs = _checks.wide_outputs(self.out_specs)
+        # outs= and launch_dims= may be functions of the call's arguments
+        # (_shape_fns.py): resolved per signature when a call is traced.
+        self._outs_fn = outs if _shape_fns.is_function(outs) else None
+        self._dims_fn = (launch_dims if _shape_fns.is_function(launch_dims)
+                         else None)
+        if self._has_rule() and (self._outs_fn is not None
+                                 or self._dims_fn is not None):
+            raise _rule_with_shape_fns_error(
+                f"numbax.numba_cuda_kernel("
+                f"{_registry.base_name(getattr(kernel, 'py_func', kernel))})",
+                self.batch_partitionable)
+        if self._outs_fn is None:
+            self.out_specs, self.out_tree = _checks.normalize_outs(
+                outs, op=f"numba_cuda_kernel("
+                f"{_registry.base_name(getattr(kernel, 'py_func', kernel))})")
+            self._wide_outs = _checks.wide_outputs(self.out_specs)
+        else:
+            self.out_specs, self.out_tree, self._wide_outs = None, None, ()
         self.launch_dims = launch_dims
         self.grid = grid
         self.block = block
@@ -118,14 +173,21 @@ class NumbaCudaKernel:
         self.vmap_method = vmap_method
         self.input_output_aliases = input_output_aliases
         self.name = name
+        # Set by an XLACustomKernel for the ops its generators return
+        # (custom_kernel.py): their profile name is the custom kernel's.
+        self._profile_tag: str | None = None
         # Simulator launchers, kept alive here (the registry refers to them
         # weakly), most recently used last, at most MAX_LAUNCHERS: one per
         # batch size would grow without bound. An evicted one is made again
         # when a program needs it; instantiated call sites hold their own.
         self._launchers: OrderedDict = OrderedDict()
         self._arities_checked: set = set()
-        # Unbatched argument types -> FoldDecision (see _fold.py), and the
-        # batched kernels compiled for folded launches.
+        # Signature -> (_Call, out tree, 64-bit outputs), for ops with shape
+        # functions or calls with scalars.
+        self._calls = _shape_fns.Memo()
+        self._fixed: _Call | None = None  # the _Call of the fixed form
+        # (unbatched argument types, grid) -> FoldDecision (see _fold.py),
+        # and the batched kernels compiled for folded launches.
         self._fold_decisions: dict = {}
         self._batched_kernels: dict = {}
         self.__name__ = getattr(kernel, "__name__", "numba_cuda_kernel")
@@ -139,7 +201,7 @@ class NumbaCudaKernel:
         # kernel is compiled then, from the shapes and dtypes in the key).
         self._group = _registry.register_op(
             self, kernel, name=name, config=self._config(),
-            num_outputs=len(self.out_specs))
+            num_outputs=len(self.out_specs or ()))
 
     @property
     def _label(self) -> str:
@@ -149,8 +211,18 @@ class NumbaCudaKernel:
     def __repr__(self):
         return f"{self._label[:-1]}, vmap: {self._vmap_summary()})"
 
+    @property
+    def profile_name(self) -> str:
+        """The op's name in profiles: its ``name=``, else the kernel's
+        qualified name. HLO names the op's custom calls after it (JAX's
+        profiler, TensorBoard, XLA dumps) and, on a GPU, each call is an
+        NVTX range with this name (docs/profiling.md)."""
+        return (self.name or self._profile_tag
+                or _profile.qualified_name(self._py_func))
+
     def _vmap_summary(self) -> str:
-        static = self._static_fold()
+        static = (None if self._dims_fn is not None
+                  else self._static_fold(self._launch()[0]))
         if static is not None:
             return str(static)
         decisions = list(self._fold_decisions.values())
@@ -159,12 +231,13 @@ class NumbaCudaKernel:
                 "(op.vmap_fold(*args) tells)"
         if len(set(decisions)) == 1:
             return str(decisions[0])
-        return "; ".join(f"{_signature_str(t)}: {d}"
-                         for t, d in self._fold_decisions.items())
+        return "; ".join(
+            f"{_signature_str(t)}"
+            + (f" grid {g}" if self._dims_fn is not None else "") + f": {d}"
+            for (t, g), d in self._fold_decisions.items())
 
-    def _static_fold(self):
+    def _static_fold(self, grid):
         """The decision when it does not depend on the compiled code."""
-        grid, _, _ = self._launch()
         if self.vmap_method == "sequential" or all(
                 grid[a] != 1 for a in _fold.FOLD_AXES):
             return _fold.decide(vmap_method=self.vmap_method, grid=grid,
@@ -175,26 +248,26 @@ class NumbaCudaKernel:
         """How ``jax.vmap`` launches this kernel for unbatched inputs like ``args``.
 
         ``args`` are the inputs of one unbatched call (arrays or
-        ``jax.ShapeDtypeStruct``). Returns a :class:`FoldDecision`: ``folds``
-        (the batch runs in one launch), ``axis`` (the grid axis indexing the
-        slice) and ``reason``. On a GPU this compiles the kernel for those
-        types, as a call would.
+        ``jax.ShapeDtypeStruct``, and scalars passed by value). Returns a
+        :class:`FoldDecision`: ``folds`` (the batch runs in one launch),
+        ``axis`` (the grid axis indexing the slice) and ``reason``. On a
+        GPU this compiles the kernel for those types, as a call would.
         """
         # The checks a call runs: what a call refuses gets no verdict.
-        inputs = self._checked_inputs(args, shapes=True)
+        inputs, call, _ = self._checked_call(args, shapes=True)
         avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in inputs]
-        outs = [(tuple(o.shape), np.dtype(o.dtype)) for o in self.out_specs]
-        return self._fold_for(self._argtypes(avals + outs, 0),
-                              n_in=len(inputs))
+        argtypes = self._argtypes(avals + call.out_avals(0), 0, call.scalars)
+        return self._fold_for(argtypes, call.grid, n_in=len(args))
 
-    def _fold_for(self, argtypes, compiled=None, n_in=None):
-        """The FoldDecision for unbatched `argtypes`, decided once."""
-        decision = self._fold_decisions.get(argtypes)
+    def _fold_for(self, argtypes, grid, compiled=None, n_in=None):
+        """The FoldDecision for unbatched `argtypes` launched over `grid`,
+        decided once."""
+        key = (argtypes, tuple(grid))
+        decision = self._fold_decisions.get(key)
         if decision is not None:
             return decision
-        decision = self._static_fold()
+        decision = self._static_fold(grid)
         if decision is None:
-            grid, _, _ = self._launch()
             if self._mlir:  # no simulator: read its compiled MLIR
                 compiled = compiled or self._compile(argtypes)
                 cooperative = bool(compiled.cooperative)
@@ -217,50 +290,62 @@ class NumbaCudaKernel:
                 why = _fold.unknown_globals_reason(self.kernel, argtypes)
                 if why:
                     decision = _fold.fallback(why)
-        self._fold_decisions[argtypes] = decision
+        self._fold_decisions[key] = decision
         return decision
 
-    def _batched_kernel(self, num_args, broadcast, decision, argtypes=None):
+    def _batched_kernel(self, num_args, broadcast, decision, argtypes=None,
+                        scalars=()):
         """The generated kernel for a folded launch (one per broadcast
-        pattern and set of frozen globals)."""
+        pattern, scalar positions and set of frozen globals)."""
         frozen = (None if _numba.simulator_enabled() or argtypes is None
                   else _fold.frozen_globals(self.kernel, tuple(argtypes)))
         # The frozen values live as long as the kernel: their id is stable.
         key = (num_args, broadcast, decision.axis,
-               id(frozen) if frozen else None)
+               id(frozen) if frozen else None, tuple(scalars))
         kernel = self._batched_kernels.get(key)
         if kernel is None:
-            make = (_mlir.make_batched_kernel if self._mlir
-                    else _fold.make_batched_kernel)
             axis = _fold.AXIS_NAMES.index(decision.axis)
-            kernel = make(self.kernel, num_args, broadcast, axis, frozen)
-            if not self._mlir:
+            if self._mlir:
+                kernel = _mlir.make_batched_kernel(self.kernel, num_args,
+                                                   broadcast, axis, frozen)
+            else:
+                kernel = _fold.make_batched_kernel(
+                    self.kernel, num_args, broadcast, axis, frozen,
+                    scalars=scalars)
                 # What generated it, as numbax's entry in the kernel's Numba
                 # cache names it (_kernel_cache).
-                source = _fold.batched_source(num_args, broadcast, axis)
+                source = _fold.batched_source(num_args, broadcast, axis,
+                                              scalars)
                 kernel._numbax_kind = (
                     "batched", num_args, tuple(broadcast), axis,
                     hashlib.sha256(source.encode()).hexdigest()[:16])
             self._batched_kernels[key] = kernel
         return kernel
 
-    def _folded(self, argtypes, batch, broadcast, compiled=None):
-        """(decision, batched kernel or None) for a batched call."""
+    def _folded(self, argtypes, grid, batch, broadcast, compiled=None,
+                scalars=()):
+        """(decision, batched kernel or None) for a batched call.
+        `broadcast` has a flag per input buffer; `scalars` sit among them."""
         if batch <= 0:
             return None, None
-        decision = self._fold_for(argtypes, compiled)
+        decision = self._fold_for(argtypes, grid, compiled)
         if not decision.folds:
             return decision, None
         n_args = len(argtypes)
-        flags = tuple(broadcast) + (False,) * (n_args - len(broadcast))
+        positions = tuple(s.position for s in scalars)
+        # A flag per kernel parameter: the buffers' in order, around the
+        # scalars (never sliced), then the outputs (never broadcast).
+        flags = iter(broadcast)
+        per_param = tuple(False if i in positions else next(flags, False)
+                          for i in range(n_args))
         try:
-            return decision, self._batched_kernel(n_args, flags, decision,
-                                                  argtypes)
+            return decision, self._batched_kernel(n_args, per_param, decision,
+                                                  argtypes, positions)
         except Exception as exc:  # e.g. a body Numba refuses as a device fn
             decision = _fold.fallback(
                 f"the batched kernel did not build ({type(exc).__name__}: "
                 f"{exc})")
-            self._fold_decisions[argtypes] = decision
+            self._fold_decisions[(argtypes, tuple(grid))] = decision
             return decision, None
 
     def _value_identity(self):
@@ -270,17 +355,18 @@ class NumbaCudaKernel:
         compiled programs on it: ops re-created with the same kernel, outs
         and launch configuration (a helper that builds the op per call) must
         compare equal, or every call compiles, and keeps, a new program.
+        Shape functions count by identity (the same function object).
         """
         aliases = self.input_output_aliases
         if isinstance(aliases, dict):
             aliases = tuple(sorted(aliases.items(), key=repr))
+        outs = self._outs_fn if self._outs_fn is not None else tuple(
+            (tuple(s.shape), np.dtype(s.dtype).str) for s in self.out_specs)
         identity = (
-            self.kernel,
-            tuple((tuple(s.shape), np.dtype(s.dtype).str)
-                  for s in self.out_specs),
-            self.out_tree, self.launch_dims, self.grid, self.block,
-            self.threads_per_block, self.shared_mem, self.vmap_method,
-            aliases, self.name, self.batch_partitionable, self.sharding_rule)
+            self.kernel, outs, self.out_tree, self.launch_dims, self.grid,
+            self.block, self.threads_per_block, self.shared_mem,
+            self.vmap_method, aliases, self.name, self.batch_partitionable,
+            self.sharding_rule)
         try:
             hash(identity)
         except TypeError:
@@ -302,7 +388,8 @@ class NumbaCudaKernel:
         return getattr(self.kernel, "py_func", self.kernel)
 
     def _launch(self):
-        """(grid, block, empty) of one unbatched launch."""
+        """(grid, block, empty) of one unbatched launch, for an op whose
+        launch is fixed (not a launch_dims function)."""
         if self.launch_dims is not None:
             grid, block = launch_config(self.launch_dims, self.threads_per_block)
             empty = 0 in self.launch_dims
@@ -311,16 +398,136 @@ class NumbaCudaKernel:
             empty = 0 in grid or 0 in block
         return grid, block, empty
 
+    # -- one call: outs, launch and scalars, resolved per signature -------
+    def _resolve(self, inputs, scalars):
+        """(_Call, out tree, 64-bit outputs) of a call with `inputs` (arrays
+        or ShapeDtypeStructs) and `scalars`: the fixed form's, or what the
+        shape functions return for them (once per signature)."""
+        if self._outs_fn is None and self._dims_fn is None:
+            fixed = self._fixed
+            if fixed is None:
+                grid, block, _ = self._launch()
+                outs = tuple((tuple(s.shape), np.dtype(s.dtype))
+                             for s in self.out_specs)
+                fixed = self._fixed = _Call(outs, grid, block)
+            if scalars:
+                fixed = dataclasses.replace(fixed, scalars=tuple(scalars))
+            return fixed, self.out_tree, self._wide_outs
+        sig = _shape_fns.signature(inputs, scalars)
+        known = self._calls.get(sig)
+        if known is not None:
+            return known
+        args = _shape_fns.arguments(inputs, scalars)
+        op = self._label
+        if self._outs_fn is not None:
+            result = _shape_fns.evaluate(self._outs_fn, "outs", args, op)
+            specs, tree = _checks.normalize_outs(
+                result, _shape_fns.where("outs", args), op=op)
+        else:
+            specs, tree = self.out_specs, self.out_tree
+        if self._dims_fn is not None:
+            result = _shape_fns.evaluate(self._dims_fn, "launch_dims", args,
+                                         op)
+            what = _shape_fns.where("launch_dims", args)
+            try:
+                dims = as_dims(result, what)
+                grid, block = launch_config(dims, self.threads_per_block)
+                check_launch_limits(grid, block, f"{op}: {what} = {dims}")
+            except ValueError as exc:
+                message = str(exc)
+                if not message.startswith(op):
+                    message = f"{op}: {message}"
+                raise ValueError(message) from None
+        else:
+            grid, block, _ = self._launch()
+        outs = tuple((tuple(s.shape), np.dtype(s.dtype)) for s in specs)
+        resolved = (_Call(outs, tuple(grid), tuple(block), tuple(scalars)),
+                    tree, _checks.wide_outputs(specs))
+        return self._calls.put(sig, resolved)
+
+    def _checked_call(self, args, shapes=False):
+        """(input buffers, _Call, out tree) of a call with `args`, checked as
+        a call checks them (arrays, or with `shapes` ShapeDtypeStructs, and
+        scalars passed by value): dtypes, ranks, arity, aliases."""
+        op = self._label
+        arrays, scalars = _scalars.split(args, op)
+        if scalars and self._mlir:
+            raise TypeError(
+                f"{op}: input {scalars[0].position} is a scalar "
+                f"({scalars[0].value!r}), but numbax passes scalars by value "
+                "to numba-cuda kernels only, not to numba-cuda-mlir ones; "
+                "pass it as a 1-element array (jnp.array([value])) and read "
+                "a[0] in the kernel")
+        positions = None if not scalars else [
+            i for i, a in enumerate(args) if not _scalars.is_scalar(a)]
+        inputs = _checks.as_input_arrays(arrays, op, shapes=shapes,
+                                         positions=positions)
+        call, tree, wide = self._resolve(inputs, scalars)
+        _checks.check_x64(wide, op)
+        nargs = len(args) + call.num_outputs
+        if nargs not in self._arities_checked:
+            _checks.check_arity(
+                self._py_func, nargs, op,
+                _checks.arg_layout(len(args), call.num_outputs),
+                what="kernel")
+            self._arities_checked.add(nargs)
+        if self.input_output_aliases is not None:
+            specs = self.out_specs if self._outs_fn is None else [
+                jax.ShapeDtypeStruct(s, d) for s, d in call.outs]
+            _checks.check_aliases(self.input_output_aliases, inputs, specs,
+                                  op)
+        return inputs, call, tree
+
+    def _checked_inputs(self, args, shapes=False):
+        """The call's input buffers, checked as a call checks them."""
+        return self._checked_call(args, shapes)[0]
+
     # -- GPU: the plan C++ launches from ----------------------------------
-    def _argtypes(self, avals, batch):
+    def _argtypes(self, avals, batch, scalars=()):
+        """The kernel's argument types: arrays for `avals` (the leading axis
+        dropped when `batch`), and each scalar's Numba type at its
+        position."""
         if self._mlir:
             return _mlir.argtypes(avals, batch, self._label)
         from numba import types
         tys = []
         for shape, dtype in avals:
             ndim = len(shape) - (1 if batch else 0)
+            # A float8 buffer is a uint8 array (its bits) to the kernel.
             tys.append(types.Array(_numba.numba_type_for(dtype), ndim, "C"))
-        return tuple(tys)
+        return tuple(_scalars.merge(
+            tys, scalars,
+            [_scalars.numba_type(s, self._label) for s in scalars]))
+
+    def _formals(self, argtypes, scalars, n_in):
+        """The types the kernel's parameters at the scalars' positions have
+        in the version that runs: the explicit signature's, or the scalars'
+        own."""
+        if not scalars:
+            return ()
+        chosen = None
+        if not _numba.simulator_enabled():
+            chosen = _signatures.select_signature(self.kernel, argtypes,
+                                                  self._label, n_in)
+        formals = argtypes if chosen is None else tuple(chosen)
+        return tuple(formals[s.position] for s in scalars)
+
+    def _scalar_values(self, scalars, formals):
+        """Each scalar as the kernel parameter of type `formals[i]`
+        receives it (a NumPy scalar of its dtype)."""
+        names = _signatures._parameter_names(self.kernel)
+        return [_scalars.converted(
+                    s, f, self._label,
+                    _signatures.describe_argument(s.position, None, names))
+                for s, f in zip(scalars, formals)]
+
+    def _scalar_params(self, scalars, formals):
+        """(position, kind, bytes) per scalar, for the LaunchPlan."""
+        names = _signatures._parameter_names(self.kernel)
+        return [_scalars.parameter(
+                    s, f, self._label,
+                    _signatures.describe_argument(s.position, None, names))
+                for s, f in zip(scalars, formals)]
 
     def _compile(self, argtypes, n_in=None):
         argtypes = tuple(argtypes)
@@ -392,61 +599,70 @@ class NumbaCudaKernel:
         return compiled
 
     def _config(self) -> str:
-        """What the op was created with, as its key spells it."""
-        grid, block, _ = self._launch()
-        outs = _registry.avals_text(
-            (tuple(o.shape), o.dtype) for o in self.out_specs)
+        """What the op was created with, as its key spells it: 'fn' for a
+        shape function (the call part then spells what it returned)."""
         dims = lambda d: "x".join(map(str, d))  # noqa: E731
+        if self._outs_fn is not None:
+            outs = "fn"
+        else:
+            outs = _registry.avals_text(
+                (tuple(o.shape), o.dtype) for o in self.out_specs)
+        if self._dims_fn is not None:
+            launch = "grid=fn;block=fn"
+        else:
+            grid, block, _ = self._launch()
+            launch = f"grid={dims(grid)};block={dims(block)}"
         # Only an op with a rule says so: every other op's key stays what it
         # was before rules existed.
         rule = ("" if not self._has_rule() else ";rule=batch"
                 if self.batch_partitionable else
                 f";rule={str(self.sharding_rule).replace(', ', ',')}")
-        return (f"kernel;outs={outs};grid={dims(grid)};block={dims(block)}"
-                f";smem={self.shared_mem}{rule}")
+        return f"kernel;outs={outs};{launch};smem={self.shared_mem}{rule}"
 
     # -- partitioning: which calls XLA may split, and how -----------------
+    # An op with a rule has fixed outs and launch_dims (refused otherwise
+    # when created); `outs` is the call's unbatched output shapes (_Call).
+    # Scalars are not buffers: rules, units and grid ties count the array
+    # inputs and the outputs only.
     def _has_rule(self) -> bool:
         return self.batch_partitionable or self.sharding_rule is not None
 
-    def _unbatched_rule(self, in_shapes):
+    def _unbatched_rule(self, in_shapes, outs):
         """The op's own rule for unbatched inputs of `in_shapes`, or None."""
-        outs = [tuple(o.shape) for o in self.out_specs]
         if self.batch_partitionable:
             return _sharding_rule.leading_rule(in_shapes, outs)
         return self.sharding_rule
 
-    def _check_rule(self, in_shapes):
+    def _check_rule(self, in_shapes, outs):
         """Refuses, naming the op, a rule that does not fit a call of
         `in_shapes` or a launch that could not follow the split."""
-        rule = self._unbatched_rule(in_shapes)
+        rule = self._unbatched_rule(in_shapes, outs)
         if rule is None:
             return
-        outs = [tuple(o.shape) for o in self.out_specs]
         if self.batch_partitionable:
-            extents = {int(s[0]) for s in list(in_shapes) + outs}
+            extents = {int(s[0]) for s in list(in_shapes) + list(outs)}
             if len(extents) > 1:
                 raise ValueError(
                     f"{self._label}: batch_partitionable=True declares that "
                     "axis 0 of every input and output is one independent "
                     "batch axis, so their leading extents must be equal; got "
-                    f"inputs {[tuple(s) for s in in_shapes]}, outputs {outs}. "
-                    "Give a sharding_rule that says which arrays share the "
-                    "axis (e.g. 'i j, j -> i j'), or use jax.shard_map")
+                    f"inputs {[tuple(s) for s in in_shapes]}, outputs "
+                    f"{list(outs)}. Give a sharding_rule that says which "
+                    "arrays share the axis (e.g. 'i j, j -> i j'), or use "
+                    "jax.shard_map")
         split = _sharding_rule.split(rule, in_shapes, outs, self._label,
                                      aliases=self._alias_pairs())
         if self.launch_dims is not None:
             _sharding_rule.launch_ties(self.launch_dims, split, self._label)
 
-    def _grid_from(self, avals, batch):
+    def _grid_from(self, avals, batch, outs):
         """Per grid axis, the axis of output 0 (as the call's buffers have
         it) whose local extent that axis covers, or -1: the op's rule ties
         the leading launch axes to the split factors."""
         if not self._has_rule() or self.launch_dims is None:
             return (-1, -1, -1)
         shapes = [tuple(s)[1:] if batch else tuple(s) for s, _ in avals]
-        rule = self._unbatched_rule(shapes)
-        outs = [tuple(o.shape) for o in self.out_specs]
+        rule = self._unbatched_rule(shapes, outs)
         split = _sharding_rule.split(rule, shapes, outs, self._label,
                                      aliases=self._alias_pairs())
         ties = _sharding_rule.launch_ties(self.launch_dims, split, self._label)
@@ -454,20 +670,20 @@ class NumbaCudaKernel:
         ties = tuple(t + shift if t >= 0 else -1 for t in ties)
         return ties + (-1,) * (3 - len(ties))
 
-    def _split(self, ctx, avals, batch, broadcast):
+    def _split(self, ctx, avals, batch, broadcast, call):
         """The Split of a lowered call, or None where XLA gets no rule."""
         from . import _partitioning
         in_shapes = [tuple(s) for s, _ in avals]
+        outs = _out_shapes(call)
         if batch:
             unbatched = [s[1:] for s in in_shapes]
-            outs = [tuple(o.shape) for o in self.out_specs]
-            base = self._unbatched_rule(unbatched)
+            base = self._unbatched_rule(unbatched, outs)
             vmap_only = base is None
             if base is None:
                 base = _sharding_rule.unshared_rule(unbatched, outs)
             rule = _sharding_rule.vmapped(base, [not b for b in broadcast])
         else:
-            rule, vmap_only = self._unbatched_rule(in_shapes), False
+            rule, vmap_only = self._unbatched_rule(in_shapes, outs), False
         return _partitioning.split_for(ctx, rule, vmap_only, self._label,
                                        aliases=self._alias_pairs())
 
@@ -477,9 +693,9 @@ class NumbaCudaKernel:
         return tuple(sorted((int(i), int(o)) for i, o in
                             (self.input_output_aliases or {}).items()))
 
-    @staticmethod
-    def _call_spec(avals, batch, broadcast, fold: str = "",
-                   aliases: tuple = (), lead: str = "") -> str:
+    def _call_spec(self, avals, batch, broadcast, fold: str = "",
+                   aliases: tuple = (), call: _Call | None = None,
+                   lead: str = "") -> str:
         flags = "".join("1" if b else "0" for b in broadcast)
         spec = (f"in={_registry.avals_text(avals)};batch={int(batch)}"
                 f";bcast={flags}")
@@ -489,18 +705,29 @@ class NumbaCudaKernel:
         # in the key so that a program built under another chunk limit
         # never shares an entry with this one.
         spec += f";fold={fold}" if fold else ""
+        if call is not None:
+            # What shape functions returned, and the scalars: a process
+            # that resolves the key has nothing else to go by.
+            if self._outs_fn is not None:
+                spec += f";out={_registry.avals_text(call.outs)}"
+            if self._dims_fn is not None:
+                spec += (f";grid={'x'.join(map(str, call.grid))}"
+                         f";block={'x'.join(map(str, call.block))}")
+            spec += _scalars.scalars_spec(call.scalars)
         # The leading unit axes of a call XLA may split (a program of
         # several devices, or an op with a rule): C++ drops them first.
         spec += lead
         assert "/" not in spec, spec  # "/" separates a key's parts
         return spec
 
-    def _fold_spec(self, avals, batch, broadcast) -> str:
+    def _fold_spec(self, avals, batch, broadcast, call) -> str:
         """'axis:max slices per launch' for a folded vmapped call, else ''."""
         if batch <= 0:
             return ""
-        argtypes = self._argtypes(list(avals) + self._out_avals(batch), batch)
-        decision, batched = self._folded(argtypes, batch, broadcast)
+        argtypes = self._argtypes(list(avals) + call.out_avals(batch), batch,
+                                  call.scalars)
+        decision, batched = self._folded(argtypes, call.grid, batch,
+                                         broadcast, scalars=call.scalars)
         if batched is None or not decision.folds:
             return ""
         # ":" not "/": "/" separates the parts of a key (_registry.split_key).
@@ -513,56 +740,87 @@ class NumbaCudaKernel:
         broadcast = tuple(c == "1" for c in fields.get("bcast", ""))
         if len(broadcast) != len(avals):
             raise ValueError(f"{self!r}: malformed call spec {call!r}")
+        scalars = _scalars.parse_scalars(fields)
+        if self._outs_fn is not None:
+            if "out" not in fields:
+                raise ValueError(f"{self!r}: call spec {call!r} has no out=")
+            outs = tuple((tuple(s), np.dtype(d)) for s, d in
+                         _registry.parse_avals(fields["out"]))
+        else:
+            outs = tuple((tuple(s.shape), np.dtype(s.dtype))
+                         for s in self.out_specs)
+        if self._dims_fn is not None:
+            try:
+                grid, block = (tuple(int(n) for n in fields[k].split("x"))
+                               for k in ("grid", "block"))
+            except (KeyError, ValueError):
+                raise ValueError(
+                    f"{self!r}: call spec {call!r} has no grid= and "
+                    "block=") from None
+        else:
+            grid, block, _ = self._launch()
         return (avals, batch, broadcast, _registry.parse_aliases(fields),
+                _Call(outs, tuple(grid), tuple(block), scalars),
                 _sharding_rule.parse_units(fields))
-
-    def _out_avals(self, batch):
-        lead = (batch,) if batch else ()
-        return [(lead + tuple(o.shape), np.dtype(o.dtype))
-                for o in self.out_specs]
 
     def _entry_for_call(self, key, call, platform):
         """The registry entry of a key this process did not trace (a
         deserialised or cached program): built from the call spec, the
         kernel compiled here once per key."""
-        avals, batch, broadcast, aliases, units = self._parse_call(call)
+        avals, batch, broadcast, aliases, resolved, units = \
+            self._parse_call(call)
         if platform == "cpu":
             return _registry.CallableEntry(
-                key, _LauncherRef(self, (avals, self._out_avals(batch), batch,
-                                         broadcast, aliases,
-                                         self._grid_from(avals, batch))),
-                len(avals), len(self.out_specs), 0, aliases=aliases,
-                units=units)
+                key, _LauncherRef(self, (
+                    avals, resolved.out_avals(batch), batch, broadcast,
+                    aliases, resolved,
+                    self._grid_from(avals, batch, _out_shapes(resolved)))),
+                len(avals), resolved.num_outputs, 0, aliases=aliases,
+                name=self.profile_name, units=units if any(units) else ())
         # On XLA's instantiating thread: compile with device 0's primary
         # context bound for the call (as a trace on the main thread would),
         # so that Numba does not push a context of its own onto XLA's thread.
         return _core.call_on_device(
             0, lambda: self._kernel_entry(key, avals, batch, broadcast,
-                                          aliases, units))
+                                          aliases, resolved, units))
+
+    def _fixed_call(self) -> _Call:
+        """The _Call of an op without shape functions and scalars."""
+        return self._resolve((), ())[0]
 
     def _kernel_entry(self, key, avals, batch, broadcast, aliases=(),
-                      units=((), ())):
-        out_avals = self._out_avals(batch)
+                      call=None, units=((), ())):
+        call = call if call is not None else self._fixed_call()
+        out_avals = call.out_avals(batch)
         dtypes = [d for _, d in list(avals) + out_avals]
         if _numba.has_bfloat16(dtypes):
             _numba.check_bfloat16_devices(repr(self))
-        # The kernel's arguments are the inputs then the outputs.
+        # The kernel's arguments are the inputs then the outputs, with the
+        # scalars at their positions among the inputs.
         all_avals = list(avals) + list(out_avals)
-        argtypes = self._argtypes(all_avals, batch)
-        compiled = self._compile(argtypes, len(avals))
-        grid, block, empty = self._launch()
-        decision, batched = self._folded(argtypes, batch, broadcast, compiled)
+        scalars = call.scalars
+        argtypes = self._argtypes(all_avals, batch, scalars)
+        n_in = len(avals) + len(scalars)
+        compiled = self._compile(argtypes, n_in)
+        formals = self._formals(argtypes, scalars, n_in)
+        params = self._scalar_params(scalars, formals)
+        grid, block, empty = call.grid, call.block, call.empty
+        decision, batched = self._folded(argtypes, grid, batch, broadcast,
+                                         compiled, scalars)
         fold_axis = -1
         if batched is not None:
             try:
-                tys = self._argtypes(all_avals, 0)
-                compiled = self._compile_batched(batched, tys)
+                # The batched kernel takes the whole buffers, and each
+                # scalar as the version that runs types it.
+                tys = _scalars.merge(
+                    self._argtypes(all_avals, 0), scalars, list(formals))
+                compiled = self._compile_batched(batched, tuple(tys))
                 fold_axis = _fold.AXIS_NAMES.index(decision.axis)
             except Exception as exc:
-                self._fold_decisions[argtypes] = _fold.fallback(
-                    f"the batched kernel did not compile "
-                    f"({type(exc).__name__}: {exc})")
-        n_in = len(avals)
+                self._fold_decisions[(argtypes, tuple(grid))] = \
+                    _fold.fallback(
+                        f"the batched kernel did not compile "
+                        f"({type(exc).__name__}: {exc})")
         max_slices = _fold.MAX_SLICES_PER_LAUNCH
         # The registry keeps `plan` but must not keep the op alive: the plan
         # refers to it weakly, and the C++ call site that asks for the plan
@@ -570,21 +828,26 @@ class NumbaCudaKernel:
         op_ref = weakref.ref(self)
 
         plan = _kernel_plan.builder(op_ref, compiled, grid, block, empty,
-                                    batch, broadcast, n_in, fold_axis,
+                                    batch, broadcast, len(avals), fold_axis,
                                     max_slices, aliases, units,
-                                    self._grid_from(avals, batch))
+                                    self._grid_from(avals, batch,
+                                                    _out_shapes(call)),
+                                    num_outputs=call.num_outputs,
+                                    scalars=params)
         return _registry.KernelEntry(key, plan, op_ref)
 
-    def _gpu_key(self, avals, out_avals, batch, broadcast, split=None):
+    def _gpu_key(self, avals, out_avals, batch, broadcast, call=None,
+                 split=None):
+        call = call if call is not None else self._fixed_call()
         if [tuple(s) for s, _ in out_avals] != [
-                s for s, _ in self._out_avals(batch)]:
+                s for s, _ in call.out_avals(batch)]:
             raise ValueError(f"{self!r}: outputs {out_avals} do not match "
-                             f"outs {self.out_specs} (batch {batch})")
+                             f"outs {list(call.outs)} (batch {batch})")
         # Compiled now, at trace time, so that compile errors surface here.
         aliases = self._alias_pairs()
         units = (split.buffer_units() if split is not None
                  else ((), ()))
-        entry = self._kernel_entry("", avals, batch, broadcast, aliases,
+        entry = self._kernel_entry("", avals, batch, broadcast, aliases, call,
                                    units)
 
         def make_entry(key):
@@ -593,33 +856,41 @@ class NumbaCudaKernel:
         return _registry.program_key(
             self.kernel, self._group,
             self._call_spec(avals, batch, broadcast,
-                            self._fold_spec(avals, batch, broadcast), aliases,
+                            self._fold_spec(avals, batch, broadcast, call),
+                            aliases, call,
                             split.lead_spec() if split is not None else ""),
             make_entry)
 
     # -- CPU: the same launch through Numba's simulator -------------------
     def _simulator_launcher(self, avals, out_shapes, batch, broadcast,
-                            aliases=(), grid_from=(-1, -1, -1)):
+                            aliases=(), call=None, grid_from=(-1, -1, -1)):
         """The function the CPU handler calls: the launch(es) in the simulator."""
         if self._mlir:
             raise _mlir.no_simulator_error(self._label)
-        grid, block, empty = self._launch()
+        call = call if call is not None else self._fixed_call()
+        grid, block, empty = call.grid, call.block, call.empty
         n_in = len(avals)
         all_avals = list(avals) + [(tuple(s), np.dtype(d)) for s, d in out_shapes]
-        decision, batched = self._folded(
-            self._argtypes(all_avals, batch), batch, broadcast)
+        scalars = call.scalars
+        argtypes = self._argtypes(all_avals, batch, scalars)
+        decision, batched = self._folded(argtypes, grid, batch, broadcast,
+                                         scalars=scalars)
         fold_axis = (-1 if batched is None
                      else _fold.AXIS_NAMES.index(decision.axis))
         max_slices = _fold.MAX_SLICES_PER_LAUNCH if batched is not None \
             else None
         signature = (n_in, batch, tuple(broadcast), fold_axis, max_slices,
-                     aliases, tuple(grid_from))
+                     aliases, grid, block, scalars, tuple(grid_from))
         launcher = self._launchers.get(signature)
         if launcher is None:
+            formals = self._formals(argtypes, scalars, n_in + len(scalars))
+            values = self._scalar_values(scalars, formals)
             launcher = _kernel_simulator.make_launcher(
                 self.kernel, self.shared_mem, self._py_func, n_in, grid, block,
                 empty, batch, broadcast, batched, fold_axis, max_slices,
-                {o for _, o in aliases}, tuple(grid_from))
+                {o for _, o in aliases},
+                [(s.position, v) for s, v in zip(scalars, values)],
+                tuple(grid_from))
             # Kept alive here: the registry refers to it weakly.
             launcher = self._launchers.setdefault(signature, launcher)
         try:
@@ -634,56 +905,40 @@ class NumbaCudaKernel:
         """numbax.clear_caches(): drop every simulator launcher."""
         self._launchers.clear()
 
-    def _simulator_key(self, avals, out_shapes, batch, broadcast, split=None):
+    def _simulator_key(self, avals, out_shapes, batch, broadcast, call=None,
+                       split=None):
+        call = call if call is not None else self._fixed_call()
         n_in = len(avals)
         aliases = self._alias_pairs()
-        grid_from = self._grid_from(avals, batch)
+        grid_from = self._grid_from(avals, batch, _out_shapes(call))
         units = (split.buffer_units() if split is not None
                  else ((), ()))
         # Made now, so that its errors surface at trace time.
         launcher = self._simulator_launcher(avals, out_shapes, batch, broadcast,
-                                            aliases, grid_from)
+                                            aliases, call, grid_from)
 
         def make_entry(key):
             return _registry.CallableEntry(
                 key, _LauncherRef(self, (avals, out_shapes, batch, broadcast,
-                                         aliases, grid_from), launcher),
-                n_in, len(self.out_specs), 0, aliases=aliases,
-                units=units)
+                                         aliases, call, grid_from), launcher),
+                n_in, call.num_outputs, 0, aliases=aliases,
+                name=self.profile_name, units=units)
         return _registry.program_key(
             self.kernel, self._group,
             self._call_spec(avals, batch, broadcast,
-                            self._fold_spec(avals, batch, broadcast), aliases,
+                            self._fold_spec(avals, batch, broadcast, call),
+                            aliases, call,
                             split.lead_spec() if split is not None else ""),
             make_entry)
 
-    def _checked_inputs(self, args, shapes=False):
-        """The call's inputs, checked as a call checks them (arrays, or with
-        `shapes` ShapeDtypeStructs): dtypes, ranks, arity, aliases."""
-        op = self._label
-        _checks.check_x64(self._wide_outs, op)
-        inputs = _checks.as_input_arrays(args, op, shapes=shapes)
-        nargs = len(inputs) + len(self.out_specs)
-        if nargs not in self._arities_checked:
-            _checks.check_arity(
-                self._py_func, nargs, op,
-                _checks.arg_layout(len(inputs), len(self.out_specs)),
-                what="kernel")
-            self._arities_checked.add(nargs)
-        _checks.check_aliases(self.input_output_aliases, inputs,
-                              self.out_specs, op)
-        return inputs
-
     def __call__(self, *args):
-        inputs = self._checked_inputs(args)
+        inputs, call, tree = self._checked_call(args)
         # A rule that does not fit this call is refused now, naming the op.
-        self._check_rule([tuple(x.shape) for x in inputs])
+        self._check_rule([tuple(x.shape) for x in inputs], _out_shapes(call))
         outs = numbax_kernel_p.bind(
-            *inputs, op=self,
-            out_shapes=tuple((tuple(s.shape), np.dtype(s.dtype))
-                             for s in self.out_specs),
-            batch=0, broadcast=tuple(False for _ in inputs))
-        return jax.tree_util.tree_unflatten(self.out_tree, list(outs))
+            *inputs, op=self, out_shapes=call.outs, batch=0,
+            broadcast=tuple(False for _ in inputs), call=call)
+        return jax.tree_util.tree_unflatten(tree, list(outs))
 
 
 def numba_cuda_kernel(
@@ -692,7 +947,7 @@ def numba_cuda_kernel(
     *,
     grid: int | Sequence[int] | None = None,
     block: int | Sequence[int] | None = None,
-    launch_dims: int | Sequence[int] | None = None,
+    launch_dims: int | Sequence[int] | Callable[..., Any] | None = None,
     threads_per_block: int = 256,
     shared_mem: int = 0,
     vmap_method: str | None = None,
@@ -703,7 +958,16 @@ def numba_cuda_kernel(
 ) -> NumbaCudaKernel:
     """Wrap one ``@cuda.jit`` kernel as a JAX function, launched from C++.
 
-    The kernel's arguments are the inputs, then the outputs (all arrays).
+    The kernel's arguments are the inputs, then the outputs. An input is an
+    array, or a Python or NumPy scalar (``bool``, ``int``, ``float``,
+    ``complex``, ``np.float32(...)``, ...), which is passed by value into the
+    kernel's parameter at that position, typed as Numba types it (``int``:
+    int64, ``float``: float64, ``bool``: boolean, NumPy scalars their dtype)
+    or converted to the type the kernel's explicit signature gives it. A
+    scalar is static, like a static argument of ``jax.jit``: it is part of
+    the op's key, so each new value is a new key and launch plan (the
+    compiled code depends on its type only), and ``jax.vmap`` never batches
+    it. Values only known at run time go in 1-element arrays.
     It is compiled for the argument types when traced; each call then packs
     the arguments in the compiler's kernel ABI (numba-cuda's, or
     numba-cuda-mlir's memrefs) and launches on XLA's stream from C++, with
@@ -714,7 +978,14 @@ def numba_cuda_kernel(
 
     Launch configuration: ``grid`` and ``block`` (int or up to 3 ints), or
     ``launch_dims`` (1-3 extents; 1-D blocks of ``min(threads_per_block, n)``,
-    2-D 16x16, 3-D 8x8x4, grid rounded up). A zero extent launches nothing and
+    2-D 16x16, 3-D 8x8x4, grid rounded up).
+
+    ``outs`` and ``launch_dims`` may also be functions of the call's
+    arguments (arrays as ``jax.ShapeDtypeStruct``, scalars as their values)
+    returning what the fixed form takes, e.g. ``outs=lambda x:
+    jax.ShapeDtypeStruct(x.shape, x.dtype)``, ``launch_dims=lambda x:
+    x.shape[0]``: evaluated when a call is traced, once per signature, so
+    one op serves every shape (docs/shapes_and_scalars.md). A zero extent launches nothing and
     the outputs are zero-filled (one aliased to an input keeps its values).
     ``shared_mem`` is dynamic shared memory in bytes.
 
@@ -732,11 +1003,13 @@ def numba_cuda_kernel(
         simulator; docs/compilers.md). Its arguments are the op's inputs,
         then its outputs.
       outs: a ``jax.ShapeDtypeStruct`` or a sequence/pytree of them; the
-        result has the same structure.
+        result has the same structure. Or a function of the call's
+        arguments returning one.
       grid: blocks per grid, an int or 1-3 ints; with ``block``.
       block: threads per block, an int or 1-3 ints; with ``grid``.
       launch_dims: 1-3 extents to cover with one thread each, instead of
         ``grid`` and ``block``; numbax picks the blocks as described above.
+        Or a function of the call's arguments returning them.
       threads_per_block: the 1-D block size used with ``launch_dims``
         (default 256).
       shared_mem: bytes of dynamic shared memory per block (default 0).
@@ -745,9 +1018,13 @@ def numba_cuda_kernel(
         ``'sequential'`` (one launch per slice, in order). Needs
         ``launch_dims`` unless ``None``.
       input_output_aliases: ``{input index: output index}``: the output is
-        written in the input's buffer (same shape and dtype).
+        written in the input's buffer (same shape and dtype). Input indices
+        count the array inputs only (scalars are not buffers).
       name: optional stable name for the op's key, a non-empty str
-        (default: the kernel's module and qualified name).
+        (default: the kernel's module and qualified name); also the op's
+        name in profiles (default there: the kernel's qualified name): its
+        HLO custom call and, on a GPU, each call's NVTX range carry it
+        (``op.profile_name``; docs/profiling.md).
       batch_partitionable: declare that the kernel treats every index of
         axis 0 of every input and output independently (they must all have
         the same leading extent): under ``jax.jit`` with inputs sharded
@@ -755,20 +1032,23 @@ def numba_cuda_kernel(
         of gathering the arrays. ``launch_dims[0]`` must then be that
         extent: each device launches over its own rows (the grid is read
         from the shards the call receives). Same as
-        ``sharding_rule="b ..., b ... -> b ..."``.
-      sharding_rule: which axes of the inputs and outputs are the same
-        factor, in the einsum-like notation of Shardy rules
-        (``"i j, j -> i j"``): XLA may split the factors that lead every
-        output (each input leading with them too, or not naming them),
-        running the kernel on each device's shards with whole copies of the
-        other inputs. ``launch_dims`` must start with the extents of the
-        split factors, in order (each device launches over its shard), or
-        give ``grid``/``block`` (kept as given: the kernel must take its
-        sizes from its arrays). See docs/multi_gpu.md.
+        ``sharding_rule="b ..., b ... -> b ..."``. Not with ``outs`` or
+        ``launch_dims`` given as functions.
+      sharding_rule: which axes of the array inputs and outputs are the
+        same factor, in the einsum-like notation of Shardy rules
+        (``"i j, j -> i j"``; scalars are not operands of the rule): XLA
+        may split the factors that lead every output (each input leading
+        with them too, or not naming them), running the kernel on each
+        device's shards with whole copies of the other inputs.
+        ``launch_dims`` must start with the extents of the split factors,
+        in order (each device launches over its shard), or give
+        ``grid``/``block`` (kept as given: the kernel must take its sizes
+        from its arrays). Not with ``outs`` or ``launch_dims`` given as
+        functions. See docs/multi_gpu.md.
 
     Returns:
-      A function of JAX arrays (the inputs) returning the outputs, usable
-      eagerly and inside ``jax.jit`` and ``jax.vmap``.
+      A function of the inputs (JAX arrays and scalars) returning the
+      outputs, usable eagerly and inside ``jax.jit`` and ``jax.vmap``.
 
     Raises:
       ValueError: an invalid launch configuration (both or neither of
@@ -776,13 +1056,17 @@ def numba_cuda_kernel(
         a bad ``threads_per_block`` or ``shared_mem``, an explicit grid with
         a ``vmap_method``, or an unknown ``vmap_method``), checked first,
         before the kernel or Numba; and, when
-        called, a 0-d input, a dtype Numba cannot use, or aliased buffers of
-        different shapes or dtypes.
+        called, a 0-d array input, a dtype Numba cannot use, aliased buffers
+        of different shapes or dtypes, a launch a ``launch_dims`` function
+        returned that CUDA cannot run, or an int scalar outside the range
+        of its parameter's type in an explicit signature.
       ImportError: Numba with CUDA support is not installed.
       TypeError: ``kernel`` is not a Numba CUDA dispatcher, or is a device
         function; ``name`` is not a str (a blank one is a ValueError);
-        when traced, arrays that none of the signatures the kernel was
-        compiled for takes.
+        when traced, arrays or scalars that none of the signatures the
+        kernel was compiled for takes (or a scalar of a kind its parameter
+        cannot take: a float for an int); a scalar for a numba-cuda-mlir
+        kernel.
     """
     # The launch configuration first, purely (as the reference system does):
     # its errors do not depend on the kernel or on Numba being installed.

@@ -65,6 +65,55 @@ TEST(Aliases, RefusesDifferentSizesAndPartialOverlap) {
   EXPECT_EQ(a[2], 1.0f);  // nothing was written
 }
 
+// Two pairs whose buffers cross (output 1 is input 1's buffer while input
+// 0 aliases output 1): copying would overwrite input 1 before it is read.
+TEST(Aliases, RefusesACopyOverAnotherInput) {
+  std::vector<float> a(4, 1.0f), b(4, 2.0f), c(4, 0.0f);
+  std::vector<BufferView> buffers = {View(a.data(), 4), View(b.data(), 4),
+                                     View(c.data(), 4), View(b.data(), 4)};
+  const std::string why =
+      KeepAliasedInputs(nullptr, nullptr, buffers, 2, {{0, 1}, {1, 0}});
+  EXPECT_NE(why.find("overlaps input 1"), std::string::npos) << why;
+  EXPECT_EQ(b, std::vector<float>(4, 2.0f));
+}
+
+// XLA's GPU dynamic_slice_fusion inside a loop reads the call's inputs from
+// slices of a stacked buffer and writes the output into a slice of one: an
+// in-place carry (acc.at[i + 1].set(op(acc[i], acc[i + 1]))) puts the
+// aliased output on another input's slice. Copying the aliased input there
+// would change that input before the kernel reads it (silently): refused,
+// with nothing written, and the XLA flag that avoids it named.
+TEST(Aliases, RefusesAnOutputOverAnotherInput) {
+  std::vector<float> acc = {1, 2, 3, 4, 5, 6};
+  std::vector<BufferView> buffers = {View(acc.data(), 2),      // x: acc[0:2]
+                                     View(acc.data() + 2, 2),  // y: acc[2:4]
+                                     View(acc.data() + 2, 2)}; // out over y
+  const std::string why = KeepAliasedInputs(nullptr, nullptr, buffers, 2,
+                                            {{0, 0}});
+  EXPECT_NE(why.find("input 1"), std::string::npos) << why;
+  EXPECT_NE(why.find("dynamic_slice_fusion"), std::string::npos) << why;
+  EXPECT_EQ(acc, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+
+  // Crossed pairs handed each other's inputs: the first copy would destroy
+  // what the second reads.
+  std::vector<float> a = {1, 1}, b = {2, 2};
+  std::vector<BufferView> crossed = {View(a.data(), 2), View(b.data(), 2),
+                                     View(a.data(), 2), View(b.data(), 2)};
+  EXPECT_NE(KeepAliasedInputs(nullptr, nullptr, crossed, 2, {{0, 1}, {1, 0}}),
+            "");
+  EXPECT_EQ(a, (std::vector<float>{1, 1}));
+  EXPECT_EQ(b, (std::vector<float>{2, 2}));
+
+  // An input XLA passes twice in one buffer is no conflict; nor is an
+  // empty input, wherever its pointer points.
+  std::vector<float> x = {3, 4}, out = {0, 0};
+  BufferView empty = View(out.data(), 0);
+  std::vector<BufferView> fine = {View(x.data(), 2), View(x.data(), 2), empty,
+                                  View(out.data(), 2)};
+  EXPECT_EQ(KeepAliasedInputs(nullptr, nullptr, fine, 3, {{0, 0}}), "");
+  EXPECT_EQ(out, x);
+}
+
 // On CUDA the copy goes through cuMemcpyDtoDAsync on the op's stream.
 struct Copy {
   numbax::cuda::CUdeviceptr dst, src;

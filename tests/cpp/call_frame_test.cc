@@ -129,26 +129,36 @@ struct Supported {
   ffi::DataType dtype;
   const char* name;
   size_t itemsize;
+  ffi::DataType as;  // what kernels see
 };
 
 // Spelled out independently of call_frame.cc: these names are what the Python
 // side matches against numpy's dtype names.
 const Supported kSupported[] = {
-    {ffi::DataType::PRED, "bool", 1},
-    {ffi::DataType::S8, "int8", 1},
-    {ffi::DataType::S16, "int16", 2},
-    {ffi::DataType::S32, "int32", 4},
-    {ffi::DataType::S64, "int64", 8},
-    {ffi::DataType::U8, "uint8", 1},
-    {ffi::DataType::U16, "uint16", 2},
-    {ffi::DataType::U32, "uint32", 4},
-    {ffi::DataType::U64, "uint64", 8},
-    {ffi::DataType::F16, "float16", 2},
-    {ffi::DataType::F32, "float32", 4},
-    {ffi::DataType::F64, "float64", 8},
-    {ffi::DataType::BF16, "bfloat16", 2},
-    {ffi::DataType::C64, "complex64", 8},
-    {ffi::DataType::C128, "complex128", 16},
+    {ffi::DataType::PRED, "bool", 1, ffi::DataType::PRED},
+    {ffi::DataType::S8, "int8", 1, ffi::DataType::S8},
+    {ffi::DataType::S16, "int16", 2, ffi::DataType::S16},
+    {ffi::DataType::S32, "int32", 4, ffi::DataType::S32},
+    {ffi::DataType::S64, "int64", 8, ffi::DataType::S64},
+    {ffi::DataType::U8, "uint8", 1, ffi::DataType::U8},
+    {ffi::DataType::U16, "uint16", 2, ffi::DataType::U16},
+    {ffi::DataType::U32, "uint32", 4, ffi::DataType::U32},
+    {ffi::DataType::U64, "uint64", 8, ffi::DataType::U64},
+    {ffi::DataType::F16, "float16", 2, ffi::DataType::F16},
+    {ffi::DataType::F32, "float32", 4, ffi::DataType::F32},
+    {ffi::DataType::F64, "float64", 8, ffi::DataType::F64},
+    {ffi::DataType::BF16, "bfloat16", 2, ffi::DataType::BF16},
+    {ffi::DataType::C64, "complex64", 8, ffi::DataType::C64},
+    {ffi::DataType::C128, "complex128", 16, ffi::DataType::C128},
+    // The 8-bit floats reach kernels as their bits: uint8 of the same shape.
+    {ffi::DataType::F8E5M2, "uint8", 1, ffi::DataType::U8},
+    {ffi::DataType::F8E4M3, "uint8", 1, ffi::DataType::U8},
+    {ffi::DataType::F8E4M3FN, "uint8", 1, ffi::DataType::U8},
+    {ffi::DataType::F8E4M3B11FNUZ, "uint8", 1, ffi::DataType::U8},
+    {ffi::DataType::F8E5M2FNUZ, "uint8", 1, ffi::DataType::U8},
+    {ffi::DataType::F8E4M3FNUZ, "uint8", 1, ffi::DataType::U8},
+    {ffi::DataType::F8E3M4, "uint8", 1, ffi::DataType::U8},
+    {ffi::DataType::F8E8M0FNU, "uint8", 1, ffi::DataType::U8},
 };
 
 // -------------------------------------------------------------- LookupDType
@@ -160,6 +170,7 @@ TEST(LookupDType, SupportedTypesHaveNumpyNameAndItemsize) {
     ASSERT_NE(info, nullptr);
     EXPECT_STREQ(info->name, s.name);
     EXPECT_EQ(info->itemsize, s.itemsize);
+    EXPECT_EQ(info->as, s.as);
     // XLA's own idea of the width must agree, or byte sizes computed here
     // would disagree with the buffers XLA allocated.
     EXPECT_EQ(info->itemsize, ffi::ByteWidth(s.dtype));
@@ -188,15 +199,7 @@ TEST(LookupDType, UnsupportedCodesAreRejectedByDecodeNamingTheCode) {
       ffi::DataType::U1,
       ffi::DataType::U2,
       ffi::DataType::U4,
-      ffi::DataType::F8E5M2,
-      ffi::DataType::F8E4M3,
-      ffi::DataType::F8E4M3FN,
-      ffi::DataType::F8E4M3B11FNUZ,
-      ffi::DataType::F8E5M2FNUZ,
-      ffi::DataType::F8E4M3FNUZ,
-      ffi::DataType::F8E3M4,
       ffi::DataType::F4E2M1FN,
-      ffi::DataType::F8E8M0FNU,
       // Codes XLA uses for tuples and opaque values, never FFI buffers.
       Code(13),
       Code(14),
@@ -241,7 +244,7 @@ TEST(DecodeBuffer, Ranks0To3EveryDType) {
           DecodeBuffer(s.dtype, FakeDevicePtr(k + 1), shape.data(),
                        static_cast<int64_t>(shape.size()), "input 0", &view)));
       EXPECT_EQ(view.data, FakeDevicePtr(k + 1));
-      EXPECT_EQ(view.dtype, s.dtype);
+      EXPECT_EQ(view.dtype, s.as);  // a float8 buffer decodes as U8
       EXPECT_EQ(view.rank, static_cast<int64_t>(k));
       // A view into XLA's frame, not a copy: the frame outlives the call.
       EXPECT_EQ(view.dims, shape.data());
@@ -445,6 +448,22 @@ TEST(DecodeCallBuffers, WrongInputCountIsRejected) {
   EXPECT_TRUE(Fails(frame.Decode(0, 1, &out), "expected 0 inputs, got 2"));
 }
 
+TEST(DecodeCallBuffers, Float8BuffersDecodeAsTheirBytes) {
+  // fp8 in, fp8 out: kernels get uint8 views of the same shape and address.
+  FakeFrame frame;
+  frame.AddInput(ffi::DataType::F8E4M3FN, FakeDevicePtr(1), {3, 5});
+  frame.AddOutput(ffi::DataType::F8E5M2, FakeDevicePtr(2), {7});
+  std::vector<BufferView> out;
+  ASSERT_TRUE(Succeeds(frame.Decode(1, 1, &out)));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].dtype, ffi::DataType::U8);
+  EXPECT_EQ(out[0].data, FakeDevicePtr(1));
+  EXPECT_EQ(out[0].rank, 2);
+  EXPECT_EQ(out[0].nbytes, 15u);
+  EXPECT_EQ(out[1].dtype, ffi::DataType::U8);
+  EXPECT_EQ(out[1].nbytes, 7u);
+}
+
 TEST(DecodeCallBuffers, WrongOutputCountIsRejected) {
   FakeFrame frame;
   frame.AddInput(ffi::DataType::F32, FakeDevicePtr(1), {1});
@@ -459,10 +478,10 @@ TEST(DecodeCallBuffers, ErrorsNameTheBuffer) {
   {
     FakeFrame frame;
     frame.AddInput(ffi::DataType::F32, FakeDevicePtr(1), {1});
-    frame.AddInput(ffi::DataType::F8E4M3FN, FakeDevicePtr(2), {1});
+    frame.AddInput(ffi::DataType::S4, FakeDevicePtr(2), {1});
     std::vector<BufferView> out;
     EXPECT_TRUE(Fails(frame.Decode(2, 0, &out),
-                      "input 1: unsupported XLA element type code 20"));
+                      "input 1: unsupported XLA element type code 21"));
   }
   {
     // Outputs are numbered from 0, not after the inputs.

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -339,6 +341,172 @@ TEST(SliceParams, RefusesABufferThatIsNotTheBatch) {
   EXPECT_EQ(bad, 1u);
   // A broadcast buffer is read at slice 0 only, whatever its extent.
   EXPECT_TRUE(slices.Pack(buffers, 4, {0, 1}, numbax::ArrayAbi::kNumba, &bad));
+}
+
+// -- scalar parameters (numba_cuda_kernel's Python and NumPy scalars) ---------
+//
+// Numba's launch passes a scalar as its own C type (ctypes.c_<type>(value);
+// a boolean as one byte, a float16 as its 16 bits) and a complex as two
+// parameters, real then imaginary: each goes in the low bytes of one word,
+// from which the driver reads the parameter's own size.
+
+template <typename T>
+numbax::ScalarParam Scalar(char kind, T value, int64_t position = 0) {
+  numbax::ScalarParam p;
+  const std::string bad =
+      numbax::MakeScalarParam(position, kind, &value, sizeof value, &p);
+  EXPECT_EQ(bad, "");
+  return p;
+}
+
+template <typename T>
+int64_t LowBytes(T value) {
+  int64_t word = 0;
+  std::memcpy(&word, &value, sizeof value);
+  return word;
+}
+
+TEST(ScalarParam, IntegersKeepTheirOwnWidthInTheLowBytes) {
+  numbax::ScalarParam p = Scalar('i', int16_t{-1});
+  ASSERT_EQ(p.num_words, 1);
+  EXPECT_EQ(p.words[0], 0xFFFF);  // what an int16 parameter reads: -1
+  int16_t through;
+  std::memcpy(&through, &p.words[0], sizeof through);
+  EXPECT_EQ(through, -1);
+  EXPECT_EQ(Scalar('i', int64_t{-5}).words[0], -5);
+  EXPECT_EQ(Scalar('i', int32_t{-7}).words[0], LowBytes(int32_t{-7}));
+  EXPECT_EQ(Scalar('u', uint8_t{200}).words[0], 200);
+  EXPECT_EQ(Scalar('u', uint64_t{~0ull}).words[0], -1);
+  EXPECT_EQ(Scalar('i', int8_t{-128}).words[0], 0x80);
+}
+
+TEST(ScalarParam, FloatsAreTheirBits) {
+  EXPECT_EQ(Scalar('f', 1.5f).words[0], 0x3FC00000);
+  EXPECT_EQ(Scalar('f', -2.25).words[0], LowBytes(-2.25));
+  EXPECT_EQ(Scalar('f', uint16_t{0x3C00}).words[0], 0x3C00);  // float16 1.0
+  float back;
+  numbax::ScalarParam p = Scalar('f', 0.1f);
+  std::memcpy(&back, &p.words[0], sizeof back);
+  EXPECT_EQ(back, 0.1f);
+}
+
+TEST(ScalarParam, BooleansAreOneByteZeroOrOne) {
+  EXPECT_EQ(Scalar('b', uint8_t{1}).words[0], 1);
+  EXPECT_EQ(Scalar('b', uint8_t{0}).words[0], 0);
+  EXPECT_EQ(Scalar('b', uint8_t{2}).words[0], 1);  // any nonzero byte: true
+}
+
+TEST(ScalarParam, ComplexIsTwoWordsRealThenImaginary) {
+  const float c64[2] = {1.5f, -2.0f};
+  numbax::ScalarParam p;
+  ASSERT_EQ(numbax::MakeScalarParam(3, 'c', c64, sizeof c64, &p), "");
+  EXPECT_EQ(p.position, 3);
+  ASSERT_EQ(p.num_words, 2);
+  EXPECT_EQ(p.words[0], 0x3FC00000);
+  EXPECT_EQ(p.words[1], LowBytes(-2.0f));
+  const double c128[2] = {0.25, 1e300};
+  ASSERT_EQ(numbax::MakeScalarParam(0, 'c', c128, sizeof c128, &p), "");
+  EXPECT_EQ(p.words[0], LowBytes(0.25));
+  EXPECT_EQ(p.words[1], LowBytes(1e300));
+}
+
+TEST(ScalarParam, RefusesKindsAndSizesNumbaHasNoParameterFor) {
+  numbax::ScalarParam p;
+  const char bytes[16] = {};
+  EXPECT_NE(numbax::MakeScalarParam(0, 'x', bytes, 4, &p), "");
+  EXPECT_NE(numbax::MakeScalarParam(0, 'i', bytes, 3, &p), "");
+  EXPECT_NE(numbax::MakeScalarParam(0, 'i', bytes, 16, &p), "");
+  EXPECT_NE(numbax::MakeScalarParam(0, 'f', bytes, 1, &p), "");
+  EXPECT_NE(numbax::MakeScalarParam(0, 'f', bytes, 16, &p), "");  // longdouble
+  EXPECT_NE(numbax::MakeScalarParam(0, 'b', bytes, 2, &p), "");
+  EXPECT_NE(numbax::MakeScalarParam(0, 'c', bytes, 4, &p), "");
+  EXPECT_NE(numbax::MakeScalarParam(-1, 'i', bytes, 4, &p), "");
+  EXPECT_NE(numbax::MakeScalarParam(0, 'i', nullptr, 4, &p), "");
+}
+
+TEST(ScalarParam, PositionsMustIncreaseAndStayInTheList) {
+  std::vector<numbax::ScalarParam> s = {Scalar('i', int32_t{1}, 0),
+                                        Scalar('i', int32_t{2}, 2)};
+  EXPECT_EQ(numbax::CheckScalarPositions(s, 4), "");
+  EXPECT_NE(numbax::CheckScalarPositions(s, 2), "");  // 2 is past the end
+  std::swap(s[0], s[1]);
+  EXPECT_NE(numbax::CheckScalarPositions(s, 4), "");
+  s = {Scalar('i', int32_t{1}, 1), Scalar('i', int32_t{2}, 1)};
+  EXPECT_NE(numbax::CheckScalarPositions(s, 4), "");
+}
+
+// kernel(x, alpha, y, n, out): buffers x, y, out; scalars at 1 and 3.
+TEST(KernelArgs, ScalarsSitAtTheirPositionsAmongTheArrays) {
+  const std::vector<numbax::ScalarParam> scalars = {Scalar('f', 2.5f, 1),
+                                                    Scalar('i', int64_t{7}, 3)};
+  const std::vector<int64_t> shape = {4};
+  KernelArgs args;
+  ASSERT_TRUE(numbax::AddParams(scalars, 3, &args, [&](size_t i) {
+    Add(args, Addr(0x1000 * (i + 1)), shape, 4);
+    return true;
+  }));
+  const Words x = {0, 0, 4, 4, Word(0x1000), 4, 4};
+  const Words y = {0, 0, 4, 4, Word(0x2000), 4, 4};
+  const Words out = {0, 0, 4, 4, Word(0x3000), 4, 4};
+  Words want = x;
+  want.push_back(LowBytes(2.5f));
+  want.insert(want.end(), y.begin(), y.end());
+  want.push_back(7);
+  want.insert(want.end(), out.begin(), out.end());
+  EXPECT_EQ(args.words(), want);
+  ExpectParamsMatchWords(args);
+}
+
+TEST(KernelArgs, ScalarsFirstAndLastAndAComplexInBetween) {
+  const float c[2] = {1.0f, 2.0f};
+  numbax::ScalarParam complex_param;
+  ASSERT_EQ(numbax::MakeScalarParam(2, 'c', c, sizeof c, &complex_param), "");
+  const std::vector<numbax::ScalarParam> scalars = {
+      Scalar('b', uint8_t{1}, 0), complex_param, Scalar('i', int16_t{3}, 4)};
+  KernelArgs args;
+  std::vector<size_t> order;
+  ASSERT_TRUE(numbax::AddParams(scalars, 2, &args, [&](size_t i) {
+    order.push_back(i);
+    args.AddWord(100 + static_cast<int64_t>(i));
+    return true;
+  }));
+  EXPECT_EQ(order, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(args.words(),
+            (Words{1, 100, LowBytes(1.0f), LowBytes(2.0f), 101, 3}));
+  // A buffer that fails stops the packing.
+  KernelArgs failed;
+  EXPECT_FALSE(
+      numbax::AddParams(scalars, 2, &failed, [&](size_t i) { return i == 0; }));
+}
+
+TEST(SliceParams, ScalarsStayPutWhileTheSlicesMove) {
+  const std::vector<int64_t> x_dims = {3, 2}, out_dims = {3, 2};
+  const std::vector<numbax::BufferView> buffers = {
+      View(0x10000, xla::ffi::DataType::F32, x_dims, 4),
+      View(0x30000, xla::ffi::DataType::F32, out_dims, 4),
+  };
+  const std::vector<numbax::ScalarParam> scalars = {
+      Scalar('f', 0.5, 1), Scalar('i', int32_t{-9}, 2)};
+  numbax::SliceParams slices;
+  size_t bad = 99;
+  ASSERT_TRUE(
+      slices.Pack(buffers, 3, {0, 0}, numbax::ArrayAbi::kNumba, &bad, scalars));
+  for (int64_t s : {2, 0, 1}) {
+    slices.Select(s);
+    KernelArgs fresh;
+    ASSERT_TRUE(
+        numbax::AddParams(scalars, buffers.size(), &fresh, [&](size_t i) {
+          return numbax::AddBatchSlice(buffers[i], 3, s, false, &fresh);
+        }));
+    EXPECT_EQ(slices.args().words(), fresh.words()) << "slice " << s;
+  }
+  slices.Select(2);
+  const Words& w = slices.args().words();
+  // x's slice takes 5 + 2 words, then the two scalars, then out's slice.
+  EXPECT_EQ(w[4], Word(0x10000 + 2 * 8));
+  EXPECT_EQ(w[7], LowBytes(0.5));
+  EXPECT_EQ(w[8], LowBytes(int32_t{-9}));
+  EXPECT_EQ(w[9 + 4], Word(0x30000 + 2 * 8));
 }
 
 }  // namespace

@@ -155,6 +155,14 @@ def parse_args(argv: Sequence[str] | None = None, *,
         problem = None if path is None else output_path_problem(path)
         if problem:
             _refuse(p, f"{option} {path}: {problem}")
+    # The chart must never replace the record it is drawn from.
+    record = args.plot_from if args.plot_from is not None else args.json
+    chart = args.plot
+    if chart is None and args.plot_from is not None:
+        chart = default_chart_path(args.plot_from)
+    if record and chart and os.path.realpath(record) == os.path.realpath(chart):
+        _refuse(p, f"the chart {chart} would overwrite the record {record} "
+                "it is drawn from; give --plot another path")
     if args.plot_from is not None:
         given = [o for o in _RUN_OPTIONS if getattr(args, o) not in (None, False)]
         if given:
@@ -311,13 +319,18 @@ def _startup_rows(key: str, smoke: bool, log, measure) -> list[dict]:
         return [{"name": key, "status": f"FAILED: {type(exc).__name__}: {exc}"}]
 
 
+def default_chart_path(json_path: str) -> str:
+    """--plot-from's chart without --plot: the JSON's path with .png."""
+    return os.path.splitext(json_path)[0] + ".png"
+
+
 def plot_from(json_path: str, png_path: str | None, prog: str) -> int:
     """``--plot-from``: the chart of a saved record, without running anything
     (no GPU, no JAX needed). Returns the exit status."""
     import json
 
     from . import plot
-    out = png_path or os.path.splitext(json_path)[0] + ".png"
+    out = png_path or default_chart_path(json_path)
     try:
         with open(json_path) as f:
             record = json.load(f)
