@@ -181,4 +181,42 @@ ffi::Error DecodeCallBuffers(const ffi::RemainingArgs& args,
   return DecodeAll(rets, "output", out);
 }
 
+ffi::Error DropUnitAxes(const std::vector<int64_t>& lead,
+                        const std::vector<int64_t>& trail,
+                        std::vector<BufferView>* buffers) {
+  if (lead.empty() && trail.empty()) return ffi::Error::Success();
+  for (const auto* counts : {&lead, &trail}) {
+    if (!counts->empty() && counts->size() != buffers->size()) {
+      return ffi::Error::InvalidArgument(
+          "expected " + std::to_string(counts->size()) + " buffers, got " +
+          std::to_string(buffers->size()));
+    }
+  }
+  for (size_t i = 0; i < buffers->size(); ++i) {
+    const BufferView& b = (*buffers)[i];
+    const int64_t head = lead.empty() ? 0 : lead[i];
+    const int64_t tail = trail.empty() ? 0 : trail[i];
+    bool units = head >= 0 && tail >= 0 && head + tail <= b.rank;
+    for (int64_t d = 0; units && d < head; ++d) units = b.dims[d] == 1;
+    for (int64_t d = b.rank - tail; units && d < b.rank; ++d) {
+      units = b.dims[d] == 1;
+    }
+    if (!units) {
+      return ffi::Error::InvalidArgument(
+          "buffer " + std::to_string(i) + " (rank " + std::to_string(b.rank) +
+          ") lacks the unit axes of a partitioned call (" +
+          std::to_string(head) + " leading, " + std::to_string(tail) +
+          " trailing)");
+    }
+  }
+  for (size_t i = 0; i < buffers->size(); ++i) {
+    BufferView& b = (*buffers)[i];
+    const int64_t head = lead.empty() ? 0 : lead[i];
+    const int64_t tail = trail.empty() ? 0 : trail[i];
+    b.dims += head;
+    b.rank -= head + tail;
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace numbax

@@ -61,4 +61,17 @@ ffi::Error DecodeCallBuffers(const ffi::RemainingArgs& args,
                              int64_t expected_inputs, int64_t expected_outputs,
                              std::vector<BufferView>* out);
 
+// Drops the unit axes numbax added to a partitioned call's buffers
+// (src/numbax/_sharding_rule.py): XLA's batch partitioner splits the same
+// number of leading axes of every buffer and passes a buffer with fewer
+// axes than that whole, so numbax gives the buffers it splits `lead[i]`
+// leading axes of extent 1 (and an input with no axis besides the split
+// ones `trail[i]` at the end), the others none. Each of `lead` and `trail`
+// is empty (nothing added) or holds one count per buffer. Only the views
+// change (dims advance past the leading unit axes, the rank shrinks);
+// fails, changing nothing, where a buffer lacks them.
+ffi::Error DropUnitAxes(const std::vector<int64_t>& lead,
+                        const std::vector<int64_t>& trail,
+                        std::vector<BufferView>* buffers);
+
 }  // namespace numbax

@@ -63,6 +63,26 @@ bool ReadAliases(PyObject* object, AliasList* out) {
   return true;
 }
 
+// Reads the resolver's unit axes per buffer (a sequence of ints, or None
+// for none) into `out`; false (a Python error set) otherwise.
+bool ReadUnits(PyObject* object, std::vector<int64_t>* out) {
+  out->clear();
+  if (object == nullptr || object == Py_None) return true;
+  PyObject* seq = PySequence_Fast(object, "unit axes must be a sequence");
+  if (!seq) return false;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    const long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+    if (v == -1 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      return false;
+    }
+    out->push_back(v);
+  }
+  Py_DECREF(seq);
+  return true;
+}
+
 }  // namespace
 
 void SetBridgeStop(BridgeStop stop) {
@@ -89,6 +109,8 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
   int fast = 0;
   PyObject* aliases = nullptr;  // borrowed from `resolved`
   const char* name = nullptr;   // borrowed from `resolved`; None: no name
+  PyObject* lead = nullptr;     // borrowed from `resolved`
+  PyObject* trail = nullptr;    // borrowed from `resolved`
   if (!Hooks().resolve) {
     error = ffi::Error::Internal(
         "numbax: the Python package was not imported in this process; "
@@ -99,10 +121,12 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
         platform == Platform::kCuda ? "cuda" : "cpu");
     if (!resolved) {
       error = ffi::Error::InvalidArgument(TakePythonError());
-    } else if (!PyArg_ParseTuple(resolved, "OLLL|pOz", &func_, &num_inputs_,
+    } else if (!PyArg_ParseTuple(resolved, "OLLL|pOzOO", &func_, &num_inputs_,
                                  &num_outputs_, &num_scratch_, &fast, &aliases,
-                                 &name) ||
-               !ReadAliases(aliases, &aliases_)) {
+                                 &name, &lead, &trail) ||
+               !ReadAliases(aliases, &aliases_) ||
+               !ReadUnits(lead, &lead_units_) ||
+               !ReadUnits(trail, &trail_units_)) {
       error = ffi::Error::Internal("numbax: bad resolve result: " +
                                    TakePythonError());
       func_ = nullptr;
@@ -110,6 +134,15 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
                    CheckAliases(aliases_, num_inputs_, num_outputs_);
                !bad.empty()) {
       error = ffi::Error::Internal("numbax: bad resolve result: " + bad);
+      func_ = nullptr;
+    } else if ((!lead_units_.empty() &&
+                static_cast<int64_t>(lead_units_.size()) !=
+                    num_inputs_ + num_outputs_ + num_scratch_) ||
+               (!trail_units_.empty() &&
+                static_cast<int64_t>(trail_units_.size()) !=
+                    num_inputs_ + num_outputs_ + num_scratch_)) {
+      error = ffi::Error::Internal(
+          "numbax: bad resolve result: unit axes need one count per buffer");
       func_ = nullptr;
     } else {
       fast_launch_ = fast != 0;

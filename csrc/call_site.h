@@ -87,6 +87,14 @@ class CallSite {
       return ::xla::ffi::Error::InvalidArgument(
           OpMessage(OpKind::kCallable, key_, err.message()));
     }
+    if (!lead_units_.empty() || !trail_units_.empty()) {
+      if (::xla::ffi::Error err =
+              DropUnitAxes(lead_units_, trail_units_, buffers);
+          err.failure()) {
+        return ::xla::ffi::Error::InvalidArgument(
+            OpMessage(OpKind::kCallable, key_, err.message()));
+      }
+    }
     return ::xla::ffi::Error::Success();
   }
 
@@ -153,6 +161,11 @@ class CallSite {
   int64_t num_scratch_ = 0;
   bool fast_launch_ = false;
   AliasList aliases_;
+  // Per buffer, the unit axes a partitioned call adds at the start and at
+  // the end (call_frame.h, DropUnitAxes), dropped before func sees the
+  // arrays; empty when the key's call added none.
+  std::vector<int64_t> lead_units_;
+  std::vector<int64_t> trail_units_;
   std::vector<std::vector<CachedArray>> slots_;
   int active_calls_ = 0;  // Invoke calls running func now (under the GIL)
 };

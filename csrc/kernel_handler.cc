@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,27 +49,27 @@ cuda::CUresult Launch(const cuda::Driver& driver, const LaunchPlan& plan,
 // axis's limit are split into chunks, each launched over its own slices.
 ffi::Error LaunchFolded(const KernelSite& site, const cuda::Driver& driver,
                         cuda::CUfunction function, cuda::CUstream stream,
-                        const std::vector<BufferView>& buffers) {
+                        const std::vector<BufferView>& buffers, int64_t batch,
+                        const std::array<unsigned, 3>& slice_grid) {
   const LaunchPlan& plan = site.plan();
   thread_local KernelArgs packed;
-  for (int64_t start = 0; start < plan.batch; start += plan.max_slices) {
-    const int64_t count = std::min(plan.max_slices, plan.batch - start);
+  for (int64_t start = 0; start < batch; start += plan.max_slices) {
+    const int64_t count = std::min(plan.max_slices, batch - start);
     packed.Reset(plan.abi);
     size_t bad = 0;
     const bool ok =
         AddParams(plan.scalars, buffers.size(), &packed, [&](size_t i) {
           const bool reuse = i < plan.broadcast.size() && plan.broadcast[i];
           bad = i;
-          return AddBatchChunk(buffers[i], plan.batch, start, count, reuse,
-                               &packed);
+          return AddBatchChunk(buffers[i], batch, start, count, reuse, &packed);
         });
     if (!ok) {
       return Fail(site, "buffer " + std::to_string(bad) + " (rank " +
                             std::to_string(buffers[bad].rank) +
-                            ") does not hold " + std::to_string(plan.batch) +
+                            ") does not hold " + std::to_string(batch) +
                             " slices along axis 0 for a vmapped launch");
     }
-    std::array<unsigned, 3> grid = plan.grid;
+    std::array<unsigned, 3> grid = slice_grid;
     grid[plan.fold_axis] = static_cast<unsigned>(count);
     cuda::CUresult r =
         Launch(driver, plan, function, stream, grid, packed.params());
@@ -88,9 +89,9 @@ constexpr int64_t kGraphMinSlices = 16;
 // then land in XLA's command buffer already), not for cooperative kernels
 // (graph support for cooperative launches varies between drivers), and
 // only with the driver's graph API.
-bool MayRecord(const LaunchPlan& plan, const cuda::Driver& driver,
-               cuda::CUstream stream) {
-  if (plan.batch < kGraphMinSlices || plan.cooperative ||
+bool MayRecord(const LaunchPlan& plan, int64_t batch,
+               const cuda::Driver& driver, cuda::CUstream stream) {
+  if (batch < kGraphMinSlices || plan.cooperative ||
       !driver.cuStreamIsCapturing || !driver.cuStreamBeginCapture ||
       !driver.cuStreamEndCapture || !driver.cuGraphInstantiateWithFlags ||
       !driver.cuGraphLaunch || !driver.cuGraphDestroy) {
@@ -103,12 +104,13 @@ bool MayRecord(const LaunchPlan& plan, const cuda::Driver& driver,
 
 ffi::Error LaunchSlices(const KernelSite& site, const cuda::Driver& driver,
                         cuda::CUfunction function, cuda::CUstream stream,
-                        SliceParams& slices) {
+                        SliceParams& slices, int64_t batch,
+                        const std::array<unsigned, 3>& grid) {
   const LaunchPlan& plan = site.plan();
-  for (int64_t s = 0; s < plan.batch; ++s) {
+  for (int64_t s = 0; s < batch; ++s) {
     slices.Select(s);
     cuda::CUresult r =
-        Launch(driver, plan, function, stream, plan.grid, slices.params());
+        Launch(driver, plan, function, stream, grid, slices.params());
     if (r != cuda::CUDA_SUCCESS) return LaunchError(site, driver, r);
   }
   return ffi::Error::Success();
@@ -120,7 +122,9 @@ ffi::Error LaunchSlices(const KernelSite& site, const cuda::Driver& driver,
 // also reports a launch error as such, not as a recording problem).
 cuda::CUgraphExec RecordSlices(const KernelSite& site,
                                const cuda::Driver& driver, int device,
-                               cuda::CUfunction function, SliceParams& slices) {
+                               cuda::CUfunction function, SliceParams& slices,
+                               int64_t batch,
+                               const std::array<unsigned, 3>& grid) {
   cuda::CUstream recorder = nullptr;
   if (RecordingStream(driver, device, &recorder) != cuda::CUDA_SUCCESS ||
       driver.cuStreamBeginCapture(recorder,
@@ -129,7 +133,8 @@ cuda::CUgraphExec RecordSlices(const KernelSite& site,
     return nullptr;
   }
   const bool launched =
-      LaunchSlices(site, driver, function, recorder, slices).success();
+      LaunchSlices(site, driver, function, recorder, slices, batch, grid)
+          .success();
   cuda::CUgraph graph = nullptr;
   const cuda::CUresult ended = driver.cuStreamEndCapture(recorder, &graph);
   cuda::CUgraphExec exec = nullptr;
@@ -156,9 +161,10 @@ cuda::CUgraphExec RecordSlices(const KernelSite& site,
 ffi::Error LaunchPerSlice(KernelSite& site, const cuda::Driver& driver,
                           int device, cuda::CUfunction function,
                           cuda::CUstream stream,
-                          const std::vector<BufferView>& buffers) {
+                          const std::vector<BufferView>& buffers, int64_t batch,
+                          const std::array<unsigned, 3>& grid) {
   const LaunchPlan& plan = site.plan();
-  const bool may_record = MayRecord(plan, driver, stream);
+  const bool may_record = MayRecord(plan, batch, driver, stream);
   if (may_record) {
     if (cuda::CUgraphExec exec = site.graphs().Find(device, buffers)) {
       ++GraphStats().slice_replays;
@@ -169,16 +175,16 @@ ffi::Error LaunchPerSlice(KernelSite& site, const cuda::Driver& driver,
   }
   thread_local SliceParams slices;
   size_t bad = 0;
-  if (!slices.Pack(buffers, plan.batch, plan.broadcast, plan.abi, &bad,
+  if (!slices.Pack(buffers, batch, plan.broadcast, plan.abi, &bad,
                    plan.scalars)) {
     return Fail(site, "buffer " + std::to_string(bad) + " (rank " +
                           std::to_string(buffers[bad].rank) +
-                          ") does not hold " + std::to_string(plan.batch) +
+                          ") does not hold " + std::to_string(batch) +
                           " slices along axis 0 for a vmapped launch");
   }
   if (may_record && site.graphs().RepeatsLastMiss(device, buffers)) {
     if (cuda::CUgraphExec exec =
-            RecordSlices(site, driver, device, function, slices)) {
+            RecordSlices(site, driver, device, function, slices, batch, grid)) {
       ++GraphStats().slice_records;
       // Recording ran nothing: this call's launches are the graph's.
       cuda::CUresult r = driver.cuGraphLaunch(exec, stream);
@@ -187,7 +193,42 @@ ffi::Error LaunchPerSlice(KernelSite& site, const cuda::Driver& driver,
       return ffi::Error::Success();
     }
   }
-  return LaunchSlices(site, driver, function, stream, slices);
+  return LaunchSlices(site, driver, function, stream, slices, batch, grid);
+}
+
+// The batch and grid of this call. A call XLA partitioned gets each
+// device's shards: the batch is the leading extent of output 0 (outputs are
+// never broadcast), and grid axes tied to an axis of output 0 cover that
+// axis's extent as received (launch_plan.h). Unpartitioned calls get the
+// plan's own values the same way (their buffers are the global arrays).
+// False when output 0 lacks an axis the plan names.
+bool LocalLaunch(const LaunchPlan& plan, const std::vector<BufferView>& buffers,
+                 int64_t* batch, std::array<unsigned, 3>* grid) {
+  *batch = plan.batch;
+  *grid = plan.grid;
+  const bool tied = plan.grid_from[0] >= 0 || plan.grid_from[1] >= 0 ||
+                    plan.grid_from[2] >= 0;
+  if (plan.batch <= 0 && !tied) return true;
+  const size_t first_output = static_cast<size_t>(plan.num_inputs);
+  if (first_output >= buffers.size()) return false;
+  const BufferView& out = buffers[first_output];
+  if (plan.batch > 0) {
+    if (out.rank < 1) return false;
+    *batch = out.dims[0];
+  }
+  for (size_t a = 0; a < 3; ++a) {
+    const int axis = plan.grid_from[a];
+    if (axis < 0) continue;
+    if (axis >= out.rank) return false;
+    const int64_t extent = out.dims[axis];
+    const int64_t block = std::max<int64_t>(1, plan.block[a]);
+    const int64_t blocks = (extent + block - 1) / block;
+    if (blocks > static_cast<int64_t>(std::numeric_limits<unsigned>::max())) {
+      return false;
+    }
+    (*grid)[a] = static_cast<unsigned>(blocks);
+  }
+  return true;
 }
 
 ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
@@ -201,6 +242,18 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
                                          plan.num_outputs, &buffers);
       err.failure()) {
     return Fail(*site, err.message());
+  }
+  if (ffi::Error err =
+          DropUnitAxes(plan.lead_units, plan.trail_units, &buffers);
+      err.failure()) {
+    return Fail(*site, err.message());
+  }
+  int64_t batch = 0;
+  std::array<unsigned, 3> grid{};
+  if (!LocalLaunch(plan, buffers, &batch, &grid)) {
+    return Fail(*site,
+                "output 0 does not have the axes the launch plan reads its "
+                "batch or grid from");
   }
   std::string why;
   const cuda::Driver* driver = cuda::Load(&why);
@@ -219,7 +272,10 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
     }
   }
 
-  if (plan.empty_launch) {
+  // A shard may leave nothing to launch (an axis of extent 0 here).
+  const bool empty = plan.empty_launch || grid[0] == 0 || grid[1] == 0 ||
+                     grid[2] == 0 || (plan.batch > 0 && batch == 0);
+  if (empty) {
     // Nothing to launch, but outputs must never be returned uninitialised.
     // An output aliased to an input keeps the input's values (copied in
     // above where XLA did not hand both the same buffer): no kernel ran to
@@ -247,10 +303,11 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
   cuda::CUfunction function = plan.functions[device];
 
   if (plan.batch > 0 && plan.fold_axis >= 0) {
-    return LaunchFolded(*site, *driver, function, stream, buffers);
+    return LaunchFolded(*site, *driver, function, stream, buffers, batch, grid);
   }
   if (plan.batch > 0) {
-    return LaunchPerSlice(*site, *driver, device, function, stream, buffers);
+    return LaunchPerSlice(*site, *driver, device, function, stream, buffers,
+                          batch, grid);
   }
   thread_local KernelArgs packed;
   packed.Reset(plan.abi);
@@ -260,7 +317,7 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
     return true;
   });
   cuda::CUresult r =
-      Launch(*driver, plan, function, stream, plan.grid, packed.params());
+      Launch(*driver, plan, function, stream, grid, packed.params());
   if (r != cuda::CUDA_SUCCESS) return LaunchError(*site, *driver, r);
   return ffi::Error::Success();
 }

@@ -46,7 +46,10 @@ std::string MakePlan(const std::vector<uint64_t>& functions, int64_t num_inputs,
                      const std::vector<bool>& broadcast, int fold_axis,
                      int64_t max_slices, int abi,
                      const std::vector<std::pair<int64_t, int64_t>>& aliases,
-                     const std::vector<ScalarSpec>& scalars, LaunchPlan* plan) {
+                     const std::vector<ScalarSpec>& scalars,
+                     const std::vector<int64_t>& lead_units,
+                     const std::vector<int64_t>& trail_units,
+                     const std::vector<int64_t>& grid_from, LaunchPlan* plan) {
   if (abi != static_cast<int>(ArrayAbi::kNumba) &&
       abi != static_cast<int>(ArrayAbi::kMemref)) {
     return "abi must be 0 (numba-cuda) or 1 (numba-cuda-mlir memrefs)";
@@ -75,6 +78,27 @@ std::string MakePlan(const std::vector<uint64_t>& functions, int64_t num_inputs,
       !bad.empty()) {
     return bad;
   }
+  for (const auto* units : {&lead_units, &trail_units}) {
+    if (!units->empty() &&
+        static_cast<int64_t>(units->size()) != num_inputs + num_outputs) {
+      return "lead_units and trail_units need one count per buffer (or none)";
+    }
+    for (int64_t n : *units) {
+      if (n < 0 || n > kMaxRank) return "unit axes out of range";
+    }
+  }
+  if (grid_from.size() != 3) return "grid_from must have 3 entries";
+  for (size_t a = 0; a < 3; ++a) {
+    if (grid_from[a] < -1 || grid_from[a] >= kMaxRank) {
+      return "grid_from entries must be -1 or an axis of output 0";
+    }
+    if (grid_from[a] >= 0 && num_outputs < 1) {
+      return "grid_from needs an output";
+    }
+    plan->grid_from[a] = static_cast<int>(grid_from[a]);
+  }
+  plan->lead_units = lead_units;
+  plan->trail_units = trail_units;
   for (const auto& [position, kind, bytes] : scalars) {
     if (kind.size() != 1) return "a scalar's kind must be one character";
     ScalarParam p;
@@ -132,12 +156,15 @@ void BindLaunchPlan(nb::module_& m) {
              bool empty_launch, int64_t batch, std::vector<bool> broadcast,
              int fold_axis, int64_t max_slices, int abi,
              std::vector<std::pair<int64_t, int64_t>> aliases,
-             std::vector<ScalarSpec> scalars, std::string name) {
+             std::vector<ScalarSpec> scalars, std::vector<int64_t> lead_units,
+             std::vector<int64_t> trail_units, std::vector<int64_t> grid_from,
+             std::string name) {
             LaunchPlan plan;
-            const std::string error = MakePlan(
-                functions, num_inputs, num_outputs, grid, block, shared_mem,
-                cooperative, empty_launch, batch, broadcast, fold_axis,
-                max_slices, abi, aliases, scalars, &plan);
+            const std::string error =
+                MakePlan(functions, num_inputs, num_outputs, grid, block,
+                         shared_mem, cooperative, empty_launch, batch,
+                         broadcast, fold_axis, max_slices, abi, aliases,
+                         scalars, lead_units, trail_units, grid_from, &plan);
             if (!error.empty()) {
               throw nb::value_error(("LaunchPlan: " + error).c_str());
             }
@@ -149,7 +176,8 @@ void BindLaunchPlan(nb::module_& m) {
           nb::arg("block"), nb::arg("shared_mem"), nb::arg("cooperative"),
           nb::arg("empty_launch"), nb::arg("batch"), nb::arg("broadcast"),
           nb::arg("fold_axis"), nb::arg("max_slices"), nb::arg("abi"),
-          nb::arg("aliases"), nb::arg("scalars"), nb::arg("name") = "")
+          nb::arg("aliases"), nb::arg("scalars"), nb::arg("lead_units"),
+          nb::arg("trail_units"), nb::arg("grid_from"), nb::arg("name") = "")
       .def_prop_ro("owner", [](const PyLaunchPlan& p) { return p.owner; })
       .def_prop_ro("functions",
                    [](const PyLaunchPlan& p) {
@@ -194,6 +222,16 @@ void BindLaunchPlan(nb::module_& m) {
                        out.emplace_back(a.input, a.output);
                      }
                      return out;
+                   })
+      .def_prop_ro("lead_units",
+                   [](const PyLaunchPlan& p) { return p.plan.lead_units; })
+      .def_prop_ro("trail_units",
+                   [](const PyLaunchPlan& p) { return p.plan.trail_units; })
+      .def_prop_ro("grid_from",
+                   [](const PyLaunchPlan& p) {
+                     return nb::make_tuple(p.plan.grid_from[0],
+                                           p.plan.grid_from[1],
+                                           p.plan.grid_from[2]);
                    })
       .def_prop_ro(
           "scalars",

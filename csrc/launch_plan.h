@@ -51,6 +51,19 @@ struct LaunchPlan {
   // output a buffer of its own, the input is copied into it first
   // (aliases.h). A vmapped call's pairs are whole batched buffers.
   AliasList aliases;
+  // A call XLA partitions (src/numbax/_sharding_rule.py) gets each device's
+  // shards, not the global arrays the plan was made for:
+  // - lead_units, trail_units: per buffer (inputs, then outputs), the unit
+  //   axes numbax added for XLA's partitioner at the start and at the end,
+  //   dropped before anything else (call_frame.h); empty when none were;
+  // - the batch of a vmapped call (batch > 0) is the leading extent of
+  //   output 0 as the call receives it, not `batch`;
+  // - grid_from: per grid axis, -1 (the axis is `grid`'s), or the axis of
+  //   output 0 whose extent (as received) that grid axis covers, one
+  //   thread each in blocks of `block`: the launch covers the local shard.
+  std::vector<int64_t> lead_units;
+  std::vector<int64_t> trail_units;
+  std::array<int, 3> grid_from{-1, -1, -1};
   // Python or NumPy scalars passed by value, sorted by position among the
   // kernel's parameters; the buffers fill the other positions in order.
   std::vector<ScalarParam> scalars;

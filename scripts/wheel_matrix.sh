@@ -19,7 +19,11 @@
 # Python (3.11, 3.14) and JAX (0.8.1, 0.12) range, and the GPU machine's
 # jax 0.11.2. Every wheel a row tests must be tagged manylinux_2_28 or lower
 # for this machine's architecture (scripts/lib/wheel_tag.py), or the row
-# fails. The rows
+# fails. A SCOPE ending in +multigpu also runs the `multigpu` tests
+# (collected but skipped in the other runs, which have one CPU device) as
+# their dry run on 2 fake CPU devices:
+# XLA_FLAGS=--xla_force_host_platform_device_count=2 (tests/conftest.py;
+# about a minute). The rows
 # run two at a time (this machine has 2 cores; the full row is the long
 # one). --wheel names the wheel for rows of the Python that built it; the
 # wheels of other Pythons are built by scripts/build_wheel.sh. Needs PyPI
@@ -28,10 +32,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEFAULT_PY=${PYTHON:-python3}
-DEFAULT_ROWS=("0.10.2:full:3.11" "0.8.1:subset:3.11" "0.11.2:subset+heavy:3.12"
-              "0.12.0.1:subset:3.14")
+DEFAULT_ROWS=("0.10.2:full:3.11" "0.8.1:subset:3.11"
+              "0.11.2:subset+heavy+multigpu:3.12" "0.12.0.1:subset:3.14")
+# test_scale_out.py and test_sharding.py: XLA's partitioning of numbax ops
+# (fake devices in processes of their own, and two jax.distributed
+# processes) is what a JAX release changes most readily (Shardy chose other
+# shardings in 0.12 than in 0.10), so every row runs them (about 40 s).
 SUBSET=(tests/test_callable.py tests/test_kernel.py tests/test_custom_kernel.py
-        tests/test_export.py tests/test_versions.py)
+        tests/test_export.py tests/test_versions.py tests/test_scale_out.py
+        tests/test_sharding.py)
 # Slow files (fresh processes, fault loops) that need no
 # particular JAX: run on the Python 3.12 row (jax 0.11.2), not the full one.
 HEAVY=(tests/test_export_keys.py tests/test_faults.py)
@@ -132,6 +141,8 @@ run_row() {
       echo "jax $jax_v: unexpected: $tool in the test venv" > "$WORK/result-$jax_v"; return 1
     fi
   done
+  local multigpu=0
+  case "$scope" in *+multigpu) multigpu=1; scope=${scope%+multigpu} ;; esac
   case "$scope" in
     all) files=(tests) ;;
     full) files=(tests); for f in "${HEAVY[@]}"; do files+=(--ignore "$f"); done ;;
@@ -146,9 +157,20 @@ run_row() {
     "$venv/bin/python" -m pytest -q -p no:cacheprovider "${files[@]}" "${pytest_args[@]}" \
     > "$WORK/pytest-$jax_v.log" 2>&1
   rc=$?
+  local dry=""
+  rm -f "$WORK/pytest-multigpu-$jax_v.log"
+  if [ "$multigpu" = 1 ]; then
+    NUMBA_ENABLE_CUDASIM=1 JAX_PLATFORMS=cpu \
+      XLA_FLAGS=--xla_force_host_platform_device_count=2 \
+      "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider -m multigpu \
+      tests/test_multigpu.py tests/test_multiprocess.py "${pytest_args[@]}" \
+      > "$WORK/pytest-multigpu-$jax_v.log" 2>&1 || rc=1
+    dry="; multigpu dry run (2 fake devices): $(tail -1 "$WORK/pytest-multigpu-$jax_v.log")"
+    scope="$scope+multigpu"
+  fi
   set -e
   versions=$(cd "$WORK" && "$venv/bin/python" -c "import sys, jax, jaxlib.version, numpy, numbax._build_info as b; print(f'Python {sys.version.split()[0]}, jax {jax.__version__} jaxlib {jaxlib.version.__version__} numpy {numpy.__version__}, numbax built against FFI {b.XLA_FFI_API[0]}.{b.XLA_FFI_API[1]} ({b.XLA_FFI_HEADERS_FROM})')" 2>&1 | tail -1)
-  echo "$versions, wheel $(head -1 "$WORK/tag-$jax_v.log") [$scope]: $(tail -1 "$WORK/pytest-$jax_v.log")" > "$WORK/result-$jax_v"
+  echo "$versions, wheel $(head -1 "$WORK/tag-$jax_v.log") [$scope]: $(tail -1 "$WORK/pytest-$jax_v.log")$dry" > "$WORK/result-$jax_v"
   return $rc
 }
 
@@ -178,7 +200,8 @@ for row in "${rows[@]}"; do
   IFS=: read -r jax_v _ _ <<< "$row"
   # Failures first, in full, so CI's log shows them.
   if ! grep -qE ' passed' "$WORK/result-$jax_v" 2>/dev/null || grep -qE 'failed|error' "$WORK/result-$jax_v"; then
-    grep -E "^(FAILED|ERROR)" "$WORK/pytest-$jax_v.log" 2>/dev/null | head -40 || true
+    grep -hE "^(FAILED|ERROR)" "$WORK/pytest-$jax_v.log" \
+      "$WORK/pytest-multigpu-$jax_v.log" 2>/dev/null | head -40 || true
   fi
 done
 for row in "${rows[@]}"; do

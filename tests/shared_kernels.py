@@ -40,3 +40,14 @@ def row_scale(m, s, out):
     if i < m.shape[0]:
         for j in range(m.shape[1]):
             out[i, j] = m[i, j] * s[i] + j
+
+
+@cuda.jit
+def matvec(m, v, out):
+    """out = m @ v, one thread per row."""
+    i = cuda.grid(1)
+    if i < m.shape[0]:
+        acc = 0.0
+        for j in range(m.shape[1]):
+            acc += m[i, j] * v[j]
+        out[i] = acc

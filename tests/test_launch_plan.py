@@ -15,7 +15,9 @@ def _fields(**overrides):
                   num_outputs=1, grid=(3, 2, 1), block=(128, 1, 1),
                   shared_mem=4096, cooperative=True, empty_launch=False,
                   batch=5, broadcast=[False, True], fold_axis=1,
-                  max_slices=65535, abi=0, aliases=[(1, 0)], scalars=[])
+                  max_slices=65535, abi=0, aliases=[(1, 0)], scalars=[],
+                  lead_units=[2, 0, 2], trail_units=[1, 0, 0],
+                  grid_from=[1, -1, -1])
     fields.update(overrides)
     return fields
 
@@ -38,6 +40,17 @@ def test_fields_read_back_as_given():
     assert plan.abi == 0
     assert plan.aliases == [(1, 0)]
     assert plan.scalars == []
+    # a call XLA splits (src/numbax/_sharding_rule.py): unit axes per
+    # buffer, and the grid axes read from output 0's local extents
+    assert plan.lead_units == [2, 0, 2]
+    assert plan.trail_units == [1, 0, 0]
+    assert plan.grid_from == (1, -1, -1)
+    none = _core.LaunchPlan(**_fields(lead_units=[], trail_units=[]))
+    assert (none.lead_units, none.trail_units) == ([], [])
+    # scalars are not buffers: the unit axes still count the 3 buffers
+    both = _core.LaunchPlan(**_fields(scalars=[(1, "i", b"1234")]))
+    assert both.lead_units == [2, 0, 2]
+    assert [p for p, _ in both.scalars] == [1]
     # numba-cuda-mlir kernels: arrays packed as MLIR memrefs (kernel_args.h)
     assert _core.LaunchPlan(**_fields(abi=1)).abi == 1
 
@@ -75,6 +88,11 @@ def test_unknown_field_and_positional_arguments_fail():
     ("aliases", [(2, 0)], "alias input index 2 is not one of the 2 inputs"),
     ("aliases", [(0, 1)], "alias output index 1 is not one of the 1 outputs"),
     ("aliases", [(0, 0), (1, 0)], "two inputs alias output 0"),
+    ("lead_units", [1, 1], "need one count per buffer"),
+    ("trail_units", [0, 0, 0, 0], "need one count per buffer"),
+    ("lead_units", [0, -1, 0], "unit axes out of range"),
+    ("grid_from", [0, 0], "grid_from must have 3 entries"),
+    ("grid_from", [-2, -1, -1], "grid_from entries must be -1 or an axis"),
     # scalars passed by value (csrc/kernel_args.h, MakeScalarParam)
     ("scalars", [(0, "x", b"1234")], "unknown scalar kind 'x'"),
     ("scalars", [(0, "ff", b"1234")], "kind must be one character"),
@@ -90,6 +108,12 @@ def test_unknown_field_and_positional_arguments_fail():
 def test_values_no_launch_can_take_fail(name, value, message):
     with pytest.raises(ValueError, match=message):
         _core.LaunchPlan(**_fields(**{name: value}))
+
+
+def test_grid_from_needs_an_output():
+    with pytest.raises(ValueError, match="grid_from needs an output"):
+        _core.LaunchPlan(**_fields(num_outputs=0, aliases=[], lead_units=[],
+                                   trail_units=[]))
 
 
 def test_wrong_types_fail():

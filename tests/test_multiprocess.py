@@ -4,7 +4,9 @@ Each test starts two tests/multiprocess_child.py processes with a
 coordinator on 127.0.0.1 at a free port; each runs plain, capture=True and
 kernel ops under jax.shard_map on global arrays, checks its own shards
 against numpy, that its funcs ran on its own GPU, and a global sum that
-needs both processes. Marked `multigpu` (skipped below 2 local devices,
+needs both processes. test_two_processes_split_by_xla runs two
+tests/partitioned_process_child.py processes instead: ops XLA splits under
+plain jax.jit, no shard_map. Marked `multigpu` (skipped below 2 local devices,
 tests/conftest.py); on 2 fake CPU devices under the simulator (the
 command is in tests/conftest.py) they run the `visible` layout with one CPU
 device per process.
@@ -49,15 +51,21 @@ def child_env(mode, i):
     return env
 
 
-def run_two_processes(mode):
-    """[(exit code, RESULT dict or None, output)] of the two processes."""
+def run_two_processes(mode, script="multiprocess_child.py", child_args=None):
+    """[(exit code, RESULT dict or None, output)] of the two processes.
+
+    Each runs tests/`script` with `child_args(i, port, seed)` (default:
+    multiprocess_child.py's arguments for `mode`)."""
     port, seed = free_port(), int.from_bytes(os.urandom(4), "little")
+    if child_args is None:
+        def child_args(i, port, seed):
+            return [str(i), str(port), mode, str(seed), str(REPEATS), str(N),
+                    str(TIMEOUT)]
     procs, logs = [], []
     try:
         for i in range(2):
-            cmd = [sys.executable, os.path.join(HERE, "multiprocess_child.py"),
-                   str(i), str(port), mode, str(seed), str(REPEATS), str(N),
-                   str(TIMEOUT)]
+            cmd = [sys.executable, os.path.join(HERE, script),
+                   *child_args(i, port, seed)]
             log = tempfile.TemporaryFile("w+")  # a file, not a pipe: never blocks
             logs.append(log)
             procs.append(subprocess.Popen(cmd, env=child_env(mode, i),
@@ -113,3 +121,21 @@ def test_two_processes_under_jax_distributed(mode):
         # The CUDA device each func ran on (-1: the simulator has none).
         want = -1 if SIMULATOR else 0 if mode == "visible" else i
         assert result["ran_on"] == [want], result
+
+
+def test_two_processes_split_by_xla():
+    """No shard_map: numbax ops with a sharding rule (and jax.vmap of one
+    without) under plain jax.jit on global arrays, split by XLA across the
+    two processes' GPUs with no collective around them
+    (tests/partitioned_process_child.py; the simulator's version runs in
+    tests/test_scale_out.py in every CI row)."""
+    def args(i, port, seed):
+        return [str(i), str(port), str(seed), str(TIMEOUT)]
+    results = run_two_processes("visible", "partitioned_process_child.py",
+                                args)
+    for i, (code, result, text) in enumerate(results):
+        tail = "\n".join(text.splitlines()[-40:])
+        assert code == 0 and result is not None and result["ok"], (
+            f"process {i} exited {code}:\n{tail}")
+        for name, found in result["collectives"].items():
+            assert found == [], (name, result)

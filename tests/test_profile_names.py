@@ -202,7 +202,8 @@ def test_launch_plan_carries_the_name():
               grid=[1, 1, 1], block=[32, 1, 1], shared_mem=0,
               cooperative=False, empty_launch=False, batch=0,
               broadcast=[False], fold_axis=-1, max_slices=65535, abi=0,
-              aliases=[], scalars=[])
+              aliases=[], scalars=[], lead_units=[], trail_units=[],
+              grid_from=[-1, -1, -1])
     assert _core.LaunchPlan(**kw).name == ""
     assert _core.LaunchPlan(**kw, name="double").name == "double"
 

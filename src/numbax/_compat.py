@@ -311,6 +311,28 @@ def shardy_on() -> bool:
         return bool(getattr(jax.config, "jax_use_shardy_partitioner", True))
 
 
+def lowering_device_count(ctx: Any) -> int:
+    """How many devices the program being lowered runs on (1 where it is
+    not a program jit partitions: inside shard_map, pmap, or unknown)."""
+    # jax._src, keep: the lowering's axis context has no public name.
+    try:
+        from jax._src.sharding_impls import ShardingContext
+    except ImportError:  # pragma: no cover - moved in a later jax
+        return 1
+    axis_context = getattr(ctx.module_context, "axis_context", None)
+    if isinstance(axis_context, ShardingContext):
+        return int(axis_context.num_devices)
+    return 1
+
+
+def reshape_value(ctx: Any, value: Any, aval: Any) -> Any:
+    """A lowering's ``stablehlo.reshape`` of `value` to `aval`'s shape."""
+    # jax._src, keep: jax.interpreters.mlir does not re-export reshape
+    # (jax 0.8 to 0.12 all have it in jax._src.interpreters.mlir).
+    from jax._src.interpreters import mlir as mlir_internal
+    return mlir_internal.reshape(ctx, value, aval)
+
+
 def sdy_sharding_rule_api() -> tuple[Callable, Callable]:
     """(str_to_sdy_sharding_rule, sdy_sharding_rule_to_mlir): an einsum-like
     Shardy rule parsed, and its MLIR ``sdy.sharding_rule`` attribute."""

@@ -16,7 +16,7 @@ class LaunchPlan:
     What one numba_cuda_kernel launch needs, built by numbax at XLA's instantiate stage and read by the C++ handler on every call. Keyword arguments only.
     """
 
-    def __init__(self, *, owner: object, functions: Sequence[int], num_inputs: int, num_outputs: int, grid: Sequence[int], block: Sequence[int], shared_mem: int, cooperative: bool, empty_launch: bool, batch: int, broadcast: Sequence[bool], fold_axis: int, max_slices: int, abi: int, aliases: Sequence[tuple[int, int]], scalars: Sequence[tuple[int, str, bytes]], name: str = '') -> None: ...
+    def __init__(self, *, owner: object, functions: Sequence[int], num_inputs: int, num_outputs: int, grid: Sequence[int], block: Sequence[int], shared_mem: int, cooperative: bool, empty_launch: bool, batch: int, broadcast: Sequence[bool], fold_axis: int, max_slices: int, abi: int, aliases: Sequence[tuple[int, int]], scalars: Sequence[tuple[int, str, bytes]], lead_units: Sequence[int], trail_units: Sequence[int], grid_from: Sequence[int], name: str = '') -> None: ...
 
     @property
     def owner(self) -> object: ...
@@ -62,6 +62,15 @@ class LaunchPlan:
 
     @property
     def aliases(self) -> list[tuple[int, int]]: ...
+
+    @property
+    def lead_units(self) -> list[int]: ...
+
+    @property
+    def trail_units(self) -> list[int]: ...
+
+    @property
+    def grid_from(self) -> tuple: ...
 
     @property
     def scalars(self) -> list[tuple[int, list[int]]]:

@@ -22,7 +22,8 @@ _NUMBA_LOAD_LOCK = threading.Lock()
 
 
 def builder(op_ref, compiled, grid, block, empty, batch, broadcast, n_in,
-            fold_axis, max_slices, aliases=(), *, num_outputs: int,
+            fold_axis, max_slices, aliases=(), units=((), ()),
+            grid_from=(-1, -1, -1), *, num_outputs: int,
             scalars=()) -> Callable[[], Any]:
     """`plan()`: the LaunchPlan of one call of the op `op_ref` refers to,
     built when XLA instantiates a program (_registry._resolve_kernel), with
@@ -56,7 +57,8 @@ def builder(op_ref, compiled, grid, block, empty, batch, broadcast, n_in,
             broadcast=[bool(b) for b in broadcast], fold_axis=fold_axis,
             max_slices=max_slices, abi=_mlir.MEMREF_ABI if op._mlir else 0,
             aliases=list(aliases), scalars=list(scalars),
-            name=op.profile_name)
+            lead_units=list(units[0]), trail_units=list(units[1]),
+            grid_from=list(grid_from), name=op.profile_name)
 
     return plan
 

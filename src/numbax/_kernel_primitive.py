@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 
-from . import (_batching, _checks, _compat, _nested_vmap, _profile, _registry,
-               _targets)
+from . import (_batching, _checks, _compat, _nested_vmap, _partitioning,
+               _profile, _registry, _targets)
 
 numbax_kernel_p = _compat.eager_primitive("numbax_kernel")
 
@@ -30,17 +30,26 @@ def _abstract_eval(*args, op, out_shapes, batch, broadcast, call):
 
 def _lower(ctx, *args, op, out_shapes, batch, broadcast, call, platform):
     avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_in]
+    # How XLA may split the call: the op's rule, and the vmapped axis of a
+    # batched call (in a program of several devices); None: not at all.
+    split = op._split(ctx, avals, batch, broadcast, call)
     if platform == "cuda":
         outs = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_out]
-        key = op._gpu_key(avals, outs, batch, broadcast, call)
+        key = op._gpu_key(avals, outs, batch, broadcast, call, split)
         target = _targets.KERNEL_TARGET
     else:
-        key = op._simulator_key(avals, out_shapes, batch, broadcast, call)
+        key = op._simulator_key(avals, out_shapes, batch, broadcast, call,
+                                split)
         target = _targets.CALLABLE_TARGET
     if (getattr(ctx.module_context.lowering_parameters, "for_export", False)
             and _registry.is_ambiguous(key)):
         raise _registry.ambiguous_export_error(op._label, key, op.name)
     aliases = op.input_output_aliases or {}
+    if split is not None:
+        return _partitioning.lower_split(
+            ctx, args, target=_targets.BATCH_TARGETS[target], split=split,
+            key=key, aliases=tuple(dict(aliases).items()),
+            profile_name=op.profile_name)
     # The custom call is named after the op in HLO (_profile.py).
     with _profile.location(ctx, op.profile_name):
         return jax.ffi.ffi_lowering(

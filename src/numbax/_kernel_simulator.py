@@ -10,13 +10,18 @@ from __future__ import annotations
 
 def make_launcher(kernel, shared_mem, py_func, n_in, grid, block, empty, batch,
                   broadcast, batched, fold_axis, max_slices,
-                  aliased_outputs=frozenset(), scalars=()):
+                  aliased_outputs=frozenset(), scalars=(),
+                  grid_from=(-1, -1, -1)):
     """The simulator's version of the C++ launch (same slicing, same
     chunks of at most MAX_SLICES_PER_LAUNCH slices when folded).
     `aliased_outputs`: the indices of outputs aliased to an input, which
     the CPU handler has already given the input's values. `scalars`:
     (position, value) of each scalar parameter, sorted by position, passed
-    by value to every launch (as the C++ launch packs them)."""
+    by value to every launch (as the C++ launch packs them). As in C++, a
+    call XLA split gets each device's shards: the batch is output 0's
+    leading extent, and each grid axis `grid_from` ties to an axis of
+    output 0 covers that axis as received."""
+    tied = any(a >= 0 for a in grid_from)
 
     def params(buffers):
         if not scalars:
@@ -28,7 +33,15 @@ def make_launcher(kernel, shared_mem, py_func, n_in, grid, block, empty, batch,
 
     def launcher(*args):
         *arrays, stream = args
-        if empty:
+        local_batch, local_grid = batch, list(grid)
+        if batch or tied:
+            shape = arrays[n_in].shape
+            if batch:
+                local_batch = int(shape[0])
+            for a, axis in enumerate(grid_from):
+                if axis >= 0:
+                    local_grid[a] = -(-int(shape[axis]) // max(1, block[a]))
+        if empty or 0 in local_grid or (batch and not local_batch):
             # As the GPU handler: outputs are zero-filled, except one
             # aliased to an input, which keeps the input's values.
             inputs = {a._ary.__array_interface__["data"][0]
@@ -39,24 +52,25 @@ def make_launcher(kernel, shared_mem, py_func, n_in, grid, block, empty, batch,
                     out._ary.fill(0)
             return None
         if batched is not None:
-            for start in range(0, batch, max_slices):
-                count = min(max_slices, batch - start)
+            for start in range(0, local_batch, max_slices):
+                count = min(max_slices, local_batch - start)
                 chunk = [a[0:1] if (i < n_in and broadcast[i])
                          else a[start:start + count]
                          for i, a in enumerate(arrays)]
-                chunk_grid = list(grid)
+                chunk_grid = list(local_grid)
                 chunk_grid[fold_axis] = count
                 batched[tuple(chunk_grid), block, stream, shared_mem](
                     *params(chunk))
             return None
-        slices = range(batch) if batch else [None]
+        slices = range(local_batch) if batch else [None]
         for s in slices:
             if s is None:
                 view = arrays
             else:
                 view = [a[0] if (i < n_in and broadcast[i]) else a[s]
                         for i, a in enumerate(arrays)]
-            kernel[grid[:3], block[:3], stream, shared_mem](*params(view))
+            kernel[tuple(local_grid[:3]), block[:3], stream,
+                   shared_mem](*params(view))
         return None
     launcher.__module__ = getattr(
         py_func, "__module__", None)  # type: ignore[assignment]

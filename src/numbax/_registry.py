@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _fast_launch, _numba, _targets
+from . import _fast_launch, _numba, _sharding_rule, _targets
 
 # Guards the entries, groups and memo below.
 _lock = threading.RLock()
@@ -51,6 +51,10 @@ class CallableEntry:
     # input_output_aliases as sorted (input, output) pairs: C++ copies an
     # input into its aliased output where XLA hands them two buffers.
     aliases: tuple = ()
+    # (lead, trail): per buffer, the unit axes a call XLA may split has at
+    # the start and at the end (_sharding_rule.Split), which C++ drops
+    # before func sees the arrays; () when the key's call added none.
+    units: tuple = ()
     # The op's name in profiles (_profile.py): each call is an NVTX range
     # with this name. Empty: C++ names the range after the key.
     name: str = ""
@@ -235,6 +239,31 @@ def alias_spec(aliases) -> str:
     if not aliases:
         return ""
     return ";alias=" + ",".join(f"{i}:{o}" for i, o in sorted(aliases.items()))
+
+
+def with_lead(key: str, lead_spec: str) -> str:
+    """The key of `key`'s call with leading unit axes (`lead_spec`, from
+    _sharding_rule.Split.lead_spec) on its buffers: the same entry, but
+    C++ drops the axes first. `key` itself when `lead_spec` is empty."""
+    if not lead_spec:
+        return key
+    parsed = split_key(key)
+    if parsed is None:
+        return key
+    group_key, call, mark = parsed
+    derived = f"{group_key}/{call}{lead_spec}" + (f"/{mark}" if mark else "")
+    parsed = _sharding_rule.parse_units(spec_fields(lead_spec[1:]))
+    units: tuple = parsed if any(parsed) else ()
+    with _lock:
+        entry = _entries.get(key)
+    if entry is not None and isinstance(entry, CallableEntry):
+        import dataclasses
+        with _lock:
+            known = _entries.get(derived)
+            if known is None or not _alive(known):
+                _store(derived, dataclasses.replace(entry, key=derived,
+                                                    units=units))
+    return derived
 
 
 def parse_aliases(fields: dict) -> tuple:
@@ -529,6 +558,7 @@ def _build_entry(key, group_key, call, member, kind, platform):
                               fast_launch=spec_fields(
                                   _config(group_key)).get("fast") != "0",
                               aliases=parse_aliases(fields),
+                              units=_sharding_rule.parse_units(fields),
                               name=getattr(op, "profile_name", "") or "")
     entry.func_id = id(func)
     with _lock:
@@ -564,7 +594,7 @@ def _resolve_callable(key: str, platform: str):
         func = _one_simulated_launch_at_a_time(func)
     return (func, entry.num_inputs, entry.num_outputs, entry.num_scratch,
             _fast_launch.enabled_for(entry.fast_launch), entry.aliases,
-            entry.name or None)
+            entry.name or None, *(entry.units or ((), ())))
 
 
 # Numba's simulator runs one kernel launch at a time in the whole process

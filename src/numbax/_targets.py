@@ -23,15 +23,18 @@ from . import _compat, _core, _guard, _numba
 CALLABLE_TARGET = "numbax_callable"
 CAPTURE_TARGET = "numbax_callable_capture"
 KERNEL_TARGET = "numbax_kernel"
-# The same handlers under the names of calls declared batch-partitionable
-# (numba_cuda_callable(..., batch_partitionable=True)): XLA registers these
-# names as partitionable along their leading axis, so they need their own.
+# The same handlers under the names of calls XLA may split (a sharding rule,
+# batch_partitionable=True, or jax.vmap's axis: _sharding_rule.py): XLA
+# registers these names as batch-partitionable, so they need their own.
 CALLABLE_BATCH_TARGET = "numbax_callable_batch"
 CAPTURE_BATCH_TARGET = "numbax_callable_capture_batch"
+KERNEL_BATCH_TARGET = "numbax_kernel_batch"
 BATCH_TARGETS = {CALLABLE_TARGET: CALLABLE_BATCH_TARGET,
-                 CAPTURE_TARGET: CAPTURE_BATCH_TARGET}
+                 CAPTURE_TARGET: CAPTURE_BATCH_TARGET,
+                 KERNEL_TARGET: KERNEL_BATCH_TARGET}
 ALL_TARGETS = (CALLABLE_TARGET, CAPTURE_TARGET, KERNEL_TARGET,
-               CALLABLE_BATCH_TARGET, CAPTURE_BATCH_TARGET)
+               CALLABLE_BATCH_TARGET, CAPTURE_BATCH_TARGET,
+               KERNEL_BATCH_TARGET)
 
 # Guards the registration state below (the registry's entries have a lock
 # of their own).
@@ -104,8 +107,9 @@ def _register_platform(platform: str, plugin_c_api: Any = None) -> None:
         for target in (CAPTURE_TARGET, CAPTURE_BATCH_TARGET):
             jax.ffi.register_ffi_target(
                 target, callable_handlers["cuda_capture"], platform="CUDA")
-        jax.ffi.register_ffi_target(
-            KERNEL_TARGET, _core.kernel_handlers()["cuda"], platform="CUDA")
+        for target in (KERNEL_TARGET, KERNEL_BATCH_TARGET):
+            jax.ffi.register_ffi_target(
+                target, _core.kernel_handlers()["cuda"], platform="CUDA")
     _platforms_registered.add(platform)
     _declare_batch_partitionable(plugin_c_api)
 

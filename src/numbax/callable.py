@@ -13,7 +13,7 @@ from jax.interpreters import ad, batching, mlir
 
 from . import (_checks, _fast_launch, _inputcheck, _mlir_launch, _numba,
                _partitioning, _profile, _registry, _scalars, _shape_fns,
-               _targets)
+               _sharding_rule, _targets)
 
 
 class _CalledRef:
@@ -45,7 +45,7 @@ class NumbaCudaCallable:
 
     def __init__(self, func, outs, *, vmap_method, input_output_aliases,
                  scratch, capture, name, batch_partitionable=False,
-                 has_side_effect=False, fast_launch=True):
+                 has_side_effect=False, fast_launch=True, sharding_rule=None):
         self.func = func  # strong: the registry refers to it weakly
         self._label = op = f"numba_cuda_callable({_registry.base_name(func)})"
         # outs= and scratch= may be functions of the call's arguments
@@ -80,6 +80,10 @@ class NumbaCudaCallable:
         self._profile_tag: str | None = None
         self.capture = bool(capture)
         self.batch_partitionable = bool(batch_partitionable)
+        # The op's own rule (None: none, or batch_partitionable's, which is
+        # made per call from the shapes).
+        self.sharding_rule = (None if sharding_rule is None else
+                              _sharding_rule.parse(sharding_rule, op))
         self.fast_launch = bool(fast_launch)
         self.__name__ = getattr(func, "__name__", "numba_cuda_callable")
         self.__doc__ = getattr(func, "__doc__", None)
@@ -172,7 +176,8 @@ class NumbaCudaCallable:
             func = _inputcheck.checked(func, num_results, self._label)
         return func
 
-    def _entry(self, key, n_in, n_out, n_scratch, scalars, aliases, bf16):
+    def _entry(self, key, n_in, n_out, n_scratch, scalars, aliases, bf16,
+               units=()):
         if scalars or (self._check_inputs and not self._fixed()):
             target = _CalledRef(self, n_out + n_scratch, scalars)
         else:
@@ -182,7 +187,7 @@ class NumbaCudaCallable:
             key, target, n_in, n_out, n_scratch, bfloat16=bf16,
             fast_launch=self.fast_launch,
             aliases=tuple(sorted((aliases or {}).items())),
-            name=self.profile_name)
+            name=self.profile_name, units=units)
 
     def _call_spec(self, inputs, aliases, outs, scratch, scalars) -> str:
         aval = lambda s: (tuple(s.shape), np.dtype(s.dtype))  # noqa: E731
@@ -231,8 +236,10 @@ class NumbaCudaCallable:
         bf16 = _numba.has_bfloat16(
             [d for _, d in list(avals) + list(outs) + list(scratch)])
         aliases = dict(_registry.parse_aliases(fields))
+        # A split call's key (_registry.with_lead) names its unit axes.
+        units = _sharding_rule.parse_units(fields)
         return self._entry(key, len(avals), len(outs), len(scratch), scalars,
-                           aliases, bf16)
+                           aliases, bf16, units if any(units) else ())
 
     def __call__(self, *args):
         op = self._label
@@ -258,9 +265,21 @@ class NumbaCudaCallable:
         key = self._key(inputs, aliases, out_specs, scratch_specs, scalars)
         target = (_targets.CAPTURE_TARGET if self.capture
                   else _targets.CALLABLE_TARGET)
+        results_specs = list(out_specs) + list(scratch_specs)
+        rule = self.sharding_rule
         if self.batch_partitionable:
-            _partitioning.check_leading_axis(
-                inputs, list(out_specs) + list(scratch_specs), op)
+            _partitioning.check_leading_axis(inputs, results_specs, op)
+            rule = _sharding_rule.leading_rule(
+                [x.shape for x in inputs], [s.shape for s in results_specs])
+        if rule is not None:
+            # Refused here, at trace time, naming the op: a rule that does
+            # not fit the call, or that leaves nothing to split. The rule
+            # covers the array operands only: scalars are not buffers.
+            _sharding_rule.split(
+                rule, [x.shape for x in inputs],
+                [s.shape for s in results_specs], op,
+                n_free_results=len(scratch_specs),
+                aliases=tuple(sorted((aliases or {}).items())))
 
         # Every call goes through numbax's own primitive, which lowers to
         # the custom call jax.ffi.ffi_call would build (row-major layouts,
@@ -268,18 +287,18 @@ class NumbaCudaCallable:
         # (_profile.py). Its batching rule gives vmap_method ffi_call's
         # meaning, except that it broadcasts an unbatched aliased operand
         # (ffi_call's 'expand_dims' gave it a size-1 axis, which XLA's
-        # verifier refused against the batched output), and refuses
-        # jax.vmap of an op without vmap_method naming the op and
-        # vmap_method= (ffi_call's refusal names neither).
+        # verifier refused against the batched output), refuses jax.vmap
+        # of an op without vmap_method naming the op and vmap_method=
+        # (ffi_call's refusal names neither), and otherwise makes the
+        # batched call one XLA may split along the vmapped axis.
         tracing = any(isinstance(x, jax.core.Tracer) for x in inputs)
         profile_name = self.profile_name
-        results_specs = list(out_specs) + list(scratch_specs)
 
         def bind(*xs):
             results = _partitioning.bind(
                 target, xs, results_specs, key=key,
-                aliases=aliases, vmap_method=self.vmap_method,
-                partitionable=self.batch_partitionable,
+                aliases=aliases, vmap_method=self.vmap_method, rule=rule,
+                n_scratch=len(scratch_specs),
                 has_side_effect=self.has_side_effect, label=op,
                 profile_name=profile_name)
             return list(results)[:len(out_specs)]
@@ -349,6 +368,7 @@ def numba_cuda_callable(
     batch_partitionable: bool = False,
     has_side_effect: bool = False,
     fast_launch: bool = True,
+    sharding_rule: str | None = None,
 ) -> Callable[..., Any]:
     """Create a JAX-callable from a Python function that launches Numba CUDA kernels.
 
@@ -388,6 +408,16 @@ def numba_cuda_callable(
         around the call, so ``func`` must take its sizes from the arrays it
         is given. Wrong for anything that mixes rows (a sum, a scan, a
         shift): leave it False there. See docs/multi_gpu.md.
+      sharding_rule: which axes of the inputs, outputs and scratch buffers
+        are the same factor, in the einsum-like notation of Shardy rules
+        (``"i j, j -> i j"``: rows ``i`` of input 0 and of the output, input
+        1 whole). XLA may then split the factors that lead every output
+        (each input leading with them too, or not naming them): each device
+        runs ``func`` on its own shards, and whole copies of the other
+        inputs. ``func`` must take its sizes from the arrays. A rule that
+        does not fit the call is refused when the op is called.
+        Exclusive with ``batch_partitionable`` (the rule
+        ``"b ..., b ... -> b ..."``). See docs/multi_gpu.md.
       has_side_effect: declare that ``func`` does more than write its
         outputs (it counts calls, draws host-seeded random numbers, logs,
         or writes memory other than its outputs). Passed to XLA, which then
@@ -445,9 +475,20 @@ def numba_cuda_callable(
             "'expand_dims', 'broadcast_all' or 'sequential'")
     _checks.check_bool(fast_launch, "fast_launch", "numba_cuda_callable")
     _checks.check_name(name, "numba_cuda_callable")
+    if sharding_rule is not None and batch_partitionable:
+        raise ValueError(
+            "numba_cuda_callable: give sharding_rule or "
+            "batch_partitionable=True, not both (batch_partitionable=True is "
+            "the rule that splits axis 0 of every array)")
+    if sharding_rule is not None and vmap_method == "legacy_vectorized":
+        raise ValueError(
+            "numba_cuda_callable: sharding_rule cannot be combined with "
+            "vmap_method='legacy_vectorized' (deprecated in JAX); use "
+            "'expand_dims', 'broadcast_all' or 'sequential'")
     return NumbaCudaCallable(func, outs, vmap_method=vmap_method,
                              input_output_aliases=input_output_aliases,
                              scratch=scratch, capture=capture, name=name,
                              batch_partitionable=batch_partitionable,
                              has_side_effect=has_side_effect,
-                             fast_launch=bool(fast_launch))
+                             fast_launch=bool(fast_launch),
+                             sharding_rule=sharding_rule)

@@ -121,12 +121,19 @@ class XLACustomKernel:
       name: the primitive's name. A second op with the same name works, but
         warns: the two would be indistinguishable in jaxprs and errors.
       doc: optional docstring of the op.
+      sharding_rule: which axes of the inputs and outputs are the same
+        factor, in the einsum-like notation of Shardy rules
+        (``"i j, j -> i j"``), or a function of the call's ``outs`` and
+        static keyword arguments returning one: under ``jax.jit`` with
+        sharded inputs, XLA runs the kernel on each device's shards of the
+        split factors (see :meth:`def_sharding_rule`).
 
     Raises:
       TypeError: ``name`` is not a non-empty string.
     """
 
-    def __init__(self, name: str, doc: str | None = None):
+    def __init__(self, name: str, doc: str | None = None, *,
+                 sharding_rule: str | Callable | None = None):
         if not isinstance(name, str) or not name:
             raise TypeError(
                 f"XLACustomKernel: name must be a non-empty string, got {name!r}")
@@ -154,6 +161,12 @@ class XLACustomKernel:
         self._jvp_per_input = False
         self._transpose_rule: Callable | None = None
         self._batching_rule: Callable | None = None
+        self._sharding_rule: str | Callable | None = None
+        # (id of what a generator returned, rule) -> that op with the rule,
+        # kept alive here as _generated keeps the generated ops.
+        self._ruled: dict[tuple, Callable] = {}
+        if sharding_rule is not None:
+            self.def_sharding_rule(sharding_rule)
 
         #: The underlying ``jax.extend.core.Primitive``.
         self.primitive = _custom_primitive.create(self)
@@ -371,6 +384,123 @@ class XLACustomKernel:
         self._batching_rule = fn
         return fn
 
+    def def_sharding_rule(self, rule: str | Callable) -> str | Callable:
+        """Declares which axes XLA may split across devices.
+
+        ``rule`` is a string in the einsum-like notation of Shardy rules
+        (``"i j, j -> i j"``: one mapping per input, then per output, each
+        naming a factor per axis), or ``rule(outs=..., **static_kwargs)``
+        returning one (for ops whose ranks depend on the call). The kernel
+        the generator returns (a ``numba_cuda_kernel`` or
+        ``numba_cuda_callable``) is then made with that ``sharding_rule``:
+        under ``jax.jit`` with inputs sharded along the factors that lead
+        every output, each device runs it on its own shards
+        (docs/multi_gpu.md). A generator that returns jnp code needs no
+        rule: XLA splits it itself. A rule that does not fit a call is
+        refused when the op is called, naming the op.
+
+        Returns:
+          ``rule``, so this works as a decorator.
+
+        Raises:
+          TypeError: ``rule`` is neither a string nor callable.
+        """
+        if not isinstance(rule, str) and not callable(rule):
+            raise TypeError(
+                f"{self!r}: the sharding rule must be a str (e.g. "
+                f"'i j, j -> i j') or a function of outs and the static "
+                f"keyword arguments returning one, got {type(rule).__name__}")
+        if isinstance(rule, str):
+            from . import _sharding_rule
+            _sharding_rule.parse(rule, repr(self))  # syntax, now
+        self._sharding_rule = rule
+        return rule
+
+    def _rule_for(self, outs, out_tree, static) -> str | None:
+        """The sharding rule of a call (None: the op has none)."""
+        rule = self._sharding_rule
+        if rule is None or isinstance(rule, str):
+            return rule
+        try:
+            text = rule(outs=_custom_outs.outs_struct(outs, out_tree),
+                        **dict(static))
+        except Exception as exc:
+            raise _wrap_error(exc, (
+                f"{self!r}: the sharding rule function raised "
+                f"{type(exc).__name__}: {exc}")) from exc
+        if not isinstance(text, str):
+            raise TypeError(
+                f"{self!r}: the sharding rule function returned "
+                f"{type(text).__name__}, not a str such as 'i j, j -> i j'")
+        return text
+
+    def _check_rule(self, inputs, outs, out_tree, static) -> None:
+        """Refuses, naming the op, a rule that does not fit this call."""
+        text = self._rule_for(outs, out_tree, static)
+        if text is None:
+            return
+        from . import _sharding_rule
+        label = repr(self)
+        rule = _sharding_rule.parse(text, label)
+        _sharding_rule.split(rule, [tuple(np.shape(x)) for x in inputs],
+                             [tuple(s) for s, _ in outs], label)
+
+    def _with_rule(self, fn, outs, out_tree, static):
+        """`fn` (what a generator returned) made with the call's sharding
+        rule, where it is a numbax op; `fn` itself otherwise."""
+        text = self._rule_for(outs, out_tree, static)
+        if text is None:
+            return fn
+        from . import _sharding_rule
+        from .callable import NumbaCudaCallable, numba_cuda_callable
+        from .kernel import NumbaCudaKernel, numba_cuda_kernel
+        if not isinstance(fn, (NumbaCudaKernel, NumbaCudaCallable)):
+            return fn  # jnp code: XLA splits it itself
+        rule = _sharding_rule.parse(text, repr(self))
+        own = fn.sharding_rule
+        if own is not None or fn.batch_partitionable:
+            if own == rule:
+                return fn
+            raise ValueError(
+                f"{self!r}: the op has sharding_rule {text!r}, but its "
+                f"kernel generator returned {fn!r} with "
+                f"{'batch_partitionable=True' if own is None else repr(str(own))}; "
+                "give the rule in one place")
+        key = (id(fn), str(rule))
+        with self._lock:
+            ruled = self._ruled.get(key)
+        if ruled is not None:
+            return ruled
+        # outs (and a callable's scratch) as the op was given them: a shape
+        # function stays one (a kernel then refuses the rule, naming it).
+        outs_fn = getattr(fn, "_outs_fn", None)
+        outs_tree = outs_fn if outs_fn is not None else \
+            jax.tree_util.tree_unflatten(fn.out_tree, fn.out_specs)
+        if isinstance(fn, NumbaCudaKernel):
+            ruled = numba_cuda_kernel(
+                fn.kernel, outs_tree, grid=fn.grid, block=fn.block,
+                launch_dims=fn.launch_dims,
+                threads_per_block=fn.threads_per_block,
+                shared_mem=fn.shared_mem, vmap_method=fn.vmap_method,
+                input_output_aliases=fn.input_output_aliases, name=fn.name,
+                sharding_rule=str(rule))
+        else:
+            scratch = (fn._scratch_fn if fn._scratch_fn is not None
+                       else fn.scratch_specs or None)
+            ruled = numba_cuda_callable(
+                fn.func, outs_tree, vmap_method=fn.vmap_method,
+                input_output_aliases=fn.input_output_aliases,
+                scratch=scratch, capture=fn.capture, name=fn.name,
+                has_side_effect=fn.has_side_effect,
+                fast_launch=fn.fast_launch, sharding_rule=str(rule))
+        # Named in profiles as the op it was made from.
+        if isinstance(ruled, (NumbaCudaKernel, NumbaCudaCallable)) and \
+                ruled._profile_tag is None:
+            ruled._profile_tag = fn._profile_tag
+        with self._lock:
+            # Kept with the generated op it was made from.
+            return self._ruled.setdefault(key, ruled)
+
     # -- calling -----------------------------------------------------------
 
     def __call__(self, *inputs, outs: Any = None, backend: str | None = None,
@@ -446,9 +576,11 @@ class XLACustomKernel:
             specs, out_tree = _checks.normalize_outs(
                 result, _shape_fns.where("outs", structs), op=repr(self))
             _checks.check_x64(_checks.wide_outputs(specs), repr(self))
+        outs_spec = tuple((tuple(s.shape), np.dtype(s.dtype)) for s in specs)
+        if self._sharding_rule is not None:
+            self._check_rule(args, outs_spec, out_tree, tuple(static))
         results = self.primitive.bind(
-            *args,
-            outs=tuple((tuple(s.shape), np.dtype(s.dtype)) for s in specs),
+            *args, outs=outs_spec,
             out_tree=out_tree, backends=backends, static=tuple(static))
         return jax.tree_util.tree_unflatten(out_tree, list(results))
 
@@ -525,7 +657,7 @@ class XLACustomKernel:
                    tuple((k, type(v), v) for k, v in static), outs, out_tree)
             fn = self._generated.get(key)
             if fn is not None:
-                return fn
+                return self._with_rule(fn, outs, out_tree, static)
         try:
             fn = generator(**dict(static),
                            outs=_custom_outs.outs_struct(outs, out_tree))
@@ -558,7 +690,8 @@ class XLACustomKernel:
                 getattr(fn, "_profile_tag", "") is None:
             fn._profile_tag = self.name
         with self._lock:
-            return self._generated.setdefault(key, fn)
+            fn = self._generated.setdefault(key, fn)
+        return self._with_rule(fn, outs, out_tree, static)
 
     @contextlib.contextmanager
     def _inherit(self, backends):

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import (_checks, _core, _fast_launch, _fold, _kernel_cache,
                _kernel_plan, _kernel_simulator, _mlir, _numba, _profile,
-               _registry, _scalars, _shape_fns, _signatures)
+               _registry, _scalars, _shape_fns, _sharding_rule, _signatures)
 # numbax.kernel's names for the launch configuration and the primitive.
 from ._kernel_primitive import numbax_kernel_p
 from ._launch_config import (MAX_BLOCK, MAX_GRID,  # noqa: F401
@@ -74,7 +74,7 @@ class _LauncherRef:
 
     def __init__(self, op, spec, launcher=None):
         self._op = weakref.ref(op)
-        # (avals, out_shapes, batch, broadcast, aliases, _Call)
+        # (avals, out_shapes, batch, broadcast, aliases, _Call, grid_from)
         self._spec = spec
         self._launcher = (weakref.ref(launcher) if launcher is not None
                           else lambda: None)
@@ -118,18 +118,46 @@ class _Call:
         return [(lead + tuple(s), np.dtype(d)) for s, d in self.outs]
 
 
+def _out_shapes(call: _Call) -> list:
+    """The unbatched output shapes of a call."""
+    return [tuple(s) for s, _ in call.outs]
+
+
+def _rule_with_shape_fns_error(op: str, batch_partitionable: bool):
+    what = ("batch_partitionable=True" if batch_partitionable
+            else "sharding_rule=")
+    return ValueError(
+        f"{op}: {what} cannot be combined with outs= or launch_dims= given "
+        "as a function of the call's arguments: the rule ties the launch to "
+        "fixed outputs and launch dimensions. Give outs and launch_dims as "
+        "values (one op per shape), or use numba_cuda_callable, whose rules "
+        "take shape functions (docs/errors.md)")
+
+
 class NumbaCudaKernel:
     """The function of JAX arrays returned by :func:`numba_cuda_kernel`."""
 
     def __init__(self, kernel, outs, *, grid, block, launch_dims,
                  threads_per_block, shared_mem, vmap_method,
-                 input_output_aliases, name):
+                 input_output_aliases, name, batch_partitionable=False,
+                 sharding_rule=None):
         self.kernel = kernel
+        self.batch_partitionable = bool(batch_partitionable)
+        self.sharding_rule = (
+            None if sharding_rule is None else _sharding_rule.parse(
+                sharding_rule, f"numbax.numba_cuda_kernel("
+                f"{_registry.base_name(getattr(kernel, 'py_func', kernel))})"))
         # outs= and launch_dims= may be functions of the call's arguments
         # (_shape_fns.py): resolved per signature when a call is traced.
         self._outs_fn = outs if _shape_fns.is_function(outs) else None
         self._dims_fn = (launch_dims if _shape_fns.is_function(launch_dims)
                          else None)
+        if self._has_rule() and (self._outs_fn is not None
+                                 or self._dims_fn is not None):
+            raise _rule_with_shape_fns_error(
+                f"numbax.numba_cuda_kernel("
+                f"{_registry.base_name(getattr(kernel, 'py_func', kernel))})",
+                self.batch_partitionable)
         if self._outs_fn is None:
             self.out_specs, self.out_tree = _checks.normalize_outs(
                 outs, op=f"numba_cuda_kernel("
@@ -337,7 +365,8 @@ class NumbaCudaKernel:
         identity = (
             self.kernel, outs, self.out_tree, self.launch_dims, self.grid,
             self.block, self.threads_per_block, self.shared_mem,
-            self.vmap_method, aliases, self.name)
+            self.vmap_method, aliases, self.name, self.batch_partitionable,
+            self.sharding_rule)
         try:
             hash(identity)
         except TypeError:
@@ -583,7 +612,80 @@ class NumbaCudaKernel:
         else:
             grid, block, _ = self._launch()
             launch = f"grid={dims(grid)};block={dims(block)}"
-        return f"kernel;outs={outs};{launch};smem={self.shared_mem}"
+        # Only an op with a rule says so: every other op's key stays what it
+        # was before rules existed.
+        rule = ("" if not self._has_rule() else ";rule=batch"
+                if self.batch_partitionable else
+                f";rule={str(self.sharding_rule).replace(', ', ',')}")
+        return f"kernel;outs={outs};{launch};smem={self.shared_mem}{rule}"
+
+    # -- partitioning: which calls XLA may split, and how -----------------
+    # An op with a rule has fixed outs and launch_dims (refused otherwise
+    # when created); `outs` is the call's unbatched output shapes (_Call).
+    # Scalars are not buffers: rules, units and grid ties count the array
+    # inputs and the outputs only.
+    def _has_rule(self) -> bool:
+        return self.batch_partitionable or self.sharding_rule is not None
+
+    def _unbatched_rule(self, in_shapes, outs):
+        """The op's own rule for unbatched inputs of `in_shapes`, or None."""
+        if self.batch_partitionable:
+            return _sharding_rule.leading_rule(in_shapes, outs)
+        return self.sharding_rule
+
+    def _check_rule(self, in_shapes, outs):
+        """Refuses, naming the op, a rule that does not fit a call of
+        `in_shapes` or a launch that could not follow the split."""
+        rule = self._unbatched_rule(in_shapes, outs)
+        if rule is None:
+            return
+        if self.batch_partitionable:
+            extents = {int(s[0]) for s in list(in_shapes) + list(outs)}
+            if len(extents) > 1:
+                raise ValueError(
+                    f"{self._label}: batch_partitionable=True declares that "
+                    "axis 0 of every input and output is one independent "
+                    "batch axis, so their leading extents must be equal; got "
+                    f"inputs {[tuple(s) for s in in_shapes]}, outputs "
+                    f"{list(outs)}. Give a sharding_rule that says which "
+                    "arrays share the axis (e.g. 'i j, j -> i j'), or use "
+                    "jax.shard_map")
+        split = _sharding_rule.split(rule, in_shapes, outs, self._label,
+                                     aliases=self._alias_pairs())
+        if self.launch_dims is not None:
+            _sharding_rule.launch_ties(self.launch_dims, split, self._label)
+
+    def _grid_from(self, avals, batch, outs):
+        """Per grid axis, the axis of output 0 (as the call's buffers have
+        it) whose local extent that axis covers, or -1: the op's rule ties
+        the leading launch axes to the split factors."""
+        if not self._has_rule() or self.launch_dims is None:
+            return (-1, -1, -1)
+        shapes = [tuple(s)[1:] if batch else tuple(s) for s, _ in avals]
+        rule = self._unbatched_rule(shapes, outs)
+        split = _sharding_rule.split(rule, shapes, outs, self._label,
+                                     aliases=self._alias_pairs())
+        ties = _sharding_rule.launch_ties(self.launch_dims, split, self._label)
+        shift = 1 if batch else 0
+        ties = tuple(t + shift if t >= 0 else -1 for t in ties)
+        return ties + (-1,) * (3 - len(ties))
+
+    def _split(self, ctx, avals, batch, broadcast, call):
+        """The Split of a lowered call, or None where XLA gets no rule."""
+        from . import _partitioning
+        in_shapes = [tuple(s) for s, _ in avals]
+        outs = _out_shapes(call)
+        if batch:
+            unbatched = [s[1:] for s in in_shapes]
+            base = self._unbatched_rule(unbatched, outs)
+            vmap_only = base is None
+            if base is None:
+                base = _sharding_rule.unshared_rule(unbatched, outs)
+            rule = _sharding_rule.vmapped(base, [not b for b in broadcast])
+        else:
+            rule, vmap_only = self._unbatched_rule(in_shapes, outs), False
+        return _partitioning.split_for(ctx, rule, vmap_only, self._label,
+                                       aliases=self._alias_pairs())
 
     def _alias_pairs(self) -> tuple:
         """input_output_aliases as sorted (input, output) int pairs (checked
@@ -592,7 +694,8 @@ class NumbaCudaKernel:
                             (self.input_output_aliases or {}).items()))
 
     def _call_spec(self, avals, batch, broadcast, fold: str = "",
-                   aliases: tuple = (), call: _Call | None = None) -> str:
+                   aliases: tuple = (), call: _Call | None = None,
+                   lead: str = "") -> str:
         flags = "".join("1" if b else "0" for b in broadcast)
         spec = (f"in={_registry.avals_text(avals)};batch={int(batch)}"
                 f";bcast={flags}")
@@ -611,6 +714,9 @@ class NumbaCudaKernel:
                 spec += (f";grid={'x'.join(map(str, call.grid))}"
                          f";block={'x'.join(map(str, call.block))}")
             spec += _scalars.scalars_spec(call.scalars)
+        # The leading unit axes of a call XLA may split (a program of
+        # several devices, or an op with a rule): C++ drops them first.
+        spec += lead
         assert "/" not in spec, spec  # "/" separates a key's parts
         return spec
 
@@ -654,33 +760,36 @@ class NumbaCudaKernel:
         else:
             grid, block, _ = self._launch()
         return (avals, batch, broadcast, _registry.parse_aliases(fields),
-                _Call(outs, tuple(grid), tuple(block), scalars))
+                _Call(outs, tuple(grid), tuple(block), scalars),
+                _sharding_rule.parse_units(fields))
 
     def _entry_for_call(self, key, call, platform):
         """The registry entry of a key this process did not trace (a
         deserialised or cached program): built from the call spec, the
         kernel compiled here once per key."""
-        avals, batch, broadcast, aliases, resolved = self._parse_call(call)
+        avals, batch, broadcast, aliases, resolved, units = \
+            self._parse_call(call)
         if platform == "cpu":
             return _registry.CallableEntry(
-                key, _LauncherRef(self, (avals, resolved.out_avals(batch),
-                                         batch, broadcast, aliases,
-                                         resolved)),
+                key, _LauncherRef(self, (
+                    avals, resolved.out_avals(batch), batch, broadcast,
+                    aliases, resolved,
+                    self._grid_from(avals, batch, _out_shapes(resolved)))),
                 len(avals), resolved.num_outputs, 0, aliases=aliases,
-                name=self.profile_name)
+                name=self.profile_name, units=units if any(units) else ())
         # On XLA's instantiating thread: compile with device 0's primary
         # context bound for the call (as a trace on the main thread would),
         # so that Numba does not push a context of its own onto XLA's thread.
         return _core.call_on_device(
             0, lambda: self._kernel_entry(key, avals, batch, broadcast,
-                                          aliases, resolved))
+                                          aliases, resolved, units))
 
     def _fixed_call(self) -> _Call:
         """The _Call of an op without shape functions and scalars."""
         return self._resolve((), ())[0]
 
     def _kernel_entry(self, key, avals, batch, broadcast, aliases=(),
-                      call=None):
+                      call=None, units=((), ())):
         call = call if call is not None else self._fixed_call()
         out_avals = call.out_avals(batch)
         dtypes = [d for _, d in list(avals) + out_avals]
@@ -720,12 +829,15 @@ class NumbaCudaKernel:
 
         plan = _kernel_plan.builder(op_ref, compiled, grid, block, empty,
                                     batch, broadcast, len(avals), fold_axis,
-                                    max_slices, aliases,
+                                    max_slices, aliases, units,
+                                    self._grid_from(avals, batch,
+                                                    _out_shapes(call)),
                                     num_outputs=call.num_outputs,
                                     scalars=params)
         return _registry.KernelEntry(key, plan, op_ref)
 
-    def _gpu_key(self, avals, out_avals, batch, broadcast, call=None):
+    def _gpu_key(self, avals, out_avals, batch, broadcast, call=None,
+                 split=None):
         call = call if call is not None else self._fixed_call()
         if [tuple(s) for s, _ in out_avals] != [
                 s for s, _ in call.out_avals(batch)]:
@@ -733,7 +845,10 @@ class NumbaCudaKernel:
                              f"outs {list(call.outs)} (batch {batch})")
         # Compiled now, at trace time, so that compile errors surface here.
         aliases = self._alias_pairs()
-        entry = self._kernel_entry("", avals, batch, broadcast, aliases, call)
+        units = (split.buffer_units() if split is not None
+                 else ((), ()))
+        entry = self._kernel_entry("", avals, batch, broadcast, aliases, call,
+                                   units)
 
         def make_entry(key):
             entry.key = key
@@ -742,12 +857,13 @@ class NumbaCudaKernel:
             self.kernel, self._group,
             self._call_spec(avals, batch, broadcast,
                             self._fold_spec(avals, batch, broadcast, call),
-                            aliases, call),
+                            aliases, call,
+                            split.lead_spec() if split is not None else ""),
             make_entry)
 
     # -- CPU: the same launch through Numba's simulator -------------------
     def _simulator_launcher(self, avals, out_shapes, batch, broadcast,
-                            aliases=(), call=None):
+                            aliases=(), call=None, grid_from=(-1, -1, -1)):
         """The function the CPU handler calls: the launch(es) in the simulator."""
         if self._mlir:
             raise _mlir.no_simulator_error(self._label)
@@ -764,7 +880,7 @@ class NumbaCudaKernel:
         max_slices = _fold.MAX_SLICES_PER_LAUNCH if batched is not None \
             else None
         signature = (n_in, batch, tuple(broadcast), fold_axis, max_slices,
-                     aliases, grid, block, scalars)
+                     aliases, grid, block, scalars, tuple(grid_from))
         launcher = self._launchers.get(signature)
         if launcher is None:
             formals = self._formals(argtypes, scalars, n_in + len(scalars))
@@ -773,7 +889,8 @@ class NumbaCudaKernel:
                 self.kernel, self.shared_mem, self._py_func, n_in, grid, block,
                 empty, batch, broadcast, batched, fold_axis, max_slices,
                 {o for _, o in aliases},
-                [(s.position, v) for s, v in zip(scalars, values)])
+                [(s.position, v) for s, v in zip(scalars, values)],
+                tuple(grid_from))
             # Kept alive here: the registry refers to it weakly.
             launcher = self._launchers.setdefault(signature, launcher)
         try:
@@ -788,29 +905,36 @@ class NumbaCudaKernel:
         """numbax.clear_caches(): drop every simulator launcher."""
         self._launchers.clear()
 
-    def _simulator_key(self, avals, out_shapes, batch, broadcast, call=None):
+    def _simulator_key(self, avals, out_shapes, batch, broadcast, call=None,
+                       split=None):
         call = call if call is not None else self._fixed_call()
         n_in = len(avals)
         aliases = self._alias_pairs()
+        grid_from = self._grid_from(avals, batch, _out_shapes(call))
+        units = (split.buffer_units() if split is not None
+                 else ((), ()))
         # Made now, so that its errors surface at trace time.
         launcher = self._simulator_launcher(avals, out_shapes, batch, broadcast,
-                                            aliases, call)
+                                            aliases, call, grid_from)
 
         def make_entry(key):
             return _registry.CallableEntry(
                 key, _LauncherRef(self, (avals, out_shapes, batch, broadcast,
-                                         aliases, call), launcher),
+                                         aliases, call, grid_from), launcher),
                 n_in, call.num_outputs, 0, aliases=aliases,
-                name=self.profile_name)
+                name=self.profile_name, units=units)
         return _registry.program_key(
             self.kernel, self._group,
             self._call_spec(avals, batch, broadcast,
                             self._fold_spec(avals, batch, broadcast, call),
-                            aliases, call),
+                            aliases, call,
+                            split.lead_spec() if split is not None else ""),
             make_entry)
 
     def __call__(self, *args):
         inputs, call, tree = self._checked_call(args)
+        # A rule that does not fit this call is refused now, naming the op.
+        self._check_rule([tuple(x.shape) for x in inputs], _out_shapes(call))
         outs = numbax_kernel_p.bind(
             *inputs, op=self, out_shapes=call.outs, batch=0,
             broadcast=tuple(False for _ in inputs), call=call)
@@ -829,6 +953,8 @@ def numba_cuda_kernel(
     vmap_method: str | None = None,
     input_output_aliases: dict[int, int] | None = None,
     name: str | None = None,
+    batch_partitionable: bool = False,
+    sharding_rule: str | None = None,
 ) -> NumbaCudaKernel:
     """Wrap one ``@cuda.jit`` kernel as a JAX function, launched from C++.
 
@@ -899,6 +1025,26 @@ def numba_cuda_kernel(
         name in profiles (default there: the kernel's qualified name): its
         HLO custom call and, on a GPU, each call's NVTX range carry it
         (``op.profile_name``; docs/profiling.md).
+      batch_partitionable: declare that the kernel treats every index of
+        axis 0 of every input and output independently (they must all have
+        the same leading extent): under ``jax.jit`` with inputs sharded
+        along axis 0, XLA runs the kernel on each device's own rows instead
+        of gathering the arrays. ``launch_dims[0]`` must then be that
+        extent: each device launches over its own rows (the grid is read
+        from the shards the call receives). Same as
+        ``sharding_rule="b ..., b ... -> b ..."``. Not with ``outs`` or
+        ``launch_dims`` given as functions.
+      sharding_rule: which axes of the array inputs and outputs are the
+        same factor, in the einsum-like notation of Shardy rules
+        (``"i j, j -> i j"``; scalars are not operands of the rule): XLA
+        may split the factors that lead every output (each input leading
+        with them too, or not naming them), running the kernel on each
+        device's shards with whole copies of the other inputs.
+        ``launch_dims`` must start with the extents of the split factors,
+        in order (each device launches over its shard), or give
+        ``grid``/``block`` (kept as given: the kernel must take its sizes
+        from its arrays). Not with ``outs`` or ``launch_dims`` given as
+        functions. See docs/multi_gpu.md.
 
     Returns:
       A function of the inputs (JAX arrays and scalars) returning the
@@ -929,6 +1075,13 @@ def numba_cuda_kernel(
         threads_per_block=threads_per_block, shared_mem=shared_mem,
         vmap_method=vmap_method)
     _checks.check_name(name, "numba_cuda_kernel")
+    _checks.check_bool(batch_partitionable, "batch_partitionable",
+                       "numba_cuda_kernel")
+    if sharding_rule is not None and batch_partitionable:
+        raise ValueError(
+            "numba_cuda_kernel: give sharding_rule or batch_partitionable=True, "
+            "not both (batch_partitionable=True is the rule that splits axis 0 "
+            "of every array)")
     _numba.require_cuda()
     _fast_launch.install()  # counts the simulator's launches on the CPU
     if not _is_dispatcher(kernel):
@@ -946,7 +1099,8 @@ def numba_cuda_kernel(
         kernel, outs, grid=grid, block=block, launch_dims=launch_dims,
         threads_per_block=int(threads_per_block), shared_mem=int(shared_mem),
         vmap_method=vmap_method, input_output_aliases=input_output_aliases,
-        name=name)
+        name=name, batch_partitionable=batch_partitionable,
+        sharding_rule=sharding_rule)
     if op._identity is None:
         return op
     # One object per distinct op while it lives: its compiled kernels,

@@ -637,3 +637,57 @@ TEST(DecodeCallBuffers, ReusedVectorKeepsItsStorage) {
 }
 
 }  // namespace
+
+// A partitioned call's buffers carry unit axes numbax added for XLA's batch
+// partitioner (src/numbax/_sharding_rule.py): dropped from the views only.
+namespace units {
+
+BufferView View(const int64_t* dims, int64_t rank) {
+  BufferView v;
+  v.data = FakeDevicePtr(1);
+  v.dtype = ffi::DataType::F32;
+  v.dims = dims;
+  v.rank = rank;
+  return v;
+}
+
+TEST(DropUnitAxes, NothingToDropLeavesTheViews) {
+  const int64_t dims[] = {4, 3};
+  std::vector<BufferView> buffers = {View(dims, 2)};
+  EXPECT_TRUE(numbax::DropUnitAxes({}, {}, &buffers).success());
+  EXPECT_EQ(buffers[0].dims, dims);
+  EXPECT_EQ(buffers[0].rank, 2);
+}
+
+TEST(DropUnitAxes, LeadingAndTrailingUnitAxesAreDropped) {
+  const int64_t split[] = {1, 1, 8, 5, 1};  // 2 leading, 1 trailing
+  const int64_t whole[] = {5};
+  std::vector<BufferView> buffers = {View(split, 5), View(whole, 1)};
+  EXPECT_TRUE(numbax::DropUnitAxes({2, 0}, {1, 0}, &buffers).success());
+  EXPECT_EQ(buffers[0].dims, split + 2);
+  EXPECT_EQ(buffers[0].rank, 2);
+  EXPECT_EQ(buffers[0].dims[0], 8);
+  EXPECT_EQ(buffers[1].dims, whole);
+  EXPECT_EQ(buffers[1].rank, 1);
+}
+
+TEST(DropUnitAxes, MissingUnitAxesFailWithoutChangingAnything) {
+  const int64_t a[] = {1, 8};
+  const int64_t b[] = {2, 8};  // not a unit axis
+  std::vector<BufferView> buffers = {View(a, 2), View(b, 2)};
+  const ffi::Error err = numbax::DropUnitAxes({1, 1}, {}, &buffers);
+  ASSERT_TRUE(err.failure());
+  EXPECT_NE(err.message().find("buffer 1"), std::string::npos);
+  EXPECT_EQ(buffers[0].dims, a);  // the first was not touched either
+  EXPECT_EQ(buffers[0].rank, 2);
+}
+
+TEST(DropUnitAxes, CountsMustMatchTheBuffers) {
+  const int64_t a[] = {1, 8};
+  std::vector<BufferView> buffers = {View(a, 2)};
+  EXPECT_TRUE(numbax::DropUnitAxes({1, 0}, {}, &buffers).failure());
+  EXPECT_TRUE(numbax::DropUnitAxes({}, {0, 0}, &buffers).failure());
+  EXPECT_TRUE(numbax::DropUnitAxes({3}, {}, &buffers).failure());  // > rank
+}
+
+}  // namespace units
