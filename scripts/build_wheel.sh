@@ -36,7 +36,9 @@
 # of every checkout: zig keeps the libc++ it compiles for a target in its
 # global cache (~/.cache/zig), keyed by where zig lives, so the first build
 # per target on a machine pays a few minutes and later ones none. WHEEL_ONLY=1 skips the sdist (a quicker build of the same
-# wheel); DIST names another output directory than dist/.
+# wheel); DIST names another output directory than dist/. A copy of the
+# wheel goes to ~/.cache/numbax/wheels/KEY/ (scripts/lib/source_key.py),
+# where scripts/demo.sh finds it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=$(command -v "${PYTHON:-python}")
@@ -139,4 +141,11 @@ wheel=$(ls "$dist"/numbax-*manylinux*.whl)
 "$tools" -m auditwheel show "$wheel" 2>&1 | grep -A1 "consistent with" | tr -s ' \n' ' ' >&2
 echo >&2
 "$tools" scripts/lib/wheel_tag.py --max "$max_tag" --arch "$arch" "$wheel" > /dev/null || exit 1
+# Kept for scripts/demo.sh, which installs it instead of compiling when a
+# checkout's sources are the same (scripts/lib/source_key.py): only the
+# release build (default headers, this machine's architecture).
+if [ -z "${NUMBAX_XLA_FFI_INCLUDE_DIR:-}" ] && [ "$arch" = "$(uname -m)" ]; then
+  keep=${XDG_CACHE_HOME:-$HOME/.cache}/numbax/wheels/$("$PY" scripts/lib/source_key.py)
+  mkdir -p "$keep" && cp "$wheel" "$keep/" 2>/dev/null || true
+fi
 echo "$wheel"

@@ -6,8 +6,10 @@
 # CUDA are installed then), else on the CPU through Numba's CUDA simulator.
 # The build (this machine's compiler, both cores) runs while pip installs
 # JAX and Numba; pip writes no bytecode (Python compiles what the quickstart
-# imports, once); a numbax wheel built by an earlier run and newer than
-# every source file is installed as it is (build/demo-wheel/).
+# imports, once). No compiler runs when a numbax wheel of the same sources
+# was built before on this machine, by this script or by
+# scripts/build_wheel.sh (the release wheel, then): it is kept under
+# ~/.cache/numbax/wheels/, keyed by scripts/lib/source_key.py.
 #
 #   bash scripts/demo.sh
 #   NUMBAX_OFFLINE=1 bash scripts/demo.sh   # a machine without PyPI access
@@ -88,15 +90,16 @@ else
 fi
 
 # numbax: a wheel of this checkout, built in the background while the rest
-# installs, unless an earlier run's wheel is newer than every source file.
+# installs, unless one of the same sources was built before on this machine.
 wheel_dir=build/demo-wheel
 build_pid=""
+kept=${XDG_CACHE_HOME:-$HOME/.cache}/numbax/wheels/$(python scripts/lib/source_key.py)
 if [ "$offline" = 1 ] && ls .whl/numbax-*.whl >/dev/null 2>&1; then
   :
-elif compgen -G "$wheel_dir/numbax-*.whl" > /dev/null &&
-     [ -z "$(find csrc src cmake CMakeLists.txt pyproject.toml -newer "$(ls "$wheel_dir"/numbax-*.whl | head -1)" -type f 2>/dev/null | head -1)" ] &&
-     python -c "import sys, glob, os; w = os.path.basename(glob.glob('$wheel_dir/numbax-*.whl')[0]); sys.exit(w.split('-')[2] != 'cp%d%d' % sys.version_info[:2])"; then
-  echo "   numbax: reusing $(ls "$wheel_dir"/numbax-*.whl) (newer than its sources)"
+elif compgen -G "$kept/numbax-*.whl" > /dev/null; then
+  rm -rf "$wheel_dir" && mkdir -p "$wheel_dir"
+  cp "$(ls -t "$kept"/numbax-*.whl | head -1)" "$wheel_dir/"
+  echo "   numbax: $(basename "$wheel_dir"/numbax-*.whl), built before from the same sources ($kept)"
 else
   # The release wheel's headers (the oldest supported jaxlib's; fetched once
   # into build/ffi-headers/), else, offline, the installed jaxlib's.
@@ -116,10 +119,13 @@ echo "== numbax"
 if [ "$offline" = 1 ] && ls .whl/numbax-*.whl >/dev/null 2>&1; then
   pip_install --no-deps --force-reinstall --only-binary numbax --find-links .whl numbax
 else
-  if [ -n "$build_pid" ] && ! wait "$build_pid"; then
-    tail -40 build/demo-build.log >&2
-    echo "demo.sh: building numbax failed (build/demo-build.log)" >&2
-    exit 1
+  if [ -n "$build_pid" ]; then
+    if ! wait "$build_pid"; then
+      tail -40 build/demo-build.log >&2
+      echo "demo.sh: building numbax failed (build/demo-build.log)" >&2
+      exit 1
+    fi
+    mkdir -p "$kept" && cp "$wheel_dir"/numbax-*.whl "$kept/" 2>/dev/null || true
   fi
   pip_install --no-deps --force-reinstall "$wheel_dir"/numbax-*.whl
 fi
