@@ -31,7 +31,8 @@ def source_key() -> str:
                     rel == "src/numbax/_build_info.py":
                 continue
             digest.update(rel.encode() + b"\0" + f.read_bytes() + b"\0")
-    return "cp%d%d-%s" % (*sys.version_info[:2], digest.hexdigest()[:24])
+    major, minor = sys.version_info[:2]
+    return f"cp{major}{minor}-{digest.hexdigest()[:24]}"
 
 
 if __name__ == "__main__":
