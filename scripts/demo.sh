@@ -4,6 +4,12 @@
 # headers as the release wheel (the oldest supported jaxlib's), and runs
 # examples/quickstart.py: on the GPU if there is one (JAX and Numba with
 # CUDA are installed then), else on the CPU through Numba's CUDA simulator.
+# The build (this machine's compiler, both cores) runs while pip installs
+# JAX and Numba; pip writes no bytecode (Python compiles what the quickstart
+# imports, once). No compiler runs when a numbax wheel of the same sources
+# was built before on this machine, by this script or by
+# scripts/build_wheel.sh (the release wheel, then): it is kept under
+# ~/.cache/numbax/wheels/, keyed by scripts/lib/source_key.py.
 #
 #   bash scripts/demo.sh
 #   NUMBAX_OFFLINE=1 bash scripts/demo.sh   # a machine without PyPI access
@@ -74,21 +80,54 @@ else
   if [ "$cuda_major" -ge 12 ]; then
     cu=$(( cuda_major >= 13 ? 13 : 12 ))
     gpu=("jax[cuda$cu]==$jaxv" "$(pin numba-cuda | sed "s/numba-cuda/numba-cuda[cu$cu]/")")
+  else
+    # numbax[cpu]: numba-cuda 0.30 reads the CUDA runtime's version even in
+    # simulator mode (no CUDA toolkit: no libcudart, no numba.cuda).
+    gpu=("nvidia-cuda-runtime>=13,<14")
   fi
-  pip_install "$jax_pin" "$(pin jaxlib)" "$(pin numpy)" "$(pin numba)" "$(pin numba-cuda)" \
-    "$(pin cuda-bindings)" "$(pin ml_dtypes)" "$(pin nanobind)" "$(pin scikit-build-core)" \
-    cmake ninja "${gpu[@]}"
+  # What the build needs first (small), so that it can start at once.
+  pip_install --no-compile "$(pin nanobind)" "$(pin scikit-build-core)" cmake ninja
+fi
+
+# numbax: a wheel of this checkout, built in the background while the rest
+# installs, unless one of the same sources was built before on this machine.
+wheel_dir=build/demo-wheel
+build_pid=""
+kept=${XDG_CACHE_HOME:-$HOME/.cache}/numbax/wheels/$(python scripts/lib/source_key.py)
+if [ "$offline" = 1 ] && ls .whl/numbax-*.whl >/dev/null 2>&1; then
+  :
+elif compgen -G "$kept/numbax-*.whl" > /dev/null; then
+  rm -rf "$wheel_dir" && mkdir -p "$wheel_dir"
+  cp "$(ls -t "$kept"/numbax-*.whl | head -1)" "$wheel_dir/"
+  echo "   numbax: $(basename "$wheel_dir"/numbax-*.whl), built before from the same sources ($kept)"
+else
+  # The release wheel's headers (the oldest supported jaxlib's; fetched once
+  # into build/ffi-headers/), else, offline, the installed jaxlib's.
+  headers=$(python scripts/lib/ffi_headers.py 2>/dev/null || true)
+  rm -rf "$wheel_dir" && mkdir -p "$wheel_dir"
+  NUMBAX_XLA_FFI_INCLUDE_DIR=$headers CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    python -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps \
+    -w "$wheel_dir" . > build/demo-build.log 2>&1 &
+  build_pid=$!
+fi
+if [ "$offline" != 1 ]; then
+  pip_install --no-compile "$jax_pin" "$(pin jaxlib)" "$(pin numpy)" "$(pin numba)" \
+    "$(pin numba-cuda)" "$(pin cuda-bindings)" "$(pin ml_dtypes)" "${gpu[@]}"
 fi
 
 echo "== numbax"
 if [ "$offline" = 1 ] && ls .whl/numbax-*.whl >/dev/null 2>&1; then
   pip_install --no-deps --force-reinstall --only-binary numbax --find-links .whl numbax
 else
-  # The release wheel's headers (the oldest supported jaxlib's; fetched once
-  # into build/ffi-headers/), else, offline, the installed jaxlib's.
-  headers=$(python scripts/lib/ffi_headers.py 2>/dev/null || true)
-  NUMBAX_XLA_FFI_INCLUDE_DIR=$headers python -m pip install -q --disable-pip-version-check \
-    --no-build-isolation --no-deps --force-reinstall "${pip_args[@]}" .
+  if [ -n "$build_pid" ]; then
+    if ! wait "$build_pid"; then
+      tail -40 build/demo-build.log >&2
+      echo "demo.sh: building numbax failed (build/demo-build.log)" >&2
+      exit 1
+    fi
+    mkdir -p "$kept" && cp "$wheel_dir"/numbax-*.whl "$kept/" 2>/dev/null || true
+  fi
+  pip_install --no-deps --force-reinstall "$wheel_dir"/numbax-*.whl
 fi
 python -c "import numbax, numbax._build_info as b, jax; print('numbax', numbax.__version__, 'built against XLA FFI API %d.%d (%s), on jax' % (*b.XLA_FFI_API, b.XLA_FFI_HEADERS_FROM), jax.__version__)"
 echo "   ready in $(( $(date +%s) - t0 )) s"
