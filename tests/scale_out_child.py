@@ -31,6 +31,9 @@ from numba import cuda  # noqa: E402
 
 import numbax  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shared_kernels import affine  # noqa: E402
+
 F32 = jnp.float32
 N, J, T, D = 64, 5, 12, 3
 COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce",
@@ -87,13 +90,6 @@ def gather_rows(idx, table, out):
         if 0 <= k < table.shape[0]:
             for d in range(table.shape[1]):
                 out[i, d] = table[k, d]
-
-
-@cuda.jit
-def affine(x, out):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        out[i] = 2 * x[i] + 1
 
 
 @cuda.jit

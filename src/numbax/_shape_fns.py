@@ -74,6 +74,13 @@ def where(what: str, args) -> str:
     return f"{what} (returned by the {what} function for {_describe(args)})"
 
 
+def specs_from(fn, what: str, args, op: str):
+    """(specs, tree) of what `fn(*args)` returns, checked as the fixed form
+    of `what` ('outs', 'scratch') is, its errors naming the op."""
+    result = evaluate(fn, what, args, op)
+    return _checks.normalize_outs(result, where(what, args), op=op)
+
+
 class Memo:
     """A bounded map of signature -> resolved call (least recently used
     dropped first; a dropped one is resolved again when needed)."""

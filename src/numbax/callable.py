@@ -143,9 +143,7 @@ class NumbaCudaCallable:
         args = _shape_fns.arguments(inputs, scalars)
         op = self._label
         if self._outs_fn is not None:
-            result = _shape_fns.evaluate(self._outs_fn, "outs", args, op)
-            outs, tree = _checks.normalize_outs(
-                result, _shape_fns.where("outs", args), op=op)
+            outs, tree = _shape_fns.specs_from(self._outs_fn, "outs", args, op)
         else:
             outs, tree = self.out_specs, self.out_tree
         if self._scratch_fn is not None:

@@ -420,9 +420,8 @@ class NumbaCudaKernel:
         args = _shape_fns.arguments(inputs, scalars)
         op = self._label
         if self._outs_fn is not None:
-            result = _shape_fns.evaluate(self._outs_fn, "outs", args, op)
-            specs, tree = _checks.normalize_outs(
-                result, _shape_fns.where("outs", args), op=op)
+            specs, tree = _shape_fns.specs_from(self._outs_fn, "outs", args,
+                                                op)
         else:
             specs, tree = self.out_specs, self.out_tree
         if self._dims_fn is not None:
