@@ -336,7 +336,7 @@ ffi::Error CallSite::ShuttingDown() const {
 
 ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
                             Platform platform, int device, void* stream,
-                            bool plain) {
+                            bool plain, LaunchLog* log) {
   ++Counters().calls;
   if (buffers.size() != slots_.size()) {
     ++Counters().errors;
@@ -420,6 +420,10 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
   active.cuda = platform == Platform::kCuda;
   active.enabled = fast_launch_;
   active.cached_plans = plain;
+  active.log = log;
+  if (log) {
+    log->Begin(cuda::Load(), static_cast<cuda::CUstream>(stream), buffers);
+  }
   PyObject* result;
   {
     ActiveCallScope scope(&active);
@@ -427,6 +431,7 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
         func_, argv.data() + 1,
         (buffers.size() + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
   }
+  if (log) log->End();
   if (!guard.Exit()) {
     Py_XDECREF(result);
     PyErr_Clear();

@@ -18,6 +18,7 @@
 #include "aliases.h"
 #include "call_frame.h"
 #include "graph_cache.h"
+#include "launch_log.h"
 #include "python_errors.h"
 #include "python_hooks.h"
 
@@ -106,10 +107,12 @@ class CallSite {
   // capture-mode warm-up must have Numba load every kernel before the
   // recording call, where nothing may be loaded. Only those stop early
   // for the bridge benchmark (BridgeStop): a capture-mode call stopped
-  // early would warm up or record nothing, and replay that later.
+  // early would warm up or record nothing, and replay that later. `log`:
+  // func's launches are being captured on `stream`; they are logged there
+  // (launch_log.h).
   ::xla::ffi::Error Invoke(const std::vector<BufferView>& buffers,
                            Platform platform, int device, void* stream,
-                           bool plain);
+                           bool plain, LaunchLog* log = nullptr);
 
   // Drops every cached array (tests, and numbax.clear_caches()).
   void ClearCache();

@@ -17,6 +17,7 @@
 #include "ffi_binding.h"
 #include "graph_cache.h"
 #include "interpreter.h"
+#include "launch_log.h"
 #include "nvtx.h"
 #include "python_errors.h"
 
@@ -37,6 +38,57 @@ ffi::Error CaptureError(const CallSite& site, const std::string& what) {
       OpMessage(OpKind::kCapture, site.key(), what + "\n" + kCaptureRules));
 }
 
+// After a recording: a call site found not re-bindable says why once, in
+// numbax.diagnostics.rebind_refusals().
+void NoteRefusal(const CallSite& site, const std::string& why) {
+  if (!why.empty()) NoteRebindRefusal(site.key(), why);
+}
+
+// XLA is recording a command buffer: func's launches must land in it. A
+// call site whose launches numbax logged (and confirmed at other addresses)
+// issues them from C++, re-bound to these buffers; otherwise func runs,
+// logged, so that later recordings need no Python.
+ffi::Error RunUnderXlaCapture(const cuda::Driver& driver, void* stream_ptr,
+                              int32_t device, CudaCallSite* site,
+                              ffi::RemainingArgs args,
+                              ffi::RemainingRets rets) {
+  ++GraphStats().xla_captures;
+  thread_local std::vector<BufferView> buffers;
+  if (ffi::Error err = site->DecodeBuffers(args, rets, &buffers);
+      err.failure()) {
+    return err;
+  }
+  DeviceBinding bind(driver, device);
+  if (!bind.ok()) return ffi::Error::Internal("numbax: " + bind.Error());
+  if (!site->aliases().empty()) {
+    if (ffi::Error err =
+            KeepAliasedInputs(*site, Platform::kCuda, stream_ptr, buffers);
+        err.failure()) {
+      return err;
+    }
+  }
+  auto stream = static_cast<cuda::CUstream>(stream_ptr);
+  cuda::CUresult r;
+  if (site->fast_launch() &&
+      site->graphs.LaunchRecorded(driver, device, buffers, stream, &r)) {
+    if (r != cuda::CUDA_SUCCESS) {
+      return CaptureError(*site, "issuing the recorded launches failed: " +
+                                     cuda::ErrorText(driver, r));
+    }
+    return ffi::Error::Success();
+  }
+  InterpreterUse use;
+  if (!use.admitted()) return site->ShuttingDown();
+  GilScope gil;
+  LaunchLog log;
+  ffi::Error result = site->Invoke(buffers, Platform::kCuda, device, stream_ptr,
+                                   /*plain=*/false, &log);
+  if (result.success() && site->fast_launch()) {
+    NoteRefusal(*site, site->graphs.Learn(device, std::move(log)));
+  }
+  return result;
+}
+
 // Capture mode: XLA records us into its command buffer when it can; where it
 // does not, numbax records func's launches itself and replays the graph.
 ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
@@ -54,10 +106,7 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
     driver->cuStreamIsCapturing(stream, &capture_status);
   }
   if (capture_status != cuda::CU_STREAM_CAPTURE_STATUS_NONE) {
-    // XLA is recording a command buffer: func's launches land in it.
-    ++GraphStats().xla_captures;
-    return RunCallableCuda(stream_ptr, device, site, args, rets,
-                           /*plain=*/false);
+    return RunUnderXlaCapture(*driver, stream_ptr, device, site, args, rets);
   }
 
   thread_local std::vector<BufferView> buffers;
@@ -73,14 +122,22 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
       return err;
     }
   }
-  if (cuda::CUgraphExec exec = site->graphs.Find(device, buffers)) {
-    ++GraphStats().hits;
-    cuda::CUresult r = driver->cuGraphLaunch(exec, stream);
-    if (r != cuda::CUDA_SUCCESS) {
-      return CaptureError(
-          *site, "replaying the graph failed: " + cuda::ErrorText(*driver, r));
-    }
-    return ffi::Error::Success();
+  cuda::CUresult r;
+  switch (site->graphs.Launch(*driver, device, buffers, stream, &r)) {
+    case GraphCache::Replay::kHit:
+      if (r != cuda::CUDA_SUCCESS) {
+        return CaptureError(*site, "replaying the graph failed: " +
+                                       cuda::ErrorText(*driver, r));
+      }
+      return ffi::Error::Success();
+    case GraphCache::Replay::kRebound:
+      if (r != cuda::CUDA_SUCCESS) {
+        return CaptureError(*site, "replaying the re-bound graph failed: " +
+                                       cuda::ErrorText(*driver, r));
+      }
+      return ffi::Error::Success();
+    case GraphCache::Replay::kNone:
+      break;
   }
   ++GraphStats().misses;
   if (!driver->cuStreamBeginCapture || !driver->cuGraphInstantiateWithFlags ||
@@ -108,45 +165,56 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
   // break) the capture. Recording runs nothing; the graph is then launched
   // on XLA's stream, ordered with the rest of the program.
   cuda::CUstream recorder = nullptr;
-  cuda::CUresult r = RecordingStream(*driver, device, &recorder);
+  r = RecordingStream(*driver, device, &recorder);
   if (r != cuda::CUDA_SUCCESS) {
     return CaptureError(*site, "cannot create a recording stream: " +
                                    cuda::ErrorText(*driver, r));
   }
-  r = driver->cuStreamBeginCapture(recorder,
-                                   cuda::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  // func's launches are logged as they are captured, so that the graph can
+  // be re-bound to other buffers later (graph_rebind.h). The first
+  // recording on this thread's recording stream makes new launch plans
+  // (their key holds the stream): its log maps only once they exist, so it
+  // is recorded once more, right away.
+  LaunchLog log;
+  cuda::CUgraph graph = nullptr;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (graph) driver->cuGraphDestroy(graph);
+    graph = nullptr;
+    r = driver->cuStreamBeginCapture(recorder,
+                                     cuda::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    if (r != cuda::CUDA_SUCCESS) {
+      return CaptureError(
+          *site, "cannot begin capture: " + cuda::ErrorText(*driver, r));
+    }
+    ffi::Error invoked =
+        site->Invoke(buffers, Platform::kCuda, device, recorder,
+                     /*plain=*/false, site->fast_launch() ? &log : nullptr);
+    if (!site->fast_launch()) log.Unmap("fast launches are off for this op");
+    cuda::CUresult ended = driver->cuStreamEndCapture(recorder, &graph);
+    if (invoked.failure()) {
+      if (graph) driver->cuGraphDestroy(graph);
+      return CaptureError(
+          *site, "func failed while being captured: " + invoked.message());
+    }
+    if (ended != cuda::CUDA_SUCCESS || graph == nullptr) {
+      if (graph) driver->cuGraphDestroy(graph);
+      return CaptureError(*site, "the capture was invalidated (" +
+                                     cuda::ErrorText(*driver, ended) +
+                                     "): func broke a capture rule.");
+    }
+    if (!log.transient()) break;
+  }
+  // Still new plans on a second recording: func makes new launch
+  // configurations per call, which never map.
+  if (log.transient()) log.Unmap(log.why());
+  // Recording launched nothing: the graph runs for this call too.
+  std::string stage, refusal;
+  r = site->graphs.AddRecording(*driver, device, buffers, graph, std::move(log),
+                                stream, &stage, &refusal);
+  NoteRefusal(*site, refusal);
   if (r != cuda::CUDA_SUCCESS) {
     return CaptureError(*site,
-                        "cannot begin capture: " + cuda::ErrorText(*driver, r));
-  }
-  ffi::Error invoked = site->Invoke(buffers, Platform::kCuda, device, recorder,
-                                    /*plain=*/false);
-  cuda::CUgraph graph = nullptr;
-  cuda::CUresult ended = driver->cuStreamEndCapture(recorder, &graph);
-  if (invoked.failure()) {
-    if (graph) driver->cuGraphDestroy(graph);
-    return CaptureError(
-        *site, "func failed while being captured: " + invoked.message());
-  }
-  if (ended != cuda::CUDA_SUCCESS || graph == nullptr) {
-    if (graph) driver->cuGraphDestroy(graph);
-    return CaptureError(*site, "the capture was invalidated (" +
-                                   cuda::ErrorText(*driver, ended) +
-                                   "): func broke a capture rule.");
-  }
-  cuda::CUgraphExec exec = nullptr;
-  r = driver->cuGraphInstantiateWithFlags(&exec, graph, 0);
-  driver->cuGraphDestroy(graph);
-  if (r != cuda::CUDA_SUCCESS) {
-    return CaptureError(*site, "cannot instantiate the captured graph: " +
-                                   cuda::ErrorText(*driver, r));
-  }
-  // Recording launched nothing: run the graph for this call too.
-  r = driver->cuGraphLaunch(exec, stream);
-  site->graphs.Insert(device, buffers, exec);
-  if (r != cuda::CUDA_SUCCESS) {
-    return CaptureError(
-        *site, "launching the graph failed: " + cuda::ErrorText(*driver, r));
+                        stage + " failed: " + cuda::ErrorText(*driver, r));
   }
   return ffi::Error::Success();
 }

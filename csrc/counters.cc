@@ -23,6 +23,8 @@ std::vector<std::pair<std::string, uint64_t>> CounterSnapshot() {
   all.emplace_back("graph_hits", g.hits.load());
   all.emplace_back("graph_misses", g.misses.load());
   all.emplace_back("graph_evictions", g.evictions.load());
+  all.emplace_back("graph_rebinds", g.rebinds.load());
+  all.emplace_back("graph_rebind_refusals", g.rebind_refusals.load());
   all.emplace_back("xla_captures", g.xla_captures.load());
   all.emplace_back("slice_graph_records", g.slice_records.load());
   all.emplace_back("slice_graph_replays", g.slice_replays.load());
@@ -46,6 +48,8 @@ void ResetCounters() {
   g.hits = 0;
   g.misses = 0;
   g.evictions = 0;
+  g.rebinds = 0;
+  g.rebind_refusals = 0;
   g.xla_captures = 0;
   g.slice_records = 0;
   g.slice_replays = 0;

@@ -44,6 +44,12 @@ Driver LoadTable(void* lib) {
   Resolve(lib, "cuGraphLaunch", d.cuGraphLaunch);
   Resolve(lib, "cuGraphDestroy", d.cuGraphDestroy);
   Resolve(lib, "cuGraphExecDestroy", d.cuGraphExecDestroy);
+  Resolve(lib, "cuStreamGetCaptureInfo_v3", d.cuStreamGetCaptureInfo_v3);
+  Resolve(lib, "cuStreamGetCaptureInfo_v2", d.cuStreamGetCaptureInfo_v2);
+  Resolve(lib, "cuGraphNodeGetType", d.cuGraphNodeGetType);
+  Resolve(lib, "cuGraphKernelNodeGetParams_v2", d.cuGraphKernelNodeGetParams);
+  Resolve(lib, "cuGraphExecKernelNodeSetParams_v2",
+          d.cuGraphExecKernelNodeSetParams);
   return d;
 }
 
@@ -143,6 +149,34 @@ CUresult LaunchKernel(const Driver& driver, CUfunction function,
   return driver.cuLaunchCooperativeKernel(function, grid[0], grid[1], grid[2],
                                           block[0], block[1], block[2],
                                           shared_mem, stream, params);
+}
+
+bool CaptureTail(const Driver& driver, CUstream stream,
+                 std::vector<CUgraphNode>* nodes) {
+  int status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUgraphNode* deps = nullptr;
+  size_t count = 0;
+  CUresult r;
+  if (driver.cuStreamGetCaptureInfo_v3) {
+    const GraphEdgeData* edges = nullptr;
+    r = driver.cuStreamGetCaptureInfo_v3(stream, &status, nullptr, nullptr,
+                                         &deps, &edges, &count);
+    // A programmatic (or otherwise special) edge is not a plain chain.
+    for (size_t i = 0; r == CUDA_SUCCESS && edges && i < count; ++i) {
+      const GraphEdgeData& e = edges[i];
+      if (e.from_port || e.to_port || e.type) return false;
+    }
+  } else if (driver.cuStreamGetCaptureInfo_v2) {
+    r = driver.cuStreamGetCaptureInfo_v2(stream, &status, nullptr, nullptr,
+                                         &deps, &count);
+  } else {
+    return false;
+  }
+  if (r != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+    return false;
+  }
+  nodes->assign(deps, deps + count);
+  return true;
 }
 
 bool KernelFunction(const Driver& driver, CUkernel kernel, int64_t shared_mem,

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "status_codes.h"
 
@@ -22,12 +23,36 @@ using CUkernel = struct CUkern_st*;
 using CUdeviceptr = unsigned long long;
 using CUgraph = struct CUgraph_st*;
 using CUgraphExec = struct CUgraphExec_st*;
+using CUgraphNode = struct CUgraphNode_st*;
 
 constexpr int CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
 constexpr int CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH = 95;
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 constexpr int CU_STREAM_CAPTURE_STATUS_NONE = 0;
+constexpr int CU_STREAM_CAPTURE_STATUS_ACTIVE = 1;
 constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
+constexpr int CU_GRAPH_NODE_TYPE_KERNEL = 0;
+
+// CUDA_KERNEL_NODE_PARAMS_v2: a kernel node's launch, as the graph API
+// reads and writes it (`kern`/`ctx` are used when `func` is null).
+struct KernelNodeParams {
+  CUfunction func;
+  unsigned int grid[3];
+  unsigned int block[3];
+  unsigned int shared_mem;
+  void** kernel_params;
+  void** extra;
+  CUkernel kern;
+  CUcontext ctx;
+};
+
+// CUgraphEdgeData: all zero for a plain (full) dependency.
+struct GraphEdgeData {
+  unsigned char from_port;
+  unsigned char to_port;
+  unsigned char type;
+  unsigned char reserved[5];
+};
 
 // Function table filled by dlsym. A null entry means the symbol is missing
 // from the installed driver; callers check the ones that are optional.
@@ -64,6 +89,17 @@ struct Driver {
   CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
   CUresult (*cuGraphDestroy)(CUgraph);
   CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  // Re-binding recorded graphs (graph_rebind.h); optional. The capture
+  // info's _v3 (CUDA 12.3) adds edge data; _v2 is the fallback.
+  CUresult (*cuStreamGetCaptureInfo_v3)(CUstream, int*, uint64_t*, CUgraph*,
+                                        const CUgraphNode**,
+                                        const GraphEdgeData**, size_t*);
+  CUresult (*cuStreamGetCaptureInfo_v2)(CUstream, int*, uint64_t*, CUgraph*,
+                                        const CUgraphNode**, size_t*);
+  CUresult (*cuGraphNodeGetType)(CUgraphNode, int*);
+  CUresult (*cuGraphKernelNodeGetParams)(CUgraphNode, KernelNodeParams*);
+  CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode,
+                                             const KernelNodeParams*);
 };
 
 // Loads libcuda once (thread-safe) and returns its table, or nullptr when no
@@ -91,6 +127,12 @@ CUresult LaunchKernel(const Driver& driver, CUfunction function,
 // `error` saying why, when the driver refuses.
 bool KernelFunction(const Driver& driver, CUkernel kernel, int64_t shared_mem,
                     CUfunction* out, std::string* error);
+
+// The nodes the next work captured on `stream` will depend on (the capture's
+// tail), in `nodes`. Returns false when `stream` is not being captured, the
+// driver cannot say, or a dependency is not a plain one (edge data).
+bool CaptureTail(const Driver& driver, CUstream stream,
+                 std::vector<CUgraphNode>* nodes);
 
 // Makes the primary context of a device current on this thread for the
 // lifetime of the object, then restores whatever was current before.

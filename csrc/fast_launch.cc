@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "cuda_driver.h"
+#include "fast_launch_plans.h"
 #include "kernel_args.h"
 #include "launch_args.h"
 #include "method_hook.h"
@@ -26,7 +27,13 @@ thread_local const ActiveCall* t_active = nullptr;
 // own is counted as 'other_thread' only while some call runs.
 std::atomic<int64_t> g_active_calls{0};
 
-void Count(int reason) { ++FastCounters().fallbacks[reason]; }
+// The reason of this thread's latest fallback (a recording's log says it).
+thread_local int t_last_reason = kFallbackPlanError;
+
+void Count(int reason) {
+  ++FastCounters().fallbacks[reason];
+  t_last_reason = reason;
+}
 
 // Where dry runs record (SetDryLaunchRecord); nullptr: launches are real.
 DryLaunch* g_dry_run = nullptr;
@@ -44,73 +51,6 @@ int ReasonFromName(PyObject* name) {
   return kFallbackPlanError;
 }
 
-struct PlanKey {
-  PyObject* cfg = nullptr;
-  int device = -1;
-  std::vector<uint64_t> codes;
-  bool operator==(const PlanKey& o) const {
-    return cfg == o.cfg && device == o.device && codes == o.codes;
-  }
-};
-
-struct PlanKeyHash {
-  size_t operator()(const PlanKey& k) const {
-    uint64_t h = reinterpret_cast<uintptr_t>(k.cfg) * 0x9E3779B97F4A7C15ull;
-    h ^= static_cast<uint64_t>(k.device) + 0x632BE59BD9B4E019ull + (h << 6);
-    for (uint64_t c : k.codes)
-      h ^= c + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-    return static_cast<size_t>(h);
-  }
-};
-
-// One recorded launch. Holds strong references: the configuration (so its
-// address, part of the key, cannot be reused by another object while the
-// plan exists), the compiled kernel (whose module owns `function`), and
-// the objects checked per launch.
-struct Plan {
-  PyObject* cfg = nullptr;
-  PyObject* keep = nullptr;
-  PyObject* overloads = nullptr;  // the dispatcher's overloads dict
-  Py_ssize_t overload_count = 0;
-  PyObject* callbacks = nullptr;  // cfg.pre_launch_callbacks (a list)
-  void* stream = nullptr;         // the stream the configuration launches on
-  int reason = -1;                // >= 0: never fast, for this reason
-  // What cuLaunchKernel launches: the current context's CUfunction of the
-  // kernel (ResolveFunction), or, where that was not looked up, the
-  // CUkernel Numba launches (cuLaunchKernel takes one in place of a
-  // CUfunction since CUDA 12 and runs it in the current context).
-  cuda::CUfunction function = nullptr;
-  unsigned grid[3] = {1, 1, 1};
-  unsigned block[3] = {1, 1, 1};
-  unsigned shared_mem = 0;
-  bool cooperative = false;
-  // Built from numbax's cache entry (LaunchFromCachedPlan): Numba has not
-  // loaded the kernel. A call that must leave that to Numba
-  // (ActiveCall::cached_plans false) records the plan again.
-  bool from_entry = false;
-  std::string packing;  // per argument: A array, i int, b bool, f float32,
-                        // d float64, c complex64, z complex128, M array of
-                        // a numba-cuda-mlir kernel (an MLIR memref)
-  ArrayAbi abi = ArrayAbi::kNumba;  // kMemref when packing has an M
-
-  ~Plan() {
-    Py_XDECREF(cfg);
-    Py_XDECREF(keep);
-    Py_XDECREF(overloads);
-    Py_XDECREF(callbacks);
-  }
-};
-
-using PlanMap = std::unordered_map<PlanKey, std::shared_ptr<Plan>, PlanKeyHash>;
-PlanMap& Plans() {
-  static auto* plans = new PlanMap();  // leaked on purpose (exit order)
-  return *plans;
-}
-// A func that builds a new configuration per call (a new stream object,
-// a computed grid) makes a new plan each time; the cache is emptied when it
-// grows past this, rather than growing without bound.
-constexpr size_t kMaxPlans = 4096;
-
 // The launch hook is a MethodHook (method_hook.h) holding Numba's launch
 // (`original`) and numbax's plan builders.
 using LaunchHook = MethodHook;
@@ -121,63 +61,6 @@ constexpr int kCached = 2;  // refs[kCached]: _fast_launch._cached_plan
 PyObject* CallOriginal(LaunchHook* hook, PyObject* const* args, size_t nargsf,
                        PyObject* kwnames) {
   return PyObject_Vectorcall(hook->original, args, nargsf, kwnames);
-}
-
-bool ParseDims(PyObject* t, unsigned out[3]) {
-  if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) return false;
-  for (Py_ssize_t i = 0; i < 3; ++i) {
-    unsigned long v = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(t, i));
-    if (PyErr_Occurred() || v > 0xFFFFFFFFul) {
-      PyErr_Clear();
-      return false;
-    }
-    out[i] = static_cast<unsigned>(v);
-  }
-  return true;
-}
-
-// Fills `plan` from the builder's tuple (function, grid, block, shared_mem,
-// cooperative, packing, keep, overloads, callbacks). False if malformed.
-bool ParsePlan(PyObject* t, Plan* plan) {
-  PyObject *grid, *block, *packing, *keep, *overloads, *callbacks;
-  unsigned long long function, shared_mem;
-  int cooperative;
-  if (!PyTuple_Check(t) ||
-      !PyArg_ParseTuple(t, "KOOKpUOOO", &function, &grid, &block, &shared_mem,
-                        &cooperative, &packing, &keep, &overloads,
-                        &callbacks)) {
-    PyErr_Clear();
-    return false;
-  }
-  if (!ParseDims(grid, plan->grid) || !ParseDims(block, plan->block) ||
-      shared_mem > 0xFFFFFFFFull || function == 0 || !PyDict_Check(overloads) ||
-      !PyList_Check(callbacks)) {
-    return false;
-  }
-  const char* p = PyUnicode_AsUTF8(packing);
-  if (!p) {
-    PyErr_Clear();
-    return false;
-  }
-  plan->packing = p;
-  for (char c : plan->packing) {
-    if (!std::strchr("AibfdczM", c)) return false;
-  }
-  // One kernel, one compiler: Numba's arrays and memrefs never mix.
-  const bool memref = plan->packing.find('M') != std::string::npos;
-  if (memref && plan->packing.find('A') != std::string::npos) return false;
-  plan->abi = memref ? ArrayAbi::kMemref : ArrayAbi::kNumba;
-  plan->function = reinterpret_cast<cuda::CUfunction>(function);
-  plan->shared_mem = static_cast<unsigned>(shared_mem);
-  plan->cooperative = cooperative != 0;
-  Py_INCREF(keep);
-  plan->keep = keep;
-  Py_INCREF(overloads);
-  plan->overloads = overloads;
-  plan->overload_count = PyDict_GET_SIZE(overloads);
-  Py_INCREF(callbacks);
-  plan->callbacks = callbacks;
-  return true;
 }
 
 // Launch the context's own function rather than Numba's CUkernel (see
@@ -215,19 +98,8 @@ void ResolveFunction(const ActiveCall& call, Plan* plan) {
                            &function, &error) &&
       function != nullptr) {
     plan->function = function;
+    plan->resolved = true;
   }
-}
-
-void StorePlan(const PlanKey& key, std::shared_ptr<Plan> plan) {
-  PlanMap& plans = Plans();
-  if (plans.size() >= kMaxPlans) ClearLaunchPlans();
-  Py_INCREF(key.cfg);
-  plan->cfg = key.cfg;
-  // A plan replaced here is released only once the map is consistent again:
-  // releasing it may run Python (a finaliser) that uses the cache.
-  std::shared_ptr<Plan>& slot = Plans()[key];
-  std::shared_ptr<Plan> replaced = std::move(slot);
-  slot = std::move(plan);
 }
 
 PyObject* NewTuple(PyObject* const* items, Py_ssize_t n) {
@@ -263,9 +135,11 @@ Launched LaunchByPlan(const Plan& p, const ActiveCall& call,
                       const std::vector<int>& slots,
                       const std::vector<ViewInfo>& views) {
   thread_local KernelArgs packed;
+  thread_local std::vector<AddressPatch> patches;
   packed.Reset(p.abi);
-  const PackResult packing = PackLaunchArguments(p.packing, args, nargs, slots,
-                                                 views, *call.buffers, &packed);
+  const PackResult packing =
+      PackLaunchArguments(p.packing, args, nargs, slots, views, *call.buffers,
+                          &packed, call.log ? &patches : nullptr);
   if (packing != PackResult::kPacked) {
     return packing == PackResult::kForeignArgument ? Launched::kForeignArgument
                                                    : Launched::kPlanError;
@@ -279,12 +153,18 @@ Launched LaunchByPlan(const Plan& p, const ActiveCall& call,
     d.cooperative = p.cooperative;
     d.stream = reinterpret_cast<uintptr_t>(call.stream);
     d.words = packed.words();
+    if (call.log) {
+      call.log->AfterLaunch(p.function, !p.resolved, p.grid, p.block,
+                            p.shared_mem, p.cooperative, packed.words(),
+                            patches);
+    }
     return Launched::kYes;
   }
   const cuda::Driver* driver = cuda::Load();
   if (driver == nullptr) return Launched::kDriverError;  // Numba reports it
   void** params = packed.params();
   const auto stream = static_cast<cuda::CUstream>(call.stream);
+  if (call.log) call.log->BeforeLaunch();
   cuda::CUresult r;
   // Without the GIL, as Numba's launch (cuda-bindings) does: a launch may
   // block while the stream's queue is full, and work queued before it (a
@@ -294,7 +174,12 @@ Launched LaunchByPlan(const Plan& p, const ActiveCall& call,
   r = cuda::LaunchKernel(*driver, p.function, p.grid, p.block, p.shared_mem,
                          p.cooperative, stream, params);
   Py_END_ALLOW_THREADS;
-  return r == cuda::CUDA_SUCCESS ? Launched::kYes : Launched::kDriverError;
+  if (r != cuda::CUDA_SUCCESS) return Launched::kDriverError;
+  if (call.log) {
+    call.log->AfterLaunch(p.function, !p.resolved, p.grid, p.block,
+                          p.shared_mem, p.cooperative, packed.words(), patches);
+  }
+  return Launched::kYes;
 }
 
 // Whether `stream` is being captured into a graph (or that is unknown):
@@ -433,6 +318,22 @@ PyObject* HookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
   auto* hook = reinterpret_cast<LaunchHook*>(self);
   const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
   const ActiveCall* call = t_active;
+  // A recording's log learns of every launch that numbax did not log
+  // itself (it went through Numba's launch): the recording is unmapped.
+  struct LogGuard {
+    LaunchLog* log;
+    size_t before;
+    ~LogGuard() {
+      if (log && log->launches().size() == before) {
+        log->Unmap(std::string("a launch went through Numba's own launch "
+                               "(fast-launch fallback: ") +
+                       FallbackReasonName(t_last_reason) + ")",
+                   /*transient=*/t_last_reason == kFallbackNewPlan);
+      }
+    }
+  } log_guard{call ? call->log : nullptr,
+              call && call->log ? call->log->launches().size() : 0};
+  if (log_guard.log) t_last_reason = -1;
   if (call == nullptr || n < 1 || kwnames != nullptr) {
     if (call == nullptr && g_active_calls.load(std::memory_order_relaxed) > 0) {
       Count(kFallbackOtherThread);
@@ -584,24 +485,5 @@ bool NoteSimulatorLaunch() {
 void SetResolveFunctions(bool on) { g_resolve_functions = on; }
 
 void SetDryLaunchRecord(DryLaunch* record) { g_dry_run = record; }
-
-void ClearLaunchPlans() {
-  // Swapped out first: dropping a reference may run Python (a finaliser)
-  // that launches again and touches the cache.
-  PlanMap dropped;
-  dropped.swap(Plans());
-}
-
-size_t LaunchPlanCount() { return Plans().size(); }
-
-std::vector<uintptr_t> LaunchPlanFunctions() {
-  std::vector<uintptr_t> functions;
-  for (const auto& [key, plan] : Plans()) {
-    if (plan->reason < 0) {
-      functions.push_back(reinterpret_cast<uintptr_t>(plan->function));
-    }
-  }
-  return functions;
-}
 
 }  // namespace numbax

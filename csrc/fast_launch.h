@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "call_frame.h"
+#include "launch_log.h"
 
 namespace numbax {
 
@@ -68,6 +69,9 @@ struct ActiveCall {
   // A first launch may come from numbax's cache entry of the kernel (in
   // plain mode only: CallSite::Invoke).
   bool cached_plans = true;
+  // A capture-mode recording: every launch func makes is logged here (one
+  // numbax did not pack leaves the log unmapped: launch_log.h); or null.
+  LaunchLog* log = nullptr;
 };
 
 // Publishes `call` on this thread for its scope (restoring the previous

@@ -62,17 +62,137 @@ cuda::CUgraphExec GraphCache::Find(int device,
 
 void GraphCache::Insert(int device, const std::vector<BufferView>& buffers,
                         cuda::CUgraphExec exec) {
-  Entry e{device, {}, exec};
-  e.pointers.reserve(buffers.size());
-  for (const BufferView& b : buffers) e.pointers.push_back(b.data);
+  std::vector<void*> pointers;
+  pointers.reserve(buffers.size());
+  for (const BufferView& b : buffers) pointers.push_back(b.data);
   std::lock_guard<std::mutex> lock(mutex_);
-  entries_.push_front(std::move(e));
+  InsertLocked(device, std::move(pointers), exec);
+}
+
+void GraphCache::InsertLocked(int device, std::vector<void*> pointers,
+                              cuda::CUgraphExec exec) {
+  entries_.push_front(Entry{device, std::move(pointers), exec});
   const size_t capacity = std::max<size_t>(1, g_capacity.load());
   while (entries_.size() > capacity) {
     DestroyLocked(entries_.back());
     entries_.pop_back();
     ++GraphStats().evictions;
   }
+}
+
+Rebinding& GraphCache::RebindingLocked(int device) {
+  for (auto& r : rebindings_) {
+    if (r->device() == device) return *r;
+  }
+  rebindings_.push_back(std::make_unique<Rebinding>(device));
+  return *rebindings_.back();
+}
+
+std::string GraphCache::LearnLocked(Rebinding& rebinding, LaunchLog&& log) {
+  // A transiently unmapped log teaches nothing: the next recording maps.
+  if (rebinding.refused() || log.transient()) return "";
+  if (rebinding.Learn(std::move(log))) return "";
+  ++GraphStats().rebind_refusals;
+  if (rebinding.has_graph()) {
+    // Still right at the addresses it is bound to: kept as any recording.
+    std::vector<void*> bound;
+    cuda::CUgraphExec exec = rebinding.ReleaseExec(&bound);
+    if (!bound.empty()) {
+      InsertLocked(rebinding.device(), std::move(bound), exec);
+    } else if (const cuda::Driver* d = cuda::Load();
+               d && d->cuGraphExecDestroy) {
+      d->cuGraphExecDestroy(exec);
+    }
+  }
+  return rebinding.why();
+}
+
+GraphCache::Replay GraphCache::Launch(const cuda::Driver& driver, int device,
+                                      const std::vector<BufferView>& buffers,
+                                      cuda::CUstream stream,
+                                      cuda::CUresult* result) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& r : rebindings_) {
+    if (r->device() != device || !r->has_graph()) continue;
+    // Re-bound and launched under the lock: another thread's call must not
+    // re-bind the graph between the two.
+    if (r->BoundTo(buffers)) {
+      *result = driver.cuGraphLaunch(r->exec(), stream);
+      ++GraphStats().hits;
+      return Replay::kHit;
+    }
+    if (!r->MayRebind(buffers)) break;
+    *result = r->Rebind(driver, buffers);
+    if (*result == cuda::CUDA_SUCCESS) {
+      *result = driver.cuGraphLaunch(r->exec(), stream);
+    }
+    ++GraphStats().rebinds;
+    return Replay::kRebound;
+  }
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->device == device && SameBuffers(it->pointers, buffers)) {
+      if (it != entries_.begin()) {
+        entries_.splice(entries_.begin(), entries_, it);
+      }
+      *result = driver.cuGraphLaunch(entries_.front().exec, stream);
+      ++GraphStats().hits;
+      return Replay::kHit;
+    }
+  }
+  return Replay::kNone;
+}
+
+cuda::CUresult GraphCache::AddRecording(const cuda::Driver& driver, int device,
+                                        const std::vector<BufferView>& buffers,
+                                        cuda::CUgraph graph, LaunchLog&& log,
+                                        cuda::CUstream stream,
+                                        std::string* stage,
+                                        std::string* refusal) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Rebinding& rebinding = RebindingLocked(device);
+  const bool learnable = !log.transient();
+  *refusal = LearnLocked(rebinding, std::move(log));
+  if (learnable && !rebinding.refused()) {
+    const std::string why = rebinding.AdoptGraph(driver, graph);
+    if (why.empty()) {
+      *stage = "launching the graph";
+      return driver.cuGraphLaunch(rebinding.exec(), stream);
+    }
+    rebinding.Refuse(why);
+    *refusal = why;
+    ++GraphStats().rebind_refusals;
+  }
+  cuda::CUgraphExec exec = nullptr;
+  cuda::CUresult r = driver.cuGraphInstantiateWithFlags(&exec, graph, 0);
+  driver.cuGraphDestroy(graph);
+  if (r != cuda::CUDA_SUCCESS) {
+    *stage = "instantiating the captured graph";
+    return r;
+  }
+  std::vector<void*> pointers;
+  for (const BufferView& b : buffers) pointers.push_back(b.data);
+  InsertLocked(device, std::move(pointers), exec);
+  *stage = "launching the graph";
+  return driver.cuGraphLaunch(exec, stream);
+}
+
+bool GraphCache::LaunchRecorded(const cuda::Driver& driver, int device,
+                                const std::vector<BufferView>& buffers,
+                                cuda::CUstream stream, cuda::CUresult* result) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& r : rebindings_) {
+    if (r->device() != device) continue;
+    if (!r->MayRebind(buffers)) return false;
+    *result = r->LaunchRebound(driver, buffers, stream);
+    ++GraphStats().rebinds;
+    return true;
+  }
+  return false;
+}
+
+std::string GraphCache::Learn(int device, LaunchLog&& log) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return LearnLocked(RebindingLocked(device), std::move(log));
 }
 
 bool GraphCache::Warmed(int device) {
@@ -118,6 +238,30 @@ void GraphCache::Clear() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (Entry& e : entries_) DestroyLocked(e);
   entries_.clear();
+  rebindings_.clear();
+}
+
+namespace {
+std::mutex& RefusalMutex() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+std::vector<std::pair<std::string, std::string>>& Refusals() {
+  static auto* v = new std::vector<std::pair<std::string, std::string>>;
+  return *v;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> RebindRefusals() {
+  std::lock_guard<std::mutex> lock(RefusalMutex());
+  return Refusals();
+}
+
+void NoteRebindRefusal(const std::string& key, const std::string& why) {
+  std::lock_guard<std::mutex> lock(RefusalMutex());
+  auto& all = Refusals();
+  if (all.size() >= 64) all.erase(all.begin());
+  all.emplace_back(key, why);
 }
 
 void GraphCache::SetCapacity(size_t capacity) {

@@ -2,20 +2,25 @@
 //
 // Where XLA does not record a capture-mode call into its command buffer
 // (single-op programs, command buffers off), numbax records the launches
-// `func` makes into a CUDA graph itself, once per device and set of buffer
-// addresses, and replays it from C++ without the GIL. A small LRU per call
-// site bounds the graphs kept.
+// `func` makes into a CUDA graph itself and replays it from C++ without the
+// GIL. A call site whose launches numbax packed itself keeps one graph per
+// device, re-bound to each call's buffers (graph_rebind.h); any other keeps
+// one graph per set of buffer addresses, in a small LRU per call site.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <list>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "call_frame.h"
 #include "cuda_driver.h"
+#include "graph_rebind.h"
+#include "launch_log.h"
 
 namespace numbax {
 
@@ -24,6 +29,12 @@ struct GraphCounters {
   std::atomic<uint64_t> misses{0};
   std::atomic<uint64_t> evictions{0};
   std::atomic<uint64_t> xla_captures{0};  // calls made while XLA recorded
+  // Replays of a recording re-bound to other buffers (numbax's graph, or
+  // the launches issued into XLA's command buffer), with no Python.
+  std::atomic<uint64_t> rebinds{0};
+  // Call sites (per device) found not re-bindable: recorded per address
+  // set from then on.
+  std::atomic<uint64_t> rebind_refusals{0};
   // numba_cuda_kernel batches launched slice by slice (kernel_handler.cc):
   // graphs recorded, and calls that replayed one.
   std::atomic<uint64_t> slice_records{0};
@@ -40,6 +51,35 @@ class GraphCache {
 
   // The executable graph recorded for these buffers on this device, or null.
   cuda::CUgraphExec Find(int device, const std::vector<BufferView>& buffers);
+
+  enum class Replay { kHit, kRebound, kNone };
+  // Launches on `stream` the graph for `buffers`: one recorded at these
+  // addresses, or the call site's graph re-bound to them. kNone: there is
+  // none (func must be recorded); else `*result` is the driver's answer.
+  // Counts graph_hits and graph_rebinds.
+  Replay Launch(const cuda::Driver& driver, int device,
+                const std::vector<BufferView>& buffers, cuda::CUstream stream,
+                cuda::CUresult* result);
+
+  // After numbax recorded `graph` for `buffers` (with `log` of func's
+  // launches): keeps it, re-bindable or in the LRU, and launches it on
+  // `stream`. Takes ownership of `graph`. On failure `*stage` says which
+  // step failed. `*refusal` says why, when this recording showed that the
+  // call site cannot be re-bound.
+  cuda::CUresult AddRecording(const cuda::Driver& driver, int device,
+                              const std::vector<BufferView>& buffers,
+                              cuda::CUgraph graph, LaunchLog&& log,
+                              cuda::CUstream stream, std::string* stage,
+                              std::string* refusal);
+
+  // While XLA records a command buffer: issues the recorded launches,
+  // re-bound to `buffers`, on `stream`. False when there is no confirmed
+  // recording for them (func must run, logged, then Learn its log).
+  bool LaunchRecorded(const cuda::Driver& driver, int device,
+                      const std::vector<BufferView>& buffers,
+                      cuda::CUstream stream, cuda::CUresult* result);
+  // Returns why, when `log` showed that the call site cannot be re-bound.
+  std::string Learn(int device, LaunchLog&& log);
 
   // Takes ownership of `exec`; evicts the least recently used beyond the
   // capacity.
@@ -72,12 +112,25 @@ class GraphCache {
     cuda::CUgraphExec exec;
   };
   void DestroyLocked(Entry& e);
+  void InsertLocked(int device, std::vector<void*> pointers,
+                    cuda::CUgraphExec exec);
+  // This call site's re-binding state on `device` (made on first use).
+  Rebinding& RebindingLocked(int device);
+  // Learns `log`; on a refusal, counts it, and moves a re-bindable graph
+  // into the LRU. Returns why it was refused now, or an empty string.
+  std::string LearnLocked(Rebinding& rebinding, LaunchLog&& log);
 
   std::mutex mutex_;
   std::list<Entry> entries_;  // most recently used first
   std::vector<int> warmed_;
   std::vector<std::pair<int, std::vector<void*>>> last_miss_;
+  std::vector<std::unique_ptr<Rebinding>> rebindings_;
 };
+
+// Why call sites were found not re-bindable: (op key, reason), the most
+// recent last, at most 64 (numbax.diagnostics.rebind_refusals()).
+std::vector<std::pair<std::string, std::string>> RebindRefusals();
+void NoteRebindRefusal(const std::string& key, const std::string& why);
 
 // This thread's recording stream on `device` (whose context is current),
 // created on first use and kept for the thread's life: numbax records its

@@ -175,14 +175,21 @@ PackResult PackLaunchArguments(const std::string& packing,
                                const std::vector<int>& slots,
                                const std::vector<ViewInfo>& views,
                                const std::vector<BufferView>& buffers,
-                               KernelArgs* packed) {
+                               KernelArgs* packed,
+                               std::vector<AddressPatch>* patches) {
+  if (patches) patches->clear();
   for (Py_ssize_t i = 0; i < n; ++i) {
     const char how = packing[static_cast<size_t>(i)];
     if (how == 'A' || how == 'M') {
       const int slot = slots[static_cast<size_t>(i)];
+      const size_t first = packed->size();
       if (slot <= kViewC) {
         const ViewInfo& v = views[static_cast<size_t>(i)];
         packed->AddStridedArray(v.data, v.dims, v.strides, v.rank, v.itemsize);
+        if (patches) {
+          AddArrayPatches(packed->abi(), first, kOther, v.data, buffers,
+                          patches);
+        }
         continue;
       }
       if (slot < 0) {  // cannot happen: the key says which are arrays
@@ -192,6 +199,9 @@ PackResult PackLaunchArguments(const std::string& packing,
       const DTypeInfo* info = LookupDType(v.dtype);
       if (!info) return PackResult::kPlanError;
       packed->AddArray(v.data, v.dims, v.rank, info->itemsize);
+      if (patches) {
+        AddArrayPatches(packed->abi(), first, slot, v.data, buffers, patches);
+      }
     } else if (!PackScalar(how, args[i], packed)) {
       // A value Numba's packing would refuse too: let it say so.
       PyErr_Clear();

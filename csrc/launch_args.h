@@ -15,6 +15,7 @@
 
 #include "call_frame.h"
 #include "kernel_args.h"
+#include "launch_log.h"
 
 namespace numbax {
 
@@ -56,13 +57,15 @@ enum class PackResult {
 
 // Packs the arguments ReadLaunchArguments read, per `packing` (a char per
 // argument: 'A' or 'M' an array, else a scalar as PackScalar packs it),
-// into `packed` (Reset to the plan's ABI by the caller).
+// into `packed` (Reset to the plan's ABI by the caller). With `patches`,
+// also says which packed words are buffer addresses (launch_log.h).
 PackResult PackLaunchArguments(const std::string& packing,
                                PyObject* const* args, Py_ssize_t n,
                                const std::vector<int>& slots,
                                const std::vector<ViewInfo>& views,
                                const std::vector<BufferView>& buffers,
-                               KernelArgs* packed);
+                               KernelArgs* packed,
+                               std::vector<AddressPatch>* patches = nullptr);
 
 // Appends one scalar `value` packed as `how` ('i' int, 'b' bool, 'f'
 // float32, 'd' float64: one 8-byte word; 'c' complex64, 'z' complex128:

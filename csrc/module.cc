@@ -1,6 +1,7 @@
 // numbax._core: the nanobind module that hands XLA its FFI handlers.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/array.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -317,6 +318,9 @@ NB_MODULE(_core, m) {
   });
   m.def("graph_cache_size", &numbax::GraphCache::Capacity);
   m.def("clear_graph_caches", &numbax::GraphCache::ClearAll);
+  m.def("rebind_refusals", &numbax::RebindRefusals,
+        "(op key, why) of capture-mode call sites found not re-bindable, "
+        "the most recent last (at most 64).");
   m.def("clear_stream_cache", &numbax::ClearStreamCache);
 
   m.def(

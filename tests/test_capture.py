@@ -70,9 +70,13 @@ def test_graph_cache_hits_replay_without_python(gpu_only, rng):
 
 
 def test_graph_cache_lru_eviction_and_clear(gpu_only, rng):
+    # Without fast launches numbax cannot map func's launches, so its graphs
+    # are never re-bound: one per set of addresses, in the LRU.
     numbax.set_graph_cache_size(2)
     try:
-        op = jax.jit(make(True))
+        op = jax.jit(numbax.numba_cuda_callable(
+            affine_op, outs=jax.ShapeDtypeStruct((1000,), F32), capture=True,
+            fast_launch=False))
         xs = [jnp.asarray(random_array(rng, (1000,), np.float32))
               for _ in range(6)]
         outs = [op(x) for x in xs]  # all kept: distinct buffer addresses

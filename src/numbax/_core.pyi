@@ -165,6 +165,11 @@ def graph_cache_size() -> int: ...
 
 def clear_graph_caches() -> None: ...
 
+def rebind_refusals() -> list[tuple[str, str]]:
+    """
+    (op key, why) of capture-mode call sites found not re-bindable, the most recent last (at most 64).
+    """
+
 def clear_stream_cache() -> None: ...
 
 def driver_status() -> str:

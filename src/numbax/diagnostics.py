@@ -17,7 +17,12 @@ def bridge_counters() -> dict[str, int]:
       ``stream_hits``/``stream_misses`` (the caches of Numba arrays and
       streams of plain calls), ``graph_hits``/``graph_misses``/
       ``graph_evictions`` (numbax's own CUDA graphs of ``capture=True``
-      calls, and of per-slice ``numba_cuda_kernel`` batches) and
+      calls, and of per-slice ``numba_cuda_kernel`` batches),
+      ``graph_rebinds`` (capture-mode calls whose recorded launches were
+      re-bound to buffers at new addresses and replayed without Python) and
+      ``graph_rebind_refusals`` (capture-mode call sites found not
+      re-bindable, recorded again per set of addresses: see
+      :func:`rebind_refusals` for why), and
       ``xla_captures`` (capture-mode calls made while XLA was recording a
       command buffer); ``slice_graph_records``/``slice_graph_replays``
       (vmapped ``numba_cuda_kernel`` batches launched slice by slice that
@@ -38,6 +43,20 @@ def bridge_counters() -> dict[str, int]:
       Counters are process-wide.
     """
     return dict(_core.counters())
+
+
+def rebind_refusals() -> list[tuple[str, str]]:
+    """Why capture-mode ops could not be re-bound to new buffer addresses.
+
+    Returns:
+      ``(op key, reason)`` for each call site (per device) whose recording
+      numbax found it cannot re-bind, the most recent last, at most 64: a
+      launch that went through Numba's own launch, work other than kernel
+      launches (a copy, a memset), an address passed as an integer, or
+      launches that changed when the buffers moved. Such an op is recorded
+      again for each new set of addresses (docs/capture.md).
+    """
+    return [(str(k), str(w)) for k, w in _core.rebind_refusals()]
 
 
 def reset_bridge_counters() -> None:

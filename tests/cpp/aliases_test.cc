@@ -59,8 +59,8 @@ TEST(Aliases, RefusesDifferentSizesAndPartialOverlap) {
   std::vector<BufferView> sizes = {View(a.data(), 8), View(b.data(), 4)};
   EXPECT_NE(KeepAliasedInputs(nullptr, nullptr, sizes, 1, {{0, 0}}), "");
   std::vector<BufferView> overlap = {View(a.data(), 4), View(a.data() + 2, 4)};
-  const std::string why = KeepAliasedInputs(nullptr, nullptr, overlap, 1,
-                                            {{0, 0}});
+  const std::string why =
+      KeepAliasedInputs(nullptr, nullptr, overlap, 1, {{0, 0}});
   EXPECT_NE(why.find("overlap"), std::string::npos) << why;
   EXPECT_EQ(a[2], 1.0f);  // nothing was written
 }
@@ -85,11 +85,11 @@ TEST(Aliases, RefusesACopyOverAnotherInput) {
 // with nothing written, and the XLA flag that avoids it named.
 TEST(Aliases, RefusesAnOutputOverAnotherInput) {
   std::vector<float> acc = {1, 2, 3, 4, 5, 6};
-  std::vector<BufferView> buffers = {View(acc.data(), 2),      // x: acc[0:2]
-                                     View(acc.data() + 2, 2),  // y: acc[2:4]
-                                     View(acc.data() + 2, 2)}; // out over y
-  const std::string why = KeepAliasedInputs(nullptr, nullptr, buffers, 2,
-                                            {{0, 0}});
+  std::vector<BufferView> buffers = {View(acc.data(), 2),       // x: acc[0:2]
+                                     View(acc.data() + 2, 2),   // y: acc[2:4]
+                                     View(acc.data() + 2, 2)};  // out over y
+  const std::string why =
+      KeepAliasedInputs(nullptr, nullptr, buffers, 2, {{0, 0}});
   EXPECT_NE(why.find("input 1"), std::string::npos) << why;
   EXPECT_NE(why.find("dynamic_slice_fusion"), std::string::npos) << why;
   EXPECT_EQ(acc, (std::vector<float>{1, 2, 3, 4, 5, 6}));
@@ -152,8 +152,8 @@ TEST(Aliases, DriverCopyOnTheOpsStream) {
   EXPECT_EQ(g_copies[0].stream, stream);
 
   g_copy_result = static_cast<numbax::cuda::CUresult>(700);
-  const std::string why = KeepAliasedInputs(&driver, stream, buffers, 1,
-                                            {{0, 0}});
+  const std::string why =
+      KeepAliasedInputs(&driver, stream, buffers, 1, {{0, 0}});
   g_copy_result = numbax::cuda::CUDA_SUCCESS;
   EXPECT_NE(why.find("CUDA_ERROR_FAKE"), std::string::npos) << why;
 }

@@ -146,7 +146,8 @@ TEST(AddBatchChunk, ChunksKeepTheBatchAxis) {
   ASSERT_TRUE(Decode(ffi::DataType::F64, one_dims, &one).success());
   args.Reset();
   ASSERT_TRUE(AddBatchChunk(one, 7, 3, 4, true, &args));
-  EXPECT_EQ(args.words(), (std::vector<int64_t>{0, 0, 5, 8, base, 1, 5, 40, 8}));
+  EXPECT_EQ(args.words(),
+            (std::vector<int64_t>{0, 0, 5, 8, base, 1, 5, 40, 8}));
 }
 
 TEST(AddBatchChunk, RefusesChunksOutsideTheBuffer) {
