@@ -9,13 +9,17 @@ H200 chart must be redrawable from its JSON without a GPU (--plot-from).
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
+import types
 from pathlib import Path
+
+import numpy as np
 
 import pytest
 
-from numbax.bench import mode, plot, report, run, timing
+from numbax.bench import mode, plot, progress, report, run, timing
 
 ROOT = Path(__file__).resolve().parent.parent
 SIM_ENV = {"NUMBA_ENABLE_CUDASIM": "1", "JAX_PLATFORMS": "cpu"}
@@ -170,6 +174,14 @@ def test_simulator_without_gpu_runs_smoke_by_itself(prog, tmp_path):
     rows = {r["name"]: r for r in record["results"]}
     kernel = rows["numbax_kernel"]
     assert kernel["status"] == "ok" and kernel["chain"]["rounds"] == 1
+    # The moving-buffers measurements ran too, each with its program length.
+    smoke = timing.Config.cpu_smoke()
+    for phase, ops in (("moving", smoke.moving_length),
+                       ("donated", smoke.moving_length), ("single_moving", 1)):
+        assert kernel[phase]["rounds"] == 1 and kernel[phase]["length"] == ops
+        assert kernel[phase]["us_per_program"] == pytest.approx(
+            kernel[phase]["us_per_call"] * ops)
+    assert "moving_counters" not in kernel      # the capture row's alone
     assert rows["native"]["status"] == "skipped (no GPU)"
     for r in rows.values():
         assert r["ratios"] and all(v is None for v in r["ratios"].values()), r
@@ -177,11 +189,13 @@ def test_simulator_without_gpu_runs_smoke_by_itself(prog, tmp_path):
     table = lines[lines.index("== table"):]
     assert "cpu smoke run: Numba's CUDA simulator, not performance figures" in table
     assert table[-1] == mode.SIMULATOR_NOTE
+    assert report.MOVING_LEGEND in table
     kernel_line = next(x for x in table if x.startswith("numbax kernel "))
-    # label (2 words), status, chain us, single us, BW "-": no ratio cells.
+    # label (2 words), status, chain us, moving, donated, single us, 1-op mov,
+    # BW "-": no ratio cells.
     cells = kernel_line.split()
-    assert cells[:3] == ["numbax", "kernel", "ok"] and len(cells) == 6, kernel_line
-    assert float(cells[3]) > 0 and float(cells[4]) > 0 and cells[5] == "-"
+    assert cells[:3] == ["numbax", "kernel", "ok"] and len(cells) == 9, kernel_line
+    assert all(float(c) > 0 for c in cells[3:8]) and cells[8] == "-"
 
 
 def test_ratios_stay_empty_for_simulator_timings():
@@ -198,16 +212,183 @@ def test_ratios_stay_empty_for_simulator_timings():
     real, sim = rows(), rows()
     report.add_ratios(real)
     report.add_ratios(sim, comparable=False)
-    assert real[2]["ratios"] == {"chain_vs_native": 1.5, "chain_vs_native_cmdbuf": 3.0,
-                                 "single_vs_native": 2.0, "bandwidth_vs_native": 0.5}
+    assert real[2]["ratios"] == {
+        "chain_vs_native": 1.5, "chain_vs_native_cmdbuf": 3.0,
+        "single_vs_native": 2.0, "single_vs_native_cmdbuf": 2.5,
+        "bandwidth_vs_native": 0.5,
+        # Not measured (a run with --no-moving): the keys stay, None.
+        **dict.fromkeys(f"{m}_vs_native{s}" for m in
+                        ("moving", "donated", "single_moving")
+                        for s in ("", "_cmdbuf"))}
     assert sim[2]["ratios"] == dict.fromkeys(real[2]["ratios"])   # same keys
 
     shown = report.format_table(real).splitlines()
     assert "1.50*" in shown[4] and "0.500" in shown[4]
     blank = report.format_table(sim, note=mode.SIMULATOR_NOTE).splitlines()
     assert blank[-1] == mode.SIMULATOR_NOTE
-    assert blank[4].split() == ["numbax_kernel", "ok", "3.00", "20.0", "50.0"]
+    assert blank[4].split() == ["numbax_kernel", "ok", "3.00", "-", "-", "20.0",
+                                "-", "50.0"]
     assert blank[0] == shown[0]                   # the columns stay, empty
+    # Without the moving measurements their columns and legend go.
+    short = report.format_table(sim, note=mode.SIMULATOR_NOTE,
+                                moving=False).splitlines()
+    assert short[4].split() == ["numbax_kernel", "ok", "3.00", "20.0", "50.0"]
+    assert "moving" not in short[0] and report.MOVING_LEGEND not in short
+
+
+def _moving_row(name, compare_to, us, **counters):
+    """A row with every time measured: `us` per op (single: 10x that)."""
+    row = {"name": name, "label": name, "compare_to": compare_to, "status": "ok",
+           "bandwidth": None}
+    for key in report.TIMES:
+        row[key] = {"us_per_call": us * (10 if key.startswith("single") else 1)}
+    if counters:
+        row["moving_counters"] = counters
+    return row
+
+
+def test_table_shows_the_moving_measurements_next_to_chain_and_single():
+    rows = [_moving_row("native", "native", 7.0),
+            _moving_row("native_cmdbuf", "native_cmdbuf", 2.0),
+            _moving_row("numbax_capture", "native_cmdbuf", 3.0, op_calls=64,
+                        calls=64, graph_misses=1, graph_hits=63,
+                        graph_rebinds=5, graph_rebind_refusals=0)]
+    rows[2]["moving"]["us_per_call"] = 5.0
+    rows[2]["donated"]["us_per_call"] = 2.5
+    report.add_ratios(rows)
+    q = rows[2]["ratios"]
+    assert q["moving_vs_native_cmdbuf"] == 2.5 and q["donated_vs_native_cmdbuf"] == 1.25
+    assert q["single_moving_vs_native"] == pytest.approx(30 / 70)
+    lines = report.format_table(rows).splitlines()
+    head = lines[0].split()
+    assert head[2:7] == ["chain", "us", "moving", "donated", "single"]
+    assert head.index("1-op") < head.index("chain/nat")
+    assert ["mov/cb", "don/cb"] == head[head.index("chain/nat-cb") + 1:][:2]
+    capture = lines[4].split()
+    # chain, moving, donated, single, 1-op mov, then the ratios.
+    assert capture[2:7] == ["3.00", "5.00", "2.50", "30.0", "30.0"]
+    assert capture[7:11] == ["0.43", "1.50*", "2.50", "1.25"]
+    # The capture row's counters: one line under the rows, above the legend.
+    assert lines[-3:-1] == [
+        "numbax_capture, one op over 64 inputs: func ran 64 times in 64 calls; "
+        "graph_misses 1, graph_hits 63, graph_rebinds 5, graph_rebind_refusals 0",
+        report.MOVING_LEGEND]
+
+
+# ---------------------------------------------------------------------------
+# The moving-buffers measurements, with a jnp op (no simulator needed).
+
+def _affine(x):
+    return 2 * x + 1
+
+
+def _which(inputs, xs):
+    """The indices in `inputs` of the arrays `xs` (by identity)."""
+    return [next(k for k, d in enumerate(inputs.device) if d is x) for x in xs]
+
+
+def test_rotating_calls_take_every_input_in_turn():
+    import jax
+    inputs = timing.Inputs(np.random.default_rng(0), 4, 16)
+    seen = []
+
+    def op(x):
+        seen.append(x)
+        return _affine(x)
+    rotating = timing.Rotating(op, inputs, 1, statistics.median)
+    assert rotating.sample(6) > 0
+    assert _which(inputs, seen) == [0, 1, 2, 3, 0, 1]
+    assert all(isinstance(x, jax.Array) for x in inputs.device)
+    rotating.check("rotating")                  # the first, middle, last input
+    assert _which(inputs, seen[6:]) == [0, 1, 3]
+
+
+def test_a_result_stuck_on_old_buffers_fails_the_moving_check():
+    inputs = timing.Inputs(np.random.default_rng(1), 3, 16)
+    first = []
+
+    def stale(x):           # as a replay still reading its first input's buffer
+        first.append(first[0] if first else x)
+        return _affine(first[-1])
+    rotating = timing.Rotating(stale, inputs, 1, statistics.median)
+    rotating.warm(1)
+    with pytest.raises(timing.CheckFailed, match="input 1"):
+        rotating.check("single_moving")
+
+
+def test_carried_state_is_restored_in_place_before_float32_overflows():
+    import jax
+    length = 30
+    start = np.random.default_rng(2).uniform(-1, 1, 64).astype(np.float32)
+    carried = timing.Carried(timing.chain_fn(_affine, length, donate=True),
+                             start, length)
+    address = carried.y.unsafe_buffer_pointer()
+    for _ in range(4):                          # 40 calls: 1200 ops in all
+        assert carried.sample(10) > 0
+        assert carried.ops <= timing.MAX_CHECKED_OPS
+        assert np.isfinite(np.asarray(carried.y)).all()
+        carried.check("donated")
+    # Donated and restored in place: XLA kept handing back the same buffer.
+    assert carried.y.unsafe_buffer_pointer() == address
+    assert not carried.start.is_deleted()
+    assert isinstance(carried.y, jax.Array)
+    carried.y = _affine(carried.y)              # one op more than counted
+    with pytest.raises(timing.CheckFailed, match="state after"):
+        carried.check("donated")
+
+
+def _prepared(name, op):
+    import jax
+    row = {"name": name, "label": name, "compare_to": "native", "status": "ok",
+           "chain": None, "single": None, "bandwidth": None,
+           **dict.fromkeys(run.MOVING)}
+    return run.Prepared(types.SimpleNamespace(name=name), row, None, jax.jit(op), op)
+
+
+def test_measure_moving_records_each_measurement_and_the_counters():
+    cfg = timing.Config.cpu_smoke()
+    good = _prepared("numbax_capture", _affine)
+    first = []
+
+    def stale(x):           # a host op stuck on the first buffer it saw
+        def host(v):
+            first.append(first[0] if first else np.asarray(v))
+            return 2 * first[-1] + np.float32(1)
+        import jax
+        return jax.pure_callback(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+    bad = _prepared("stuck", stale)
+    logged = []
+    run.measure_moving([good, bad], cfg, np.random.default_rng(3), timing,
+                       progress.Progress(0, "", enabled=False), logged.append)
+    row = good.row
+    assert row["status"] == "ok", row.get("errors")
+    assert row["moving"]["length"] == row["donated"]["length"] == cfg.moving_length
+    assert row["single_moving"]["length"] == 1
+    assert all(row[m]["rounds"] == cfg.rounds for m in run.MOVING)
+    # jnp runs no func: the counters moved by nothing, but are all there.
+    assert row["moving_counters"] == {"op_calls": cfg.moving_inputs,
+                                      **dict.fromkeys(timing.MOVING_COUNTERS, 0)}
+    assert bad.row["status"].startswith("FAILED (")
+    assert set(bad.row["errors"]) == set(run.MOVING)
+    assert all(bad.row[m] is None for m in run.MOVING)
+
+
+def test_no_moving_switch_skips_them(tmp_path):
+    out_json = tmp_path / "no-moving.json"
+    proc = run_cli(["-m", "numbax", "bench", "--cpu-smoke", "--only",
+                    "numbax_kernel", "--no-bandwidth", "--no-workloads",
+                    "--rounds", "1", "--no-progress", "--no-moving",
+                    "--json", str(out_json)], env=SIM_ENV)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    record = json.loads(out_json.read_text())
+    kernel = next(r for r in record["results"] if r["name"] == "numbax_kernel")
+    assert kernel["status"] == "ok" and kernel["chain"]["rounds"] == 1
+    assert all(kernel[m] is None for m in run.MOVING)
+    table = proc.stdout[proc.stdout.index("== table"):]
+    assert "no moving run" in table and "mov/cb" not in table
+    assert report.MOVING_LEGEND not in table
+    assert "--no-moving" in run.build_parser("P", None).format_help()
+    assert "no_moving" in run._RUN_OPTIONS
 
 
 # ---------------------------------------------------------------------------
@@ -248,6 +429,9 @@ def test_plot_from_refuses_run_options():
     assert proc.returncode == 2
     assert "--plot-from draws a saved record and runs nothing: leave out " \
         "--rounds, --cpu-smoke" in proc.stderr
+    with pytest.raises(SystemExit) as info:
+        run.parse_args(["--plot-from", str(H200_JSON), "--no-moving"])
+    assert info.value.code == 2
 
 
 def test_committed_chart_sits_next_to_its_json_and_docs_show_it():

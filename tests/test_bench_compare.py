@@ -5,12 +5,17 @@ import json
 from numbax.bench import compare
 
 
-def _run(chain, single, bw, snn):
+def _run(chain, single, bw, snn, moving=None):
+    """`moving`: the numbax_kernel row's moving-buffers times (us per op of
+    moving and donated, us per call of single_moving), or None: not taken."""
+    taken = moving is not None
     return {
         "results": [
             {"name": "numbax_kernel", "status": "ok",
              "chain": {"us_per_call": chain}, "single": {"us_per_call": single},
-             "bandwidth": {"gb_per_s": bw}},
+             "bandwidth": {"gb_per_s": bw},
+             **{m: ({"us_per_call": moving * k} if taken else None)
+                for m, k in (("moving", 1), ("donated", 1), ("single_moving", 30))}},
             {"name": "native", "status": "ok",
              "chain": {"us_per_call": 7.0}, "single": {"us_per_call": 90.0},
              "bandwidth": None},
@@ -96,3 +101,42 @@ def test_unreadable_runs_are_refused(tmp_path, capsys):
     assert compare.main([str(good), "--", str(bad)]) == 2
     assert "is not a `numbax bench --json` run" in capsys.readouterr().err
     assert compare.main([str(good), "--", str(tmp_path / "missing.json")]) == 2
+
+
+def test_moving_measurements_are_compared():
+    before = [_run(3.0, 90, 1600, 45, moving=3.0), _run(3.1, 91, 1600, 45, moving=3.1)]
+    after = [_run(3.0, 90, 1600, 45, moving=4.0), _run(3.1, 91, 1600, 45, moving=4.2)]
+    rows = _rows(before, after)
+    for metric in ("moving", "donated", "single_moving"):
+        assert rows[("numbax_kernel", metric)]["slower"], metric
+    assert rows[("numbax_kernel", "single_moving")]["before"] == 30 * 3.05
+    assert not rows[("numbax_kernel", "chain")]["slower"]
+
+
+def test_moving_measurements_one_side_did_not_take_are_not_a_failure(tmp_path, capsys):
+    paths = []
+    for i, run in enumerate([_run(3.0, 90, 1600, 45), _run(3.0, 90, 1600, 45),
+                             _run(3.0, 90, 1600, 45, moving=3.0),
+                             _run(3.0, 90, 1600, 45, moving=3.0)]):
+        paths.append(tmp_path / f"{i}.json")
+        paths[-1].write_text(json.dumps(run))
+    # Before: a suite from before them (or --no-moving); after: taken.
+    status = compare.main([str(paths[0]), str(paths[1]), "--",
+                           str(paths[2]), str(paths[3])])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "not compared: donated, moving, single_moving (not measured on one " \
+        "side" in out
+    assert "measured after only" not in out
+    # Taken on both sides but missing for one row on one side: a failure.
+    def two_rows(broken):
+        run = _run(3.0, 90, 1600, 45, moving=3.0)
+        run["results"].append(dict(run["results"][0], name="numbax_capture"))
+        if broken:
+            run["results"][0]["donated"] = None
+        return json.dumps(run)
+    for i, path in enumerate(paths):
+        path.write_text(two_rows(broken=i < 2))
+    assert compare.main([str(paths[0]), str(paths[1]), "--",
+                         str(paths[2]), str(paths[3])]) == 1
+    assert "measured after only: numbax_kernel donated" in capsys.readouterr().out

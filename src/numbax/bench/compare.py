@@ -3,7 +3,8 @@
     python -m numbax.bench.compare BEFORE.json [...] -- AFTER.json [...]
 
 Each JSON is one ``python -m numbax bench --json`` run. For every row
-(table rows: chain, single, bandwidth; vmap, spiking-network, launch-cost
+(table rows: chain, single, the moving-buffers measurements moving, donated
+and single_moving, bandwidth; vmap, spiking-network, launch-cost
 and cold-start rows) it
 prints the median of each side over its runs, their ranges and after/before
 (for bandwidth before/after, so > 1 is always "after is slower"). A row is
@@ -12,7 +13,9 @@ run is slower than every before run, and the medians differ by more than
 ``--tolerance`` (default 3%): single runs of one-op programs move by 10-20%
 between runs, so a median alone would flag noise. A row measured on one
 side only (failed or missing on the other) is listed and fails the
-comparison. The controls (native handlers, pure JAX) show how much of
+comparison, except for a moving-buffers measurement that a side did not
+take at all (a suite from before them, or --no-moving): that is said in
+one line. The controls (native handlers, pure JAX) show how much of
 a difference the run order and the machine cause by themselves.
 scripts/ab_bench.sh makes the runs, alternating the order (ABBA).
 """
@@ -27,6 +30,10 @@ from collections.abc import Sequence
 
 # (row, metric) -> list of values; "bw" is higher-is-better.
 Samples = dict[tuple[str, str], list[float]]
+
+# The moving-buffers measurements of a table row (absent from older runs,
+# and from runs with --no-moving: then measured on one side only).
+MOVING_METRICS = ("moving", "donated", "single_moving")
 
 # Rows numbax does not take part in: what run order and drift cost alone.
 CONTROL_ROWS = {"native", "native_cmdbuf", "pure_callback"}
@@ -56,7 +63,7 @@ def samples(runs: Sequence[dict]) -> Samples:
         for row in run.get("results", []):
             if row.get("status") != "ok":
                 continue
-            for metric in ("chain", "single"):
+            for metric in ("chain", "single", *MOVING_METRICS):
                 add((row["name"], metric), (row.get(metric) or {}).get("us_per_call"))
             add((row["name"], "bw"), (row.get("bandwidth") or {}).get("gb_per_s"))
         workloads = run.get("workloads") or {}
@@ -75,6 +82,13 @@ def samples(runs: Sequence[dict]) -> Samples:
                          f"caches {phase}", "s"),
                         (row.get("phases") or {}).get(phase))
     return out
+
+
+def untaken_metrics(before: Samples, after: Samples) -> set[str]:
+    """The moving-buffers metrics one side has no row of at all."""
+    return {m for m in MOVING_METRICS
+            if not any(k[1] == m for k in before)
+            or not any(k[1] == m for k in after)}
 
 
 MIN_RUNS = 2  # per side, before a row can be flagged
@@ -154,7 +168,11 @@ def main(argv: Sequence[str] | None = None) -> int:
           + (", ".join(f"{r['row']} {r['metric']}" for r in flagged) or "none"))
     if min(len(runs_b), len(runs_a)) < MIN_RUNS:
         print(f"(fewer than {MIN_RUNS} runs on a side: nothing is flagged)")
-    one_sided = sorted(set(before) ^ set(after))
+    untaken = untaken_metrics(before, after)
+    if untaken:
+        print("not compared: " + ", ".join(sorted(untaken)) + " (not measured "
+              "on one side: a suite from before them, or --no-moving)")
+    one_sided = sorted(k for k in set(before) ^ set(after) if k[1] not in untaken)
     for row, metric in one_sided:
         side = "before" if (row, metric) in before else "after"
         print(f"measured {side} only: {row} {metric}")

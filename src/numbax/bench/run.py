@@ -1,7 +1,8 @@
 """The numbax benchmark suite: op(x) = 2*x + 1 (float32) through every bridge.
 
 Builds the native reference FFI handler with nvcc, checks every
-implementation against numpy, then times chain / single / bandwidth as
+implementation against numpy, then times chain / single, the moving-buffers
+programs (moving / donated / single_moving) and bandwidth as
 docs/benchmarks.md describes, interleaved: each round measures every
 implementation once and the table reports the median over rounds, so drift
 of the machine during the run hits every row alike. Writes JSON if asked,
@@ -52,6 +53,10 @@ def build_parser(prog: str, default_json: str | None) -> argparse.ArgumentParser
                    "--quick 4; --cpu-smoke 2)")
     p.add_argument("--no-bandwidth", action="store_true",
                    help="skip the bandwidth benchmark")
+    p.add_argument("--no-moving", action="store_true",
+                   help="skip the moving-buffers measurements (a chain of 20 "
+                   "ops over 64 rotating inputs, the same chain with its "
+                   "input donated, one op over the 64 inputs)")
     p.add_argument("--no-workloads", action="store_true",
                    help="skip the workload benchmarks (vmap of a kernel, the "
                    "spiking network, launch cost, cold start)")
@@ -88,8 +93,8 @@ def build_parser(prog: str, default_json: str | None) -> argparse.ArgumentParser
 
 
 #: Options that only mean something for a run (--plot-from runs nothing).
-_RUN_OPTIONS = ("quick", "only", "rounds", "no_bandwidth", "build_dir", "seed",
-                "cpu_smoke", "no_cold_start")
+_RUN_OPTIONS = ("quick", "only", "rounds", "no_bandwidth", "no_moving",
+                "build_dir", "seed", "cpu_smoke", "no_cold_start")
 
 
 #: The largest --seed: numpy and JAX take seeds up to a signed 64-bit int.
@@ -200,6 +205,13 @@ class Prepared:
     row: dict
     chain: Any
     single: Any
+    op: Any
+
+
+#: The moving-buffers measurements, in table order (row keys and phases).
+MOVING = ("moving", "donated", "single_moving")
+#: Rows whose single_moving gets a pass with the bridge counters recorded.
+COUNTED_ROWS = ("numbax_capture",)
 
 
 def _failed(row: dict, phase: str, exc: BaseException, log) -> None:
@@ -212,7 +224,8 @@ def _failed(row: dict, phase: str, exc: BaseException, log) -> None:
 def prepare(impl, cfg, rng, x, timing, unavailable, log) -> tuple[dict, Prepared | None]:
     """Builds, checks against numpy and warms one implementation; never raises."""
     row = {"name": impl.name, "label": impl.label, "compare_to": impl.compare_to,
-           "status": "ok", "chain": None, "single": None, "bandwidth": None}
+           "status": "ok", "chain": None, "single": None, "bandwidth": None,
+           **dict.fromkeys(MOVING)}
     try:
         op = impl.make(cfg.n)
     except unavailable as u:
@@ -240,7 +253,7 @@ def prepare(impl, cfg, rng, x, timing, unavailable, log) -> tuple[dict, Prepared
         except Exception as exc:  # noqa: BLE001
             _failed(row, phase, exc, log)
             return row, None
-    return row, Prepared(impl, row, chain, single)
+    return row, Prepared(impl, row, chain, single, op)
 
 
 def measure_latency(prepared: list[Prepared], cfg, x, timing, progress, log) -> None:
@@ -264,11 +277,76 @@ def measure_latency(prepared: list[Prepared], cfg, x, timing, progress, log) -> 
     progress.add_total((cfg.warmup_rounds + cfg.rounds) * len(tasks))
     samples = timing.interleave(tasks, cfg.rounds, warmup_rounds=cfg.warmup_rounds,
                                 on_step=progress.advance, on_error=on_error)
+    _record_us(samples, rows, timing, log)
+
+
+def _record_us(samples: dict, rows: dict, timing, log,
+               lengths: dict | None = None) -> None:
+    """The medians of interleaved samples (us per op) into their rows, but
+    for phases that failed; ``lengths[name, phase]``, when given, adds the
+    program's ops and its time per call."""
     for (name, phase), values in samples.items():
         if values and phase not in rows[name].get("errors", {}):
-            rows[name][phase] = timing.summarize(values, "us")
-            log(f"[{name}] {phase}: {rows[name][phase]['us_per_call']:.2f} us/call "
+            record = timing.summarize(values, "us")
+            if lengths is not None:
+                ops = lengths[name, phase]
+                record.update(length=ops, us_per_program=record["us_per_call"] * ops)
+            rows[name][phase] = record
+            log(f"[{name}] {phase}: {record['us_per_call']:.2f} us/call "
                 f"(median of {len(values)} rounds)")
+
+
+def measure_moving(prepared: list[Prepared], cfg, rng, timing, progress,
+                   log) -> None:
+    """moving, donated and single_moving samples of every prepared
+    implementation, interleaved; each checked against numpy after its
+    warm-up and again after the rounds. Then the rows of ``COUNTED_ROWS``
+    get one more single_moving pass (a call on every input) with the bridge
+    counters recorded (``moving_counters``)."""
+    progress.describe("moving buffers")
+    inputs = timing.Inputs(rng, cfg.moving_inputs, cfg.n)
+    rows = {p.impl.name: p.row for p in prepared}
+    measures, tasks = {}, []
+    for p in prepared:
+        if p.row["status"] != "ok":
+            continue
+        start = rng.uniform(-1, 1, cfg.n).astype("float32")
+        made = timing.moving_measures(p.op, p.single, inputs, cfg.moving_length,
+                                      start)
+        for phase in MOVING:
+            m = made[phase]
+            try:
+                m.warm(cfg.warmup)
+                m.check(f"{phase} before the rounds")
+            except Exception as exc:  # noqa: BLE001
+                _failed(p.row, phase, exc, log)
+                continue
+            measures[p.impl.name, phase] = m
+            tasks.append(timing.Task((p.impl.name, phase),
+                                     lambda m=m: m.sample(cfg.moving_runs)))
+        if not set(MOVING) & set(p.row.get("errors", {})):
+            log(f"[{p.impl.name}] moving buffers: warmed up and checked")
+
+    def on_error(task, exc):
+        _failed(rows[task.key[0]], task.key[1], exc, log)
+
+    progress.add_total((cfg.warmup_rounds + cfg.rounds) * len(tasks))
+    samples = timing.interleave(tasks, cfg.rounds, warmup_rounds=cfg.warmup_rounds,
+                                on_step=progress.advance, on_error=on_error)
+    for (name, phase), m in measures.items():
+        if phase in rows[name].get("errors", {}):
+            continue
+        try:
+            if phase == "single_moving" and name in COUNTED_ROWS:
+                deltas = timing.counter_deltas(
+                    lambda m=m: m.sample(cfg.moving_inputs))
+                rows[name]["moving_counters"] = {"op_calls": cfg.moving_inputs,
+                                                 **deltas}
+            m.check(f"{phase} after the rounds")
+        except Exception as exc:  # noqa: BLE001
+            _failed(rows[name], phase, exc, log)
+    _record_us(samples, rows, timing, log,
+               lengths={k: m.length for k, m in measures.items()})
 
 
 def measure_bandwidth(prepared: list[Prepared], cfg, bw_x, timing, progress,
@@ -444,6 +522,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
         progress.advance()
 
     measure_latency(prepared, cfg, x, timing, progress, log)
+    if not args.no_moving:
+        measure_moving(prepared, cfg, rng, timing, progress, log)
     if not args.no_bandwidth:
         bw_x = jax.random.uniform(jax.random.key(seed), (cfg.bw_n,), np.float32,
                                   -1.0, 1.0)
@@ -486,10 +566,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
         "argv": sys.argv[1:] if argv is None else list(argv),
         "mode": {"smoke": mode.smoke, "header": mode.header},
         "seed": seed,
-        "method": (f"interleaved: median over {cfg.rounds} rounds (latency) and "
-                   f"{cfg.bw_rounds} rounds (bandwidth), after {cfg.warmup_rounds} "
-                   "unrecorded round(s); each round measures every "
-                   "implementation once"),
+        "method": (f"interleaved: median over {cfg.rounds} rounds (latency"
+                   + ("" if args.no_moving else " and moving buffers")
+                   + f") and {cfg.bw_rounds} rounds (bandwidth), after "
+                   f"{cfg.warmup_rounds} unrecorded round(s); each round "
+                   "measures every implementation once"),
         "config": vars(cfg),
         "environment": report.environment(device, env.native),
         "native_build_error": env.native_error,
@@ -535,12 +616,15 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
     print(f"{env_info['device']} | jax {v['jax']} jaxlib {v['jaxlib']} | numba "
           f"{v['numba']} numba-cuda {v['numba-cuda']} | n={cfg.n}, chain of "
           f"{cfg.chain_length}, median of {cfg.rounds} interleaved rounds, "
+          + ("no moving run, " if args.no_moving else
+             f"moving: chain of {cfg.moving_length} over {cfg.moving_inputs} "
+             "inputs, ")
           + ("no bandwidth run" if args.no_bandwidth
              else f"bandwidth over {plot.size(cfg.bw_n * 4)}"))
     if mode.smoke:
         print("cpu smoke run: Numba's CUDA simulator, not performance figures")
-    print(report.format_table(rows, note=SIMULATOR_NOTE if mode.smoke else None),
-          flush=True)
+    print(report.format_table(rows, note=SIMULATOR_NOTE if mode.smoke else None,
+                              moving=not args.no_moving), flush=True)
     failed = any(r["status"].startswith("FAILED") for r in rows) or any(
         r.get("status", "ok").startswith("FAILED")
         for part in workload_rows.values() for r in part)

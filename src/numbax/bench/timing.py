@@ -6,6 +6,16 @@ single:    jax.jit(op)(x).block_until_ready().
 bandwidth: a chain of `length` ops over a large array; GB/s counts the bytes
            each op reads and writes.
 
+The moving-buffers measurements (XLA hands the ops new buffer addresses, as a
+program fed a fresh batch each step sees):
+
+moving:        a chain of `moving_length` ops called on the next of
+               `moving_inputs` device arrays made beforehand (call k takes
+               input k % moving_inputs); per-op time as chain.
+donated:       the same chain as ``y = f(y)`` with y donated, the state
+               carried from call to call (:class:`Carried`).
+single_moving: jax.jit(op) over the rotating inputs; per-call time as single.
+
 Every measurement is taken in *rounds*, interleaved across implementations:
 round r takes one sample of every implementation (chain: the mean of
 ``chain_runs`` program runs; single: the median of ``single_runs`` calls;
@@ -21,6 +31,8 @@ after other programs ran can still pay for instantiating CUDA graphs).
 
 from __future__ import annotations
 
+import functools
+import itertools
 import statistics
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -44,29 +56,34 @@ class Config:
     bw_n: int = 268435456     # 1 GiB of float32
     bw_length: int = 10
     bw_rounds: int = 10       # interleaved rounds of one bandwidth run each
+    moving_length: int = 20   # ops in the moving and donated programs
+    moving_inputs: int = 64   # device arrays the moving calls rotate over
+    moving_runs: int = 16     # calls per round of each moving measurement
 
     @classmethod
     def quick(cls) -> Config:
         return cls(rounds=4, chain_runs=2, single_runs=3, warmup=2,
-                   bw_n=1 << 24, bw_length=5, bw_rounds=3)
+                   bw_n=1 << 24, bw_length=5, bw_rounds=3, moving_runs=8)
 
     @classmethod
     def cpu_smoke(cls) -> Config:
         # Numba's simulator runs a Python thread per CUDA thread: keep it tiny.
         return cls(n=256, chain_length=4, rounds=2, chain_runs=1,
-                   single_runs=2, warmup=1, bw_n=512, bw_length=2, bw_rounds=2)
+                   single_runs=2, warmup=1, bw_n=512, bw_length=2, bw_rounds=2,
+                   moving_length=2, moving_inputs=3, moving_runs=1)
 
 
 class CheckFailed(AssertionError):
     pass
 
 
-def chain_fn(op: Callable, length: int) -> Callable:
+def chain_fn(op: Callable, length: int, donate: bool = False) -> Callable:
+    """jax.jit of `length` ops in sequence; ``donate``: its input donated."""
     def chain(v: jax.Array) -> jax.Array:
         for _ in range(length):
             v = op(v)
         return v
-    return jax.jit(chain)
+    return jax.jit(chain, donate_argnums=0 if donate else ())
 
 
 def reference(x: np.ndarray, times: int = 1) -> np.ndarray:
@@ -121,22 +138,28 @@ def warm_up(fn: Callable, x: jax.Array, runs: int) -> None:
 # ---------------------------------------------------------------------------
 # One sample of each measurement (what a round takes per implementation).
 
+def call_times(call: Callable[[], jax.Array], runs: int,
+               setup: Callable[[], None] | None = None) -> list[float]:
+    """Microseconds of each of `runs` calls ``call().block_until_ready()``;
+    ``setup()``, when given, runs before each call, untimed."""
+    times = []
+    for _ in range(runs):
+        if setup is not None:
+            setup()
+        t0 = time.perf_counter()
+        call().block_until_ready()
+        times.append((time.perf_counter() - t0) * 1e6)
+    return times
+
+
 def chain_sample(chain: Callable, x: jax.Array, runs: int, length: int) -> float:
     """Microseconds per op: the mean over `runs` runs of a `length`-op program."""
-    t0 = time.perf_counter()
-    for _ in range(runs):
-        chain(x).block_until_ready()
-    return (time.perf_counter() - t0) / runs / length * 1e6
+    return statistics.fmean(call_times(lambda: chain(x), runs)) / length
 
 
 def single_sample(single: Callable, x: jax.Array, runs: int) -> float:
     """Microseconds per call: the median of `runs` single-op calls."""
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        single(x).block_until_ready()
-        times.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(times)
+    return statistics.median(call_times(lambda: single(x), runs))
 
 
 def bandwidth_sample(chain: Callable, x: jax.Array, length: int) -> float:
@@ -147,6 +170,124 @@ def bandwidth_sample(chain: Callable, x: jax.Array, length: int) -> float:
     chain(x).block_until_ready()
     per_op = (time.perf_counter() - t0) / length
     return bytes_per_op / per_op / 1e9
+
+
+# ---------------------------------------------------------------------------
+# The moving-buffers measurements: each has ``warm(runs)``, ``sample(runs)``
+# (one round's sample, microseconds per op) and ``check(what)`` (against
+# numpy; run before and after the rounds).
+
+#: The most ops a check's input goes through: 2*x + 1 doubles the values at
+#: every op, and float32 holds inputs in [-1, 1] through about 125 ops (the
+#: chain's own check runs 100).
+MAX_CHECKED_OPS = 100
+
+
+class Inputs:
+    """The `count` inputs of the moving measurements: device arrays made
+    beforehand and kept alive, and their host copies for the checks."""
+
+    def __init__(self, rng: np.random.Generator, count: int, n: int):
+        self.host = [rng.uniform(-1, 1, n).astype(np.float32)
+                     for _ in range(count)]
+        self.device = jax.block_until_ready([jax.device_put(h) for h in self.host])
+
+    def check(self, fn: Callable, length: int, what: str) -> None:
+        """fn on the first, middle and last input (three buffers) against
+        ``reference(x_k, length)``."""
+        last = len(self.device) - 1
+        for k in sorted({0, last // 2, last}):
+            _compare(fn(self.device[k]), reference(self.host[k], length),
+                     f"{what}, input {k}")
+
+
+class Rotating:
+    """fn called on the inputs in rotation: call k takes input k % count.
+
+    A sample is ``stat`` (mean for programs, as chain; median for single
+    ops, as single) of `runs` calls, per op of a `length`-op fn.
+    """
+
+    def __init__(self, fn: Callable, inputs: Inputs, length: int,
+                 stat: Callable[[list[float]], float]):
+        self.fn, self.inputs, self.length, self.stat = fn, inputs, length, stat
+        self._next = functools.partial(next, itertools.cycle(inputs.device))
+
+    def sample(self, runs: int) -> float:
+        return self.stat(call_times(lambda: self.fn(self._next()), runs)) / self.length
+
+    def warm(self, runs: int) -> None:
+        """At least one call on every input."""
+        self.sample(max(runs, len(self.inputs.device)))
+
+    def check(self, what: str) -> None:
+        self.inputs.check(self.fn, self.length, what)
+
+
+class Carried:
+    """``y = step(y)`` with y donated at every call, the state carried from
+    call to call (so XLA hands the program the buffer it wrote last).
+
+    Before a call would take the state past :data:`MAX_CHECKED_OPS` ops since
+    its start values, it gets them back, untimed, in place: a jitted copy
+    with the state donated keeps its buffer. ``ops`` counts the ops applied
+    since, for the check. A sample is the mean of `runs` calls, per op.
+    """
+
+    def __init__(self, step: Callable, start: np.ndarray, length: int):
+        self.step, self.length, self.start_host = step, length, start
+        self.start = jax.device_put(start)
+        self._restore = jax.jit(lambda _y, s: jnp.copy(s), donate_argnums=0,
+                                keep_unused=True)
+        self.y = jnp.copy(self.start)
+        self.ops = 0
+
+    def _make_room(self) -> None:
+        if self.ops and self.ops + self.length > max(MAX_CHECKED_OPS, self.length):
+            self.y = self._restore(self.y, self.start).block_until_ready()
+            self.ops = 0
+
+    def _call(self) -> jax.Array:
+        self.y = self.step(self.y)
+        self.ops += self.length
+        return self.y
+
+    def sample(self, runs: int) -> float:
+        return statistics.fmean(call_times(self._call, runs, self._make_room)) / self.length
+
+    def warm(self, runs: int) -> None:
+        self.sample(runs)
+
+    def check(self, what: str) -> None:
+        _compare(self.y, reference(self.start_host, self.ops),
+                 f"{what}, state after {self.ops} ops")
+
+
+def moving_measures(op: Callable, single: Callable, inputs: Inputs, length: int,
+                    start: np.ndarray) -> dict[str, Rotating | Carried]:
+    """The moving-buffers measurements of one implementation, by name:
+    chains of `length` ops over the rotating inputs, the same chain donated
+    from `start`, and the jitted op alone (`single`) over the inputs."""
+    return {
+        "moving": Rotating(chain_fn(op, length), inputs, length, statistics.fmean),
+        "donated": Carried(chain_fn(op, length, donate=True), start, length),
+        "single_moving": Rotating(single, inputs, 1, statistics.median),
+    }
+
+
+#: The bridge counters recorded around a moving measurement.
+MOVING_COUNTERS = ("calls", "graph_misses", "graph_hits", "graph_rebinds",
+                   "graph_rebind_refusals")
+
+
+def counter_deltas(run: Callable[[], object]) -> dict[str, int]:
+    """What ``numbax.bridge_counters()`` counted during ``run()``, for
+    :data:`MOVING_COUNTERS` (0 for a counter this build does not have)."""
+    import numbax
+    before = numbax.bridge_counters()
+    run()
+    after = numbax.bridge_counters()
+    return {k: after.get(k, 0) - before.get(k, 0) for k in MOVING_COUNTERS}
 
 
 # ---------------------------------------------------------------------------
