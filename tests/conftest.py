@@ -4,7 +4,11 @@ CI has no GPU: it runs every test with NUMBA_ENABLE_CUDASIM=1, so numbax ops
 run on JAX's CPU backend through Numba's CUDA simulator. On a GPU machine,
 scripts/gpu_check.sh runs the tests marked `gpu` without the simulator, on
 real CUDA. Tests that only make sense in one mode say so with the
-`simulator_only` or `gpu_only` fixtures.
+`simulator_only` or `gpu_only` fixtures. A test that could leave the CUDA
+context corrupted if what it checks were broken runs in a pytest process of
+its own (`in_own_process`). The helpers below the fixtures (poisoned
+outputs, comparisons with numpy, expected errors) serve the adversarial
+tests/test_gpu_*.py files most.
 
 Tests marked `multigpu` need 2 or more local devices: GPUs of one host, or
 (a dry run of the test code) fake CPU devices under the simulator:
