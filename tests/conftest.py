@@ -4,7 +4,11 @@ CI has no GPU: it runs every test with NUMBA_ENABLE_CUDASIM=1, so numbax ops
 run on JAX's CPU backend through Numba's CUDA simulator. On a GPU machine,
 scripts/gpu_check.sh runs the tests marked `gpu` without the simulator, on
 real CUDA. Tests that only make sense in one mode say so with the
-`simulator_only` or `gpu_only` fixtures.
+`simulator_only` or `gpu_only` fixtures. A test that could leave the CUDA
+context corrupted if what it checks were broken runs in a pytest process of
+its own (`in_own_process`). The helpers below the fixtures (poisoned
+outputs, comparisons with numpy, expected errors) serve the adversarial
+tests/test_gpu_*.py files most.
 
 Tests marked `multigpu` need 2 or more local devices: GPUs of one host, or
 (a dry run of the test code) fake CPU devices under the simulator:
@@ -32,7 +36,11 @@ exits the process).
 
 import contextlib
 import faulthandler
+import functools
 import os
+import re
+import subprocess
+import sys
 import threading
 import time
 
@@ -182,3 +190,141 @@ def x64_enabled(on: bool):
         yield
     finally:
         jax.config.update("jax_enable_x64", previous)
+
+
+# -- helpers of the tests/test_gpu_*.py files --------------------------------
+
+# Every vmap_method a numba_cuda_kernel takes (a callable's also takes the
+# others but None: it has no default way to batch).
+KERNEL_VMAP_METHODS = (None, "expand_dims", "broadcast_all", "legacy_vectorized",
+                       "sequential")
+
+
+def grid_for(n, tpb=256):
+    """The 1-D grid of `tpb`-thread blocks that covers n elements."""
+    return (max(1, -(-n // tpb)),)
+
+
+def poison(shape, dtype):
+    """Fills a buffer of this size with a sentinel and frees it: XLA's
+    allocator tends to hand that memory to the next output, so unwritten
+    elements of an output show as the sentinel, not as plausible stale data."""
+    import jax
+    import jax.numpy as jnp
+
+    dtype = np.dtype(dtype)
+    if dtype.kind in "fc":
+        fill = np.nan
+    elif dtype.kind == "b":
+        fill = True
+    else:
+        fill = 0x5A
+    jax.block_until_ready(jnp.full(shape, fill, dtype))
+
+
+def assert_close(got, want, what="", rtol=1e-6, atol=1e-6):
+    """got equals want: exactly for bool and integer values, else within
+    rtol/atol, NaN equal to NaN; the shapes must agree."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    if want.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, want, err_msg=what)
+    else:
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True,
+                                   err_msg=what)
+
+
+def assert_raises(types, fn, *args, contains=(), what=""):
+    """fn(*args), and the wait for its result, raises one of `types` with
+    each string of `contains` in its message; returns the exception. Another
+    exception propagates (the test errors), no exception fails."""
+    import jax
+
+    with pytest.raises(types) as info:
+        jax.block_until_ready(fn(*args))
+    message = str(info.value)
+    missing = [c for c in contains if c not in message]
+    assert not missing, (f"{what}: {type(info.value).__name__} lacks {missing}: "
+                         f"{message[:300]}")
+    return info.value
+
+
+def outcome(fn, *args):
+    """("ok", fn(*args)) or ("err", the name of the exception's type)."""
+    try:
+        return "ok", fn(*args)
+    except Exception as exc:  # noqa: BLE001  (any exception is an outcome)
+        return "err", type(exc).__name__
+
+
+def kernel_op(kernel, shape, dtype, **kw):
+    """numba_cuda_kernel(kernel) with one output of `shape` and `dtype`,
+    launched over `shape` (over its length when 1-D) unless `launch_dims=`."""
+    import jax
+
+    import numbax
+
+    kw.setdefault("launch_dims", shape if len(shape) > 1 else shape[0])
+    return numbax.numba_cuda_kernel(kernel, jax.ShapeDtypeStruct(shape, dtype), **kw)
+
+
+@pytest.fixture
+def x64():
+    """jax_enable_x64 on for the test (64-bit arrays stay 64-bit)."""
+    with x64_enabled(True):
+        yield
+
+
+@pytest.fixture
+def small_registry(monkeypatch):
+    """lower(entries, launchers=None): numbax's registry keeps at most
+    `entries` op keys, and a kernel op at most `launchers` launchers, for the
+    test. Private names: numbax has no public setter for its bounds."""
+    from numbax import _registry, kernel
+
+    def lower(entries, launchers=None):
+        monkeypatch.setattr(_registry, "MAX_ENTRIES", entries)
+        if launchers is not None:
+            monkeypatch.setattr(kernel, "MAX_LAUNCHERS", launchers)
+
+    return lower
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_IN_OWN_PROCESS = "NUMBAX_TEST_IN_OWN_PROCESS"
+
+
+def in_own_process(timeout=300):
+    """Runs the decorated test in a pytest process of its own (the test
+    itself, by its node id), for a test that could leave the CUDA context
+    corrupted if what it checks were broken (a kernel launched on buffers of
+    another type): the parent fails with the child's report, a crash, a
+    sticky CUDA error or a hang (over `timeout` seconds) included, and the
+    rest of the run goes on in a healthy process. Fixtures such as
+    `gpu_only` run in the parent first."""
+    def decorate(test):
+        @functools.wraps(test)
+        def run(*args, **kwargs):
+            if os.environ.get(_IN_OWN_PROCESS):
+                return test(*args, **kwargs)
+            nodeid = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]
+            env = dict(os.environ, **{_IN_OWN_PROCESS: "1"})
+            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                       nodeid]
+            try:
+                proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True,
+                                      text=True, timeout=timeout)
+            except subprocess.TimeoutExpired as exc:
+                proc, tail = None, exc.stdout or ""
+            if proc is None:
+                if isinstance(tail, bytes):
+                    tail = tail.decode(errors="replace")
+                pytest.fail(f"{nodeid} hung in its own process: over {timeout} s; "
+                            f"its output ends:\n{tail[-4000:]}")
+            text = proc.stdout + proc.stderr
+            sticky = " (a CUDA error)" if "CUDA_ERROR" in text else ""
+            assert proc.returncode == 0 and re.search(r"^1 passed", text, re.M), (
+                f"{nodeid} in its own process: exit status {proc.returncode}{sticky}; "
+                f"its output ends:\n{text[-4000:]}")
+        return run
+    return decorate

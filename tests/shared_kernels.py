@@ -51,3 +51,22 @@ def matvec(m, v, out):
         for j in range(m.shape[1]):
             acc += m[i, j] * v[j]
         out[i] = acc
+
+
+# Compiled for one explicit signature each (Numba compiles them at import):
+# any other argument type is refused, never launched.
+
+@cuda.jit("void(float32[:], float32[:])")
+def affine_f32(x, out):
+    """out = 2 * x + 1 for float32[:] alone."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = x[i] * 2 + 1
+
+
+@cuda.jit("void(float32[:,:], float32[:,:])")
+def affine_cols_f32(x, out):
+    """out[i, j] = 2 * x[i, j] + j for float32[:,:] alone, one thread per element."""
+    i, j = cuda.grid(2)
+    if i < x.shape[0] and j < x.shape[1]:
+        out[i, j] = x[i, j] * 2 + j

@@ -1,4 +1,5 @@
-"""The API reference covers the public API: every name, every parameter.
+"""The API reference covers the public API: every name, every parameter;
+the README's example runs; tests/README.md names every test file.
 
 docs/api.md renders docstrings with mkdocstrings (scripts/lint.sh builds the
 site in strict mode); these tests make sure nothing public is left out of it
@@ -6,7 +7,10 @@ and that each public function's docstring documents each of its parameters.
 """
 
 import inspect
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,3 +62,20 @@ def test_public_callable_documents_every_parameter(name):
     missing = {p.name for p in params} - _documented(doc)
     assert not missing, (f"numbax.{name}'s docstring does not document "
                          f"{sorted(missing)} under Args:")
+
+
+def test_readme_example_runs():
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", readme, re.S | re.M)
+    assert len(blocks) == 1, "README.md should hold one Python example"
+    proc = subprocess.run([sys.executable, "-c", blocks[0]], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "7." in proc.stdout, proc.stdout
+
+
+def test_tests_readme_names_every_test_file():
+    named = set(re.findall(r"\b(test_\w+\.py)\b", (ROOT / "tests" / "README.md").read_text()))
+    present = {p.name for p in (ROOT / "tests").glob("test_*.py")}
+    assert not present - named, f"add to tests/README.md's table: {sorted(present - named)}"
+    assert not named - present, f"tests/README.md names missing files: {sorted(named - present)}"
