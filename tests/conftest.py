@@ -33,6 +33,9 @@ exits the process).
 import contextlib
 import faulthandler
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -182,3 +185,17 @@ def x64_enabled(on: bool):
         yield
     finally:
         jax.config.update("jax_enable_x64", previous)
+
+
+def run_child(code: str, timeout=300) -> subprocess.CompletedProcess:
+    """Runs `code` (dedented) in a fresh interpreter in this test's mode."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+        text=True, timeout=timeout, env=dict(os.environ))
+
+
+def f32_spec(n: int = 8):
+    """A 1-D float32 jax.ShapeDtypeStruct of `n` elements."""
+    import jax
+    import jax.numpy as jnp
+    return jax.ShapeDtypeStruct((n,), jnp.float32)

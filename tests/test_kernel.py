@@ -9,7 +9,7 @@ from numba import cuda
 
 import numbax
 from conftest import SIMULATOR, random_array
-from shared_kernels import affine
+from shared_kernels import affine, block_sums, reverse, stencil
 
 pytestmark = pytest.mark.gpu
 
@@ -71,24 +71,6 @@ def test_explicit_3d_grid_and_launch_dims(rng):
     np.testing.assert_allclose(jax.jit(op3)(x), expected, rtol=1e-6)
 
 
-@cuda.jit
-def block_sums(x, out):
-    # Dynamic shared memory: one float32 per thread.
-    buf = cuda.shared.array(0, dtype=numba.float32)
-    tid = cuda.threadIdx.x
-    i = cuda.grid(1)
-    buf[tid] = x[i] if i < x.shape[0] else 0
-    cuda.syncthreads()
-    stride = cuda.blockDim.x // 2
-    while stride > 0:
-        if tid < stride:
-            buf[tid] += buf[tid + stride]
-        cuda.syncthreads()
-        stride //= 2
-    if tid == 0:
-        out[cuda.blockIdx.x] = buf[0]
-
-
 def test_dynamic_shared_memory_reduction(rng):
     n, threads = 1000, 128
     blocks = -(-n // threads)
@@ -146,24 +128,6 @@ def test_chain_in_one_program(rng):
     for _ in range(20):
         expected = 2 * expected + 1
     np.testing.assert_allclose(chain(x), expected, rtol=1e-5)
-
-
-@cuda.jit
-def reverse(x, out):
-    i = cuda.grid(1)
-    n = x.shape[0]
-    if i < n:
-        out[i] = x[n - 1 - i]
-
-
-@cuda.jit
-def stencil(x, w, out):
-    i = cuda.grid(1)
-    n = x.shape[0]
-    if i < n:
-        left = x[i - 1] if i > 0 else 0
-        right = x[i + 1] if i < n - 1 else 0
-        out[i] = w[0] * left + w[1] * x[i] + w[2] * right
 
 
 def _stencil_ref(x, w):
