@@ -61,7 +61,7 @@ def lower(op: XLACustomKernel, ctx, *args, outs, out_tree, backends, static,
 
     # The returned op is traced and lowered inline: it emits numbax's own
     # custom calls (or whatever jnp code it is) into this program. A numbax
-    # op the generator made is named after this op already (_kernel_for);
+    # op the generator made is named after this op already (kernel_for);
     # anything else is scoped under its name: HLO's op_name reads
     # jit(f)/<name>/<inner op> (profile_names.py).
     if getattr(fn, "_profile_tag", None) != op.name:

@@ -131,7 +131,7 @@ def check_launch_configuration(*, grid, block, launch_dims, threads_per_block,
         check_launch_limits(grid, block, "numba_cuda_kernel")
     elif not callable(launch_dims):
         # A function of the call's arguments is checked per call, on what
-        # it returns (kernel.py, NumbaCudaKernel._resolve).
+        # it returns (op.py, NumbaCudaKernel._resolve).
         launch_dims = as_dims(launch_dims, "launch_dims")
         dims_grid, dims_block = launch_config(launch_dims, threads_per_block)
         check_launch_limits(dims_grid, dims_block,

@@ -49,7 +49,7 @@ SERVED_FFI_API = ((0, 2), (0, 5))
 #: The newest jax the test matrix ran; pyproject.toml's range stops before
 #: the next minor release (tests/test_versions.py keeps them in step).
 TESTED_UP_TO = "0.12.0.1"
-#: Set to 1 (or true, yes, on: numbax._env) to run on a jaxlib whose FFI is
+#: Set to 1 (or true, yes, on: env.py) to run on a jaxlib whose FFI is
 #: newer than SERVED_FFI_API.
 ALLOW_UNTESTED_ENV = "NUMBAX_ALLOW_UNTESTED_FFI"
 

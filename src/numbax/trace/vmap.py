@@ -1,9 +1,9 @@
-"""What every numbax batching rule shares: the batch size, and the loop.
+"""What every op kind's vmap shares: the batch size, and the loop.
 
-The callable's own batching (_partitioning.py) and XLACustomKernel's
-default rule run an op once per slice of the batch in an XLA loop when they
-cannot batch it otherwise (numba_cuda_kernel launches its slices from C++
-instead: _kernel_primitive.py).
+A callable's vmap (callable/vmap.py, 'sequential') and XLACustomKernel's
+default rule (custom_kernel/vmap.py) run an op once per slice of the batch
+in an XLA loop when they cannot batch it otherwise (numba_cuda_kernel
+launches its slices from C++ instead: kernel/vmap.py).
 """
 
 from __future__ import annotations
