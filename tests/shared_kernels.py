@@ -48,6 +48,14 @@ def copy_2d(a, out):
 
 
 @cuda.jit
+def matrix_add(a, b, out):
+    """out = a + b over out's 2-D extent, one thread per element."""
+    i, j = cuda.grid(2)
+    if i < out.shape[0] and j < out.shape[1]:
+        out[i, j] = a[i, j] + b[i, j]
+
+
+@cuda.jit
 def row_scale(m, s, out):
     """out[i, j] = m[i, j] * s[i] + j, one thread per row."""
     i = cuda.grid(1)
@@ -117,3 +125,18 @@ def block_sums(x, out):
         stride //= 2
     if tid == 0:
         out[cuda.blockIdx.x] = buf[0]
+
+
+@cuda.jit
+def mirror_sum(x, doubled, out):
+    """doubled = 2 * x, then out[i] = doubled[i] + doubled[n - 1 - i]:
+    every block must finish phase 1 before any reads phase 2's inputs, so
+    only a cooperative launch (grid.sync()) makes it correct."""
+    grid = cuda.cg.this_grid()
+    i = cuda.grid(1)
+    n = x.shape[0]
+    if i < n:
+        doubled[i] = 2 * x[i]
+    grid.sync()
+    if i < n:
+        out[i] = doubled[i] + doubled[n - 1 - i]

@@ -9,7 +9,8 @@ from numba import cuda
 
 import numbax
 from conftest import SIMULATOR, random_array
-from shared_kernels import affine, block_sums, reverse, stencil
+from shared_kernels import (affine, block_sums, matrix_add, mirror_sum,
+                            reverse, stencil)
 
 pytestmark = pytest.mark.gpu
 
@@ -33,13 +34,6 @@ def test_elementwise_dtypes(rng, dtype):
     expected = (2 * x.astype(np.float64) + 1).astype(dtype)
     np.testing.assert_allclose(out.astype(np.float64),
                                expected.astype(np.float64), rtol=1e-3)
-
-
-@cuda.jit
-def matrix_add(a, b, out):
-    i, j = cuda.grid(2)
-    if i < out.shape[0] and j < out.shape[1]:
-        out[i, j] = a[i, j] + b[i, j]
 
 
 def test_explicit_2d_grid(rng):
@@ -270,20 +264,6 @@ def test_zero_d_input_is_value_error():
 
 
 # -- cooperative launches ------------------------------------------------------
-
-@cuda.jit
-def mirror_sum(x, doubled, out):
-    # Every block must finish phase 1 before any reads phase 2's inputs:
-    # only a cooperative launch makes grid.sync() legal.
-    grid = cuda.cg.this_grid()
-    i = cuda.grid(1)
-    n = x.shape[0]
-    if i < n:
-        doubled[i] = 2 * x[i]
-    grid.sync()
-    if i < n:
-        out[i] = doubled[i] + doubled[n - 1 - i]
-
 
 def test_grid_sync_kernel_launches_cooperatively(gpu_only, rng):
     n = 4096

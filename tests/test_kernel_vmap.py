@@ -26,7 +26,8 @@ import numbax
 from numbax.custom_kernel import XLACustomKernel
 from numbax.kernel import vmap
 from conftest import SIMULATOR, random_array
-from shared_kernels import block_sums, reverse, stencil, stencil_reads_grid
+from shared_kernels import (block_sums, matrix_add, mirror_sum, reverse,
+                            stencil, stencil_reads_grid)
 
 pytestmark = pytest.mark.gpu
 
@@ -206,13 +207,6 @@ def test_large_batch_over_65535_slices(gpu_only, rng):
     assert_folded(op, x[0])
 
 
-@cuda.jit
-def matrix_add(a, b, out):
-    i, j = cuda.grid(2)
-    if i < out.shape[0] and j < out.shape[1]:
-        out[i, j] = a[i, j] + b[i, j]
-
-
 def test_two_d_launch_and_explicit_grid_fold_on_z(rng):
     shape = (9, 13) if SIMULATOR else (37, 53)
     op = numbax.numba_cuda_kernel(matrix_add, spec(*shape),
@@ -325,18 +319,6 @@ def test_sequential_loops_and_says_so(rng):
     np.testing.assert_array_equal(jax.jit(jax.vmap(op))(x), x[:, ::-1])
     assert "sequential" in op.vmap_fold(x[0]).reason
     assert "sequential" in repr(op)
-
-
-@cuda.jit
-def mirror_sum(x, doubled, out):
-    grid = cuda.cg.this_grid()
-    i = cuda.grid(1)
-    n = x.shape[0]
-    if i < n:
-        doubled[i] = 2 * x[i]
-    grid.sync()
-    if i < n:
-        out[i] = doubled[i] + doubled[n - 1 - i]
 
 
 def test_cooperative_kernel_falls_back(gpu_only, rng):
