@@ -41,6 +41,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -280,12 +281,13 @@ def small_registry(monkeypatch):
     """lower(entries, launchers=None): numbax's registry keeps at most
     `entries` op keys, and a kernel op at most `launchers` launchers, for the
     test. Private names: numbax has no public setter for its bounds."""
-    from numbax import _registry, kernel
+    from numbax.kernel import simulator
+    from numbax.runtime import registry
 
     def lower(entries, launchers=None):
-        monkeypatch.setattr(_registry, "MAX_ENTRIES", entries)
+        monkeypatch.setattr(registry, "MAX_ENTRIES", entries)
         if launchers is not None:
-            monkeypatch.setattr(kernel, "MAX_LAUNCHERS", launchers)
+            monkeypatch.setattr(simulator, "MAX_LAUNCHERS", launchers)
 
     return lower
 
@@ -328,3 +330,17 @@ def in_own_process(timeout=300):
                 f"its output ends:\n{text[-4000:]}")
         return run
     return decorate
+
+
+def run_child(code: str, timeout=300) -> subprocess.CompletedProcess:
+    """Runs `code` (dedented) in a fresh interpreter in this test's mode."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+        text=True, timeout=timeout, env=dict(os.environ))
+
+
+def f32_spec(n: int = 8):
+    """A 1-D float32 jax.ShapeDtypeStruct of `n` elements."""
+    import jax
+    import jax.numpy as jnp
+    return jax.ShapeDtypeStruct((n,), jnp.float32)

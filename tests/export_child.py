@@ -42,8 +42,8 @@ def run_exported(path, data, create):
     # Creating the ops is all this process does before deserialising: no
     # call and no trace of them here. (On JAX without a backend-start hook,
     # 0.8, 0.9 and 0.11, JAX is started first: docs/export.md.)
-    from numbax import _registry
-    if _registry.BACKEND_REGISTRATION != "backend hook":
+    from numbax.runtime import registry
+    if registry.BACKEND_REGISTRATION != "backend hook":
         import jax
         jax.devices()
     if create == "all":

@@ -51,8 +51,8 @@ def start_jax_where_numbax_cannot_follow_it():
     """On JAX without a backend-start hook (0.8, 0.9, 0.11) a process starts
     JAX before it creates the ops a deserialised program needs (the ops then
     register numbax's targets): docs/export.md."""
-    from numbax import _registry
-    if _registry.BACKEND_REGISTRATION != "backend hook":
+    from numbax.runtime import registry
+    if registry.BACKEND_REGISTRATION != "backend hook":
         jax.devices()
 
 

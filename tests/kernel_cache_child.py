@@ -102,15 +102,15 @@ def callable_op(scale: float, modes: list):
 
 
 def plans():
-    """_fast_launch's cached plans over a fake GPU: none before an entry
-    exists, one after _remember wrote it, none where Numba's dispatch could
+    """numba_cuda_launch's cached plans over a fake GPU: none before an entry
+    exists, one after _save_cache_entry wrote it, none where Numba's dispatch could
     pick another kernel (an overload exists, other argument types, more
     dynamic shared memory than a function allows unprepared)."""
     from numba import types
 
     import kmod
-    from numbax import _fast_launch as fl
-    from numbax import _kernel_cache as kc
+    from numbax.compilers import numba_cuda_launch as fl
+    from numbax.compilers import kernel_cache as kc
 
     _no_gpu(kc)
 
@@ -130,8 +130,8 @@ def plans():
     saves = []
     real_save = kc.save
     kc.save = lambda *a, **k: saves.append(1) or real_save(*a, **k)
-    fl._remember(kmod.affine, argtypes, args, _Compiled())
-    fl._remember(kmod.affine, argtypes, args, _Compiled())  # known: no write
+    fl._save_cache_entry(kmod.affine, argtypes, args, _Compiled())
+    fl._save_cache_entry(kmod.affine, argtypes, args, _Compiled())  # known: no write
     out["saves"] = len(saves)
     kc.save = real_save
     plan = fl._cached_plan(Cfg, args, ours, 0)
@@ -155,7 +155,7 @@ def plans():
     # A kernel a factory makes per call (no closure): one library for all.
     made = [kmod.make_plain() for _ in range(3)]
     for k in made:
-        fl._remember(k, argtypes, args, _Compiled())
+        fl._save_cache_entry(k, argtypes, args, _Compiled())
     images = {id(kc.load(k, (), argtypes)._image) for k in made}
     out["factory_images"] = len(images)
     import kmod2
@@ -196,17 +196,17 @@ class _Compiled:
 def _no_gpu(kc):
     """What needs a GPU or the toolkit, faked: the device's capability,
     NVRTC's version, and the driver's load of the cubin."""
-    from numbax import _mlir
+    from numbax.compilers import cubin
     kc.current_capability = lambda: (9, 0)
     kc._toolkit_version = lambda: (13, 0)
-    _mlir.CompiledKernel.kernel_handle = lambda self: 1
+    cubin.CubinKernel.kernel_handle = lambda self: 1
 
 
 def entries():
     from numba import types
 
     import kmod
-    from numbax import _kernel_cache as kc
+    from numbax.compilers import kernel_cache as kc
 
     _no_gpu(kc)
     f32 = (types.float32[::1], types.float32[::1])
@@ -248,7 +248,7 @@ def key():
     from numba import types
 
     import kmod
-    from numbax import _kernel_cache as kc
+    from numbax.compilers import kernel_cache as kc
 
     _no_gpu(kc)
     f32 = (types.float32[::1], types.float32[::1])
@@ -272,7 +272,7 @@ def hostile():
     from numba import types
 
     import kmod
-    from numbax import _kernel_cache as kc
+    from numbax.compilers import kernel_cache as kc
 
     _no_gpu(kc)
     f32 = (types.float32[::1], types.float32[::1])
@@ -303,7 +303,7 @@ def crossed():
     from numba import types
 
     import kmod
-    from numbax import _kernel_cache as kc
+    from numbax.compilers import kernel_cache as kc
 
     _no_gpu(kc)
     f32 = (types.float32[::1], types.float32[::1])
@@ -330,7 +330,7 @@ def reload_edited(directory):
     from numba import types
 
     import kmod
-    from numbax import _kernel_cache as kc
+    from numbax.compilers import kernel_cache as kc
 
     _no_gpu(kc)
     f32 = (types.float32[::1], types.float32[::1])
@@ -371,7 +371,7 @@ def garbage_index():
     from numba import types
 
     import kmod
-    from numbax import _kernel_cache as kc
+    from numbax.compilers import kernel_cache as kc
 
     _no_gpu(kc)
     records = _Records()
@@ -421,7 +421,7 @@ def locked():
     from numba import types
 
     import kmod
-    from numbax import _kernel_cache as kc
+    from numbax.compilers import kernel_cache as kc
 
     _no_gpu(kc)
     records = _Records()

@@ -21,8 +21,8 @@ def main(blob, data):
     import jax
     from jax import export
 
-    from numbax import _registry
-    if _registry.BACKEND_REGISTRATION != "backend hook":
+    from numbax.runtime import registry
+    if registry.BACKEND_REGISTRATION != "backend hook":
         jax.devices()
     import shapes_scalars_ops as ops
     d = np.load(data)

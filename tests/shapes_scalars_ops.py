@@ -1,4 +1,4 @@
-"""Ops with shape functions and scalar parameters, defined once (issue 34).
+"""Ops with shape functions and scalar parameters, defined once .
 
 Imported by tests/test_shapes_and_scalars.py and by the fresh process it
 starts (tests/shapes_scalars_child.py) under the same module name, so both

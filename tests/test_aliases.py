@@ -1,4 +1,4 @@
-"""input_output_aliases hold inside XLA's loops, for every op kind.
+"""input_output_aliases hold inside XLA's loops and under vmap, for every op kind.
 
 An aliased output must start out holding its input's values. Inside a loop
 over slices (vmap 'sequential', lax.map, scan, fori_loop) XLA's GPU
@@ -20,8 +20,8 @@ from jax import lax
 from numba import cuda
 
 import numbax
-from numbax import _registry
-from conftest import SIMULATOR
+from numbax.runtime import keys, registry
+from conftest import SIMULATOR, random_array
 
 # Slices of 1024 elements and more broke on the H200; 8 did not.
 SIZES = (40,) if SIMULATOR else (8, 1024, 4099, 65536)
@@ -160,20 +160,20 @@ def test_aliases_are_in_the_key_and_reach_the_handler():
     assert ";alias" not in plain._key([x], None)
     # The resolver hands C++ the pairs, also for an entry rebuilt from the
     # key alone (a deserialised program).
-    assert _registry._resolve_callable(key, "cpu")[5] == ((0, 0),)
-    with _registry._lock:
-        _registry._entries.pop(key)
-    assert _registry._resolve_callable(key, "cpu")[5] == ((0, 0),)
+    assert registry._resolve_callable(key, "cpu")[5] == ((0, 0),)
+    with registry._lock:
+        registry._entries.pop(key)
+    assert registry._resolve_callable(key, "cpu")[5] == ((0, 0),)
     del plain
 
 
 def test_alias_spec_round_trip_and_malformed():
-    fields = _registry.spec_fields("in=float32[4];alias=2:0,0:1")
-    assert _registry.parse_aliases(fields) == ((0, 1), (2, 0))
-    assert _registry.alias_spec({2: 0, 0: 1}) == ";alias=0:1,2:0"
-    assert _registry.alias_spec(None) == _registry.alias_spec({}) == ""
+    fields = keys.spec_fields("in=float32[4];alias=2:0,0:1")
+    assert keys.parse_aliases(fields) == ((0, 1), (2, 0))
+    assert keys.alias_spec({2: 0, 0: 1}) == ";alias=0:1,2:0"
+    assert keys.alias_spec(None) == keys.alias_spec({}) == ""
     with pytest.raises(ValueError, match="malformed alias spec"):
-        _registry.parse_aliases({"alias": "0-1"})
+        keys.parse_aliases({"alias": "0-1"})
 
 
 def test_kernel_key_carries_its_aliases():
@@ -228,3 +228,120 @@ def test_in_place_carry_read_by_another_input(kind, n, rng):
     for i in range(BATCH):
         want[i + 1] = 2 * want[i] + want[i + 1]
     np.testing.assert_allclose(np.asarray(f(acc0)), want, rtol=1e-5)
+
+
+# -- vmap of an op whose aliased input is not batched -----------------------
+#
+# The unbatched aliased input is given to every slice as a copy of its own,
+# of its own dtype: a bool kept bool (before: the kernel's batching promoted
+# it to int32 and XLA refused the alias), and every vmap_method of a callable
+# behaves as 'expand_dims' already did (before: a raw MLIR verifier dump).
+
+FLIP_N = 40
+
+
+@cuda.jit
+def flip_where(flags, x, out):
+    # out aliases flags: out[i] = flags[i] xor (x[i] > 0), in place.
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = flags[i] != (x[i] > 0)
+
+
+def expected(flags, xs):
+    return np.stack([np.logical_xor(flags, x > 0) for x in xs])
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.uint16, np.float16,
+                                   np.complex64])
+def test_kernel_broadcast_aliased_input_keeps_its_dtype(dtype, rng):
+    @cuda.jit
+    def add_into(acc, x, out):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            out[i] = acc[i] + x[i]
+
+    if dtype == np.bool_:
+        kernel, spec_dtype = flip_where, np.bool_
+    else:
+        kernel, spec_dtype = add_into, dtype
+    op = numbax.numba_cuda_kernel(
+        kernel, jax.ShapeDtypeStruct((FLIP_N,), spec_dtype), launch_dims=FLIP_N,
+        input_output_aliases={0: 0})
+    if dtype == np.bool_:
+        first = rng.integers(0, 2, FLIP_N).astype(np.bool_)
+        xs = rng.standard_normal((BATCH, FLIP_N)).astype(np.float32)
+        want = expected(first, xs)
+    else:
+        first = rng.integers(0, 5, FLIP_N).astype(dtype)
+        xs = rng.integers(0, 5, (BATCH, FLIP_N)).astype(dtype)
+        want = np.stack([first + x for x in xs])
+    for f in (jax.vmap(op, in_axes=(None, 0)),
+              jax.jit(jax.vmap(op, in_axes=(None, 0)))):
+        got = np.asarray(f(first, xs))
+        assert got.dtype == np.dtype(spec_dtype)
+        np.testing.assert_array_equal(got, want)
+    # The caller's array is untouched: each slice wrote a copy.
+    assert np.asarray(first).dtype == np.dtype(spec_dtype)
+
+
+def flip_launch(flags, x, out, stream):
+    flip_where[1, 64, stream](flags, x, out)
+
+
+@pytest.mark.parametrize("vmap_method", ["expand_dims", "broadcast_all",
+                                         "legacy_vectorized", "sequential",
+                                         "sequential_unrolled"])
+def test_callable_unbatched_aliased_input_under_every_vmap_method(
+        vmap_method, rng):
+    op = numbax.numba_cuda_callable(
+        flip_launch, jax.ShapeDtypeStruct((FLIP_N,), np.bool_),
+        vmap_method=vmap_method, input_output_aliases={0: 0})
+    if vmap_method == "legacy_vectorized":
+        # Its func sees the batch in one call: launch per row.
+        def rows(flags, x, out, stream):
+            for b in range(x.shape[0]):
+                flip_where[1, 64, stream](flags[b], x[b], out[b])
+        op = numbax.numba_cuda_callable(
+            rows, jax.ShapeDtypeStruct((FLIP_N,), np.bool_),
+            vmap_method=vmap_method, input_output_aliases={0: 0})
+    elif vmap_method in ("expand_dims", "broadcast_all"):
+        def rows(flags, x, out, stream):
+            if x.ndim == 1:
+                flip_where[1, 64, stream](flags, x, out)
+                return
+            for b in range(x.shape[0]):
+                flip_where[1, 64, stream](flags[b], x[b], out[b])
+        op = numbax.numba_cuda_callable(
+            rows, jax.ShapeDtypeStruct((FLIP_N,), np.bool_),
+            vmap_method=vmap_method, input_output_aliases={0: 0})
+    first = rng.integers(0, 2, FLIP_N).astype(np.bool_)
+    xs = rng.standard_normal((BATCH, FLIP_N)).astype(np.float32)
+    for f in (jax.vmap(op, in_axes=(None, 0)),
+              jax.jit(jax.vmap(op, in_axes=(None, 0)))):
+        got = np.asarray(f(first, xs))
+        np.testing.assert_array_equal(got, expected(first, xs))
+
+
+def test_expand_dims_with_unbatched_aliased_input_broadcasts_it(rng):
+    @cuda.jit
+    def add_into(acc, x, out):
+        i, j = cuda.grid(2)
+        if i < out.shape[0] and j < out.shape[1]:
+            out[i, j] = acc[i, j] + x[i, j]
+
+    def f(acc, x, out, stream):
+        # expand_dims: 2-D arrays under vmap, 1-D otherwise
+        n = out.shape[out.ndim - 1]
+        a2, x2, o2 = (a.reshape(a.size // n, n) for a in (acc, x, out))
+        add_into[(o2.shape[0], 1), (1, o2.shape[1]), stream](a2, x2, o2)
+
+    op = numbax.numba_cuda_callable(
+        f, jax.ShapeDtypeStruct((4,), jnp.float32), vmap_method="expand_dims",
+        input_output_aliases={0: 0})
+    acc = random_array(rng, (4,), np.float32)
+    xs = random_array(rng, (3, 4), np.float32)
+    out = jax.jit(jax.vmap(op, in_axes=(None, 0)))(jnp.asarray(acc), xs)
+    np.testing.assert_allclose(out, acc[None] + xs, rtol=1e-6)
+    out = jax.vmap(op, in_axes=(None, 0))(jnp.asarray(acc), xs)
+    np.testing.assert_allclose(out, acc[None] + xs, rtol=1e-6)

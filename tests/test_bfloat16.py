@@ -13,7 +13,7 @@ import pytest
 from numba import cuda, float32
 
 import numbax
-from numbax import _numba
+from numbax.runtime import numba_bridge
 
 from conftest import SIMULATOR
 
@@ -61,7 +61,7 @@ def axpy_reference(x, y):
 
 
 def test_numba_types_bfloat16():
-    ty = _numba.numba_type_for(np.dtype(BF16))
+    ty = numba_bridge.numba_type_for(np.dtype(BF16))
     assert ty is not None and "bfloat16" in str(ty)
 
 
@@ -153,8 +153,8 @@ def test_simulator_lacks_bf16_intrinsics(simulator_only):
 
 
 def test_old_gpu_is_a_clear_error():
-    assert _numba.bfloat16_problem({0: (9, 0), 1: (8, 0)}) is None
-    why = _numba.bfloat16_problem({0: (9, 0), 1: (7, 5)})
+    assert numba_bridge.bfloat16_problem({0: (9, 0), 1: (8, 0)}) is None
+    why = numba_bridge.bfloat16_problem({0: (9, 0), 1: (7, 5)})
     assert "GPU 1 (compute capability 7.5)" in why
     assert ">= 8.0" in why and "astype(jnp.float32)" in why
 
@@ -164,9 +164,9 @@ def test_old_gpu_refused_at_trace_time(rng, monkeypatch, gpu_only):
     # Pretend every GPU is a Turing: the kernel is refused when lowered,
     # before Numba compiles anything.
     monkeypatch.setattr(
-        _numba, "check_bfloat16_devices",
+        numba_bridge, "check_bfloat16_devices",
         lambda op: (_ for _ in ()).throw(ValueError(
-            f"{op}: " + _numba.bfloat16_problem({0: (7, 5)}))))
+            f"{op}: " + numba_bridge.bfloat16_problem({0: (7, 5)}))))
     # A name of its own: an op equal to one traced by an earlier test would
     # be the same (interned) op, whose lowering JAX has cached.
     op = numbax.numba_cuda_kernel(

@@ -259,7 +259,7 @@ def test_float16_round_trip_against_numpy(rng):
 
 
 def test_bfloat16_typed_or_clear_error(rng):
-    from numbax import _numba
+    from numbax.runtime import numba_bridge
 
     def make():
         return numbax.numba_cuda_callable(
@@ -267,7 +267,7 @@ def test_bfloat16_typed_or_clear_error(rng):
             outs=jax.ShapeDtypeStruct((16,), jnp.bfloat16))
 
     x = jnp.asarray(random_array(rng, (16,), np.float32)).astype(jnp.bfloat16)
-    if _numba.numba_type_for(ml_dtypes.bfloat16) is None:
+    if numba_bridge.numba_type_for(ml_dtypes.bfloat16) is None:
         with pytest.raises(ValueError, match="bfloat16.*astype"):
             make()
         fn = numbax.numba_cuda_callable(

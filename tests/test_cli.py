@@ -76,10 +76,11 @@ def test_info_json_matches_the_environment(info_json):
 def test_info_says_which_ffi_versions_this_build_serves(info_json):
     """Before: "0.2 compiled into numbax ...; the running jaxlib provides
     0.5", without the range of FFI versions the build serves."""
-    from numbax import _build_info, _compat
+    from numbax import _build_info
+    from numbax.runtime import compat
     built = tuple(_build_info.XLA_FFI_API)
-    oldest = ".".join(map(str, max(built, _compat.SERVED_FFI_API[0])))
-    newest = ".".join(map(str, _compat.SERVED_FFI_API[1]))
+    oldest = ".".join(map(str, max(built, compat.SERVED_FFI_API[0])))
+    newest = ".".join(map(str, compat.SERVED_FFI_API[1]))
     assert info_json["xla_ffi_api"]["serves"] == [oldest, newest]
     text = cli.format_info(with_changes(info_json), [])
     line = next(x for x in text.splitlines() if x.startswith("XLA FFI API"))
@@ -95,9 +96,9 @@ def test_info_says_which_ffi_versions_this_build_serves(info_json):
     ((0, 2), ((0, 2), (0, 5))), ((0, 3), ((0, 3), (0, 5))),
     ((0, 9), None), (None, None)])
 def test_served_ffi_range_starts_at_the_build(built, served, monkeypatch):
-    from numbax import _compat
-    monkeypatch.setattr(_compat, "SERVED_FFI_API", ((0, 2), (0, 5)))
-    assert _compat.served_ffi_api(built) == served
+    from numbax.runtime import compat
+    monkeypatch.setattr(compat, "SERVED_FFI_API", ((0, 2), (0, 5)))
+    assert compat.served_ffi_api(built) == served
 
 
 def test_info_flags_cpu_backend_without_simulator():

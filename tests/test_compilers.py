@@ -17,11 +17,16 @@ import numpy as np
 import pytest
 
 import numbax
+from numbax.kernel import gpu
+
+import two_compilers
 from conftest import SIMULATOR, random_array, x64_enabled
 
 pytestmark = pytest.mark.gpu
 
-COMPILERS = ["numba_cuda", "numba_cuda_mlir"]
+# Every compiler numbax has (numbax.compilers.ALL), by the name tests and
+# two_compilers.py use: a compiler added there runs every test here.
+COMPILERS = sorted(two_compilers.COMPILERS)
 _loaded: dict = {}
 
 
@@ -30,13 +35,11 @@ def kernels(compiler: str):
     if SIMULATOR:
         pytest.skip("needs a real GPU (numba-cuda-mlir has no simulator; the "
                     "numba-cuda half runs in the simulator elsewhere)")
-    if compiler == "numba_cuda_mlir":
-        pytest.importorskip(
-            "numba_cuda_mlir.cuda",
-            reason="numba-cuda-mlir is not installed (optional: pip install "
-                   "numba-cuda-mlir)")
+    module = two_compilers.COMPILERS[compiler]
+    pytest.importorskip(
+        module, reason=f"{module} does not import (numba-cuda-mlir is "
+        "optional: pip install numba-cuda-mlir)")
     if compiler not in _loaded:
-        import two_compilers
         _loaded[compiler] = two_compilers.load(compiler)
     return _loaded[compiler]
 
@@ -218,10 +221,10 @@ def test_mlir_kernel_plan_uses_memref_abi(rng):
     kk = kernels("numba_cuda_mlir")
     op = numbax.numba_cuda_kernel(
         kk.affine, jax.ShapeDtypeStruct((64,), jnp.float32), launch_dims=64)
-    entry = op._kernel_entry("", [((64,), np.dtype(np.float32))], 0,
-                             (False,))
+    entry = gpu.entry(op, "", [((64,), np.dtype(np.float32))], 0,
+                      (False,))
     plan = entry.plan()
-    assert plan.abi == numbax._mlir.MEMREF_ABI
+    assert plan.abi == numbax.compilers.base.MEMREF_ABI
     assert all(f != 0 for f in plan.functions)
 
 

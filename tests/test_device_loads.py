@@ -21,8 +21,11 @@ import types
 
 import pytest
 
-from numbax import _core, _numba
-from numbax import _kernel_plan
+from numbax import _core
+from numbax.compilers import numba_cuda
+from numbax.runtime import numba_bridge
+
+function_on = numba_cuda.COMPILER.function_on
 
 
 # The device whose context is current on this thread, as the fake
@@ -125,8 +128,9 @@ def _plans_at_once(compiled, n, plans=4):
 
 def _functions(compiled, n):
     handles = {}  # no kernel or op needed
-    return [_kernel_plan.function_on(compiled, (1, 1, 1), (32, 1, 1), o,
-                                     handles, 0, "numbax.numba_cuda_kernel(k)")
+    return [function_on(compiled, o, grid=(1, 1, 1), block=(32, 1, 1),
+                        shared_mem=0, label="numbax.numba_cuda_kernel(k)",
+                        shared=handles)
             for o in range(n)]
 
 
@@ -241,11 +245,11 @@ def test_cooperative_grid_over_the_limit_is_refused_on_shared_devices(
 
     label = "numbax.numba_cuda_kernel(coop)"  # no kernel behind it
     compiled, handles = Small(cooperative=True), {}
-    _kernel_plan.function_on(compiled, (4, 1, 1), (32, 1, 1), 0, handles, 0,
-                             label)
+    function_on(compiled, 0, grid=(4, 1, 1), block=(32, 1, 1), shared_mem=0,
+                label=label, shared=handles)
     with pytest.raises(ValueError, match="device 1 can run at most 4"):
-        _kernel_plan.function_on(compiled, (8, 1, 1), (32, 1, 1), 1, handles,
-                                 0, label)
+        function_on(compiled, 1, grid=(8, 1, 1), block=(32, 1, 1),
+                    shared_mem=0, label=label, shared=handles)
     assert compiled._codelibrary.loads == 1
 
 
@@ -265,7 +269,7 @@ _FAKE_CONTEXTS = textwrap.dedent(r"""
     import logging
     import weakref
     from numba.cuda.cudadrv import driver as numba_driver
-    from numbax import _numba
+    from numbax.runtime import numba_bridge
 
     # Set when the driver initialises, which needs a GPU.
     numba_driver._logger = getattr(numba_driver, "_logger",
@@ -286,7 +290,7 @@ _HOLD_CHILD = _FAKE_CONTEXTS + textwrap.dedent(r"""
         primary_context = None
 
     numba_driver.driver.devices = {0: Device(), 1: Unused()}
-    _numba._hold_numba_deallocations()
+    numba_bridge._hold_numba_deallocations()
     queue = Device.primary_context.deallocations
     for i in range(50):  # far past NUMBA_CUDA_MAX_PENDING_DEALLOCS_COUNT
         queue.add_item(flushed.append, i)
@@ -330,8 +334,8 @@ _EXIT_CHILD = _FAKE_CONTEXTS + textwrap.dedent(r"""
                              lambda h: print("UNLOAD", h, flush=True), i)
     if HOLD:
         # As op creation does (numbax.numba_cuda_kernel / _callable).
-        _numba.require_cuda()
-        assert _numba._exit_hold_registered
+        numba_bridge.require_cuda()
+        assert numba_bridge._exit_hold_registered
     print("READY", flush=True)
 """)
 

@@ -6,6 +6,7 @@ site in strict mode); these tests make sure nothing public is left out of it
 and that each public function's docstring documents each of its parameters.
 """
 
+import fnmatch
 import inspect
 import os
 import re
@@ -79,3 +80,51 @@ def test_tests_readme_names_every_test_file():
     present = {p.name for p in (ROOT / "tests").glob("test_*.py")}
     assert not present - named, f"add to tests/README.md's table: {sorted(present - named)}"
     assert not named - present, f"tests/README.md names missing files: {sorted(named - present)}"
+
+
+# `tests/<file>.py::<test>`, `::<test>` (the file named last on the line)
+# and, in docs/errors.md, a bare `test_<name>` (its default file).
+# A test may carry parameters (`test_x[int8]`) or be a pattern (`test_x_*`).
+_NAME = r"([\w*]+)(?:\[[^\]`]*\])?"
+_TEST_REF = re.compile(
+    rf"`(?:(tests/[\w/]+\.py)(?:::{_NAME})?|::{_NAME}|(test_\w+)(?:\[[^\]`]*\])?)`")
+_ERRORS_DEFAULT = "tests/test_errors.py"
+
+
+def _doc_test_refs():
+    """(page:line, test file, test or None) of every test a page names. A
+    `::<test>` belongs to the file named last in its paragraph or table
+    row."""
+    for page in sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]:
+        default = _ERRORS_DEFAULT if page.name == "errors.md" else None
+        current = default
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            if not line.strip() or line.startswith("|"):
+                current = default
+            for m in _TEST_REF.finditer(line):
+                path, test, more, bare = m.groups()
+                where = f"{page.relative_to(ROOT)}:{number}"
+                if path:
+                    current = path
+                    yield where, path, test
+                elif more:
+                    yield where, current, more
+                elif bare and default:
+                    yield where, default, bare
+
+
+def test_docs_name_tests_that_exist():
+    """Every test file and test the pages name (docs/errors.md's rows, the
+    guides' "Tests:" lines) is there: moving or renaming a test updates
+    the page that cites it."""
+    missing = []
+    for where, path, test in _doc_test_refs():
+        file = ROOT / path if path else None
+        if file is None or not file.is_file():
+            missing.append(f"{where}: {path}")
+        elif test and not fnmatch.filter(
+                re.findall(r"^\s*def (test_\w+)\(", file.read_text(), re.M),
+                test):
+            missing.append(f"{where}: {path}::{test}")
+    assert not missing, "the docs cite tests that do not exist:\n" + \
+        "\n".join(missing)

@@ -1,4 +1,4 @@
-"""numbax's boolean environment switches all read one way (numbax._env).
+"""numbax's boolean environment switches all read one way (numbax.runtime.env).
 
 Before: NUMBAX_ALLOW_UNTESTED_FFI=false (or no, off, " 0") turned the
 untested-FFI check off, NUMBAX_CHECK_INPUTS=false turned the input check on,
@@ -15,7 +15,8 @@ import pytest
 from numba import cuda
 
 import numbax
-from numbax import _compat, _env, _fast_launch, _inputcheck
+from numbax.callable import inputcheck
+from numbax.runtime import compat, env
 
 TRUE_WORDS = ["1", "true", "True", "YES", "on", " 1 ", "\ttrue\n", "On"]
 FALSE_WORDS = ["0", "false", "False", "NO", "off", " 0", "0 ", " off\n", "OFF"]
@@ -23,22 +24,22 @@ FALSE_WORDS = ["0", "false", "False", "NO", "off", " 0", "0 ", " off\n", "OFF"]
 
 def _untested_ffi_allowed() -> bool:
     # A jaxlib with FFI 0.6, newer than any served: refused unless allowed.
-    return _compat.problem("0.13.0", "0.13.0", (0, 2), (0, 6)) is None
+    return compat.problem("0.13.0", "0.13.0", (0, 2), (0, 6)) is None
 
 
 SWITCHES = {
     # variable: (reads it now, its value when unset)
-    _compat.ALLOW_UNTESTED_ENV: (_untested_ffi_allowed, False),
-    _inputcheck.ENV_VAR: (_inputcheck.enabled, False),
-    _fast_launch.ENV: (_fast_launch.env_enabled, True),
+    compat.ALLOW_UNTESTED_ENV: (_untested_ffi_allowed, False),
+    inputcheck.ENV_VAR: (inputcheck.enabled, False),
+    env.FAST_LAUNCH_ENV: (env.fast_launch_enabled, True),
 }
 
 
 @pytest.fixture(autouse=True)
 def _fresh_warnings():
-    _env._warned.clear()
+    env._warned.clear()
     yield
-    _env._warned.clear()
+    env._warned.clear()
 
 
 @pytest.mark.parametrize("name", sorted(SWITCHES))
@@ -82,12 +83,12 @@ def test_unknown_word_warns_naming_the_variable_and_keeps_the_default(
 
 
 def test_an_unknown_word_warns_once_per_value(monkeypatch):
-    monkeypatch.setenv(_inputcheck.ENV_VAR, "maybe")
+    monkeypatch.setenv(inputcheck.ENV_VAR, "maybe")
     with pytest.warns(RuntimeWarning):
-        _inputcheck.enabled()
+        inputcheck.enabled()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _inputcheck.enabled()  # the same value again: no second warning
+        inputcheck.enabled()  # the same value again: no second warning
 
 
 @cuda.jit
@@ -105,7 +106,7 @@ def _clean(x, out, stream):
                                            ("off", False), ("true", True)])
 def test_check_inputs_false_leaves_func_unwrapped(monkeypatch, word, checked):
     # Before: NUMBAX_CHECK_INPUTS=false wrapped func in the input check.
-    monkeypatch.setenv(_inputcheck.ENV_VAR, word)
+    monkeypatch.setenv(inputcheck.ENV_VAR, word)
     op = numbax.numba_cuda_callable(_clean, jax.ShapeDtypeStruct((8,), jnp.float32))
     assert (op._called is not _clean) is checked
     x = jnp.arange(8, dtype=jnp.float32)

@@ -1,14 +1,17 @@
-"""The bad-input matrix: every misuse gives its exact error type and a message
-that names the fix. docs/errors.md lists each row with its test here.
+"""Errors found when an op is created or called, before anything runs.
 
-Errors found when an op is created or traced are Python exceptions raised at
-the call; errors found while XLA runs the program arrive as
-jax.errors.JaxRuntimeError carrying func's exception type, message and
-traceback.
+Every misuse of an op's arguments (func, kernel, outs, scratch, aliases,
+launch configuration, vmap_method, rules and options) and of a call's
+inputs gives its exact error type, raised at the call (creation or trace
+time) with a message that names the op and the fix, also for XLACustomKernel
+kernel generators and rules; numbax refuses rather than crash XLA, truncate
+or return wrong results. docs/errors.md lists each row with its test here
+(or in the file it names). What goes wrong while XLA runs a program:
+test_run_time_errors.py.
 """
 
-import faulthandler
-import threading
+import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -19,19 +22,18 @@ import pytest
 from numba import cuda
 
 import numbax
-from conftest import SIMULATOR
-from shared_kernels import affine
+from conftest import f32_spec, run_child
+from shared_kernels import adds_text, affine, launch_affine, reverse
 
 pytestmark = pytest.mark.gpu
 
 F32 = jnp.float32
 SPEC = jax.ShapeDtypeStruct((4,), F32)
 RuntimeFailure = jax.errors.JaxRuntimeError
+_counter = itertools.count()
 
 
-def affine_op(x, out, stream):
-    affine[1, 32, stream](x, out)
-
+# -- creating an op ---------------------------------------------------------
 
 def noop(x, out, stream):
     pass
@@ -40,17 +42,6 @@ def noop(x, out, stream):
 def run(fn, *args):
     return jax.block_until_ready(fn(*args))
 
-
-@pytest.fixture
-def no_deadlock():
-    """Fails the run (dumping every thread's stack) instead of hanging CI if
-    the test deadlocks; pytest-timeout is not a dependency."""
-    faulthandler.dump_traceback_later(120, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-
-
-# -- creating an op ---------------------------------------------------------
 
 @pytest.mark.parametrize("func", [3, None, "affine_op"])
 def test_func_not_callable(func):
@@ -274,7 +265,7 @@ def test_kernel_not_a_dispatcher():
     with pytest.raises(TypeError, match=r"decorated with @cuda.jit.*wrap "
                                         "plain Python launch code with "
                                         "numba_cuda_callable"):
-        numbax.numba_cuda_kernel(affine_op, SPEC, launch_dims=4)
+        numbax.numba_cuda_kernel(launch_affine, SPEC, launch_dims=4)
 
 
 def test_kernel_is_a_device_function():
@@ -310,7 +301,8 @@ def test_func_wrong_arity():
 
 @pytest.mark.parametrize("kwargs, error, match", [
     ({"vmap_method": "bogus"}, ValueError,
-     "vmap_method must be one of None, 'sequential'"),
+     "vmap_method must be one of None, 'expand_dims', 'broadcast_all', "
+     "'legacy_vectorized', 'sequential', 'sequential_unrolled'"),
     ({"capture": "yes"}, TypeError, "capture must be True or False"),
     ({"name": 3}, TypeError, "name must be a str"),
 ], ids=["vmap_method", "capture", "name"])
@@ -347,247 +339,251 @@ def test_linear_transpose_of_a_callable_names_the_op(kwargs, outer):
     assert run(jax.jit(wrapped), jnp.ones(4)).shape == (4,)
 
 
-# -- func fails while XLA runs it --------------------------------------------
-
-def test_func_raises_python_error():
-    def op(x, out, stream):
-        raise ZeroDivisionError("planted failure 7")
-
-    fn = numbax.numba_cuda_callable(op, SPEC, name="errors.raises")
-    for f in (fn, jax.jit(fn)):
-        with pytest.raises(RuntimeFailure) as info:
-            run(f, jnp.ones(4))
-        message = str(info.value)
-        assert "numbax op 'errors.raises/" in message
-        assert "func raised" in message and "Traceback" in message
-        assert "ZeroDivisionError: planted failure 7" in message
-        assert "test_errors.py" in message  # the user's frame is shown
+# -- the launch configuration, checked first (before the kernel or Numba) --
 
 
-@numba.njit
-def _typing_error(x):
-    return x + "text"  # no int + str in nopython mode
+def _plain_python(x, out):
+    out[0] = x[0]
 
 
-@numba.njit
-def _compile_error(x):
-    import os  # noqa: F401  (an unsupported opcode in nopython mode)
-    return x
+@pytest.mark.parametrize("kwargs, match", [
+    ({}, "needs a launch configuration"),
+    ({"grid": 1, "block": 4, "launch_dims": 4}, "not both"),
+    ({"grid": 1}, "go together"),
+    ({"block": 4}, "go together"),
+    ({"grid": 1, "block": 4, "vmap_method": "expand_dims"},
+     "explicit grid cannot be combined with vmap_method"),
+    ({"launch_dims": 4, "vmap_method": "bogus"},
+     "vmap_method must be one of None, 'expand_dims'"),
+])
+def test_configuration_before_the_kernel_and_numba(monkeypatch, kwargs,
+                                                   match):
+    with pytest.raises(ValueError, match=match):
+        numbax.numba_cuda_kernel(_plain_python, SPEC, **kwargs)
+
+    def no_numba():
+        raise ImportError("numbax needs Numba with CUDA support (test)")
+
+    monkeypatch.setattr(numbax.runtime.numba_bridge, "require_cuda", no_numba)
+    with pytest.raises(ValueError, match=match):
+        numbax.numba_cuda_kernel(reverse, SPEC, **kwargs)
 
 
-@pytest.mark.parametrize("helper, error", [
-    (_typing_error, "numba.core.errors.TypingError"),
-    (_compile_error, "numba.core.errors.UnsupportedBytecodeError"),
-], ids=["typing", "compile"])
-def test_func_numba_error(helper, error):
-    # A Numba typing or compile error inside func (here a CPU njit helper,
-    # which compiles the same way with or without a GPU).
-    def op(x, out, stream):
-        helper(1)
+def test_valid_configuration_then_type_error_or_import_error(monkeypatch):
+    with pytest.raises(TypeError, match="@cuda.jit"):
+        numbax.numba_cuda_kernel(_plain_python, SPEC, launch_dims=4,
+                                 vmap_method="broadcast_all")
 
-    fn = numbax.numba_cuda_callable(op, SPEC)
-    with pytest.raises(RuntimeFailure, match=f"(?s)func raised.*{error}"):
-        run(jax.jit(fn), jnp.ones(4))
-    # The failure is not cached: the next call compiles and fails again.
-    with pytest.raises(RuntimeFailure, match=error):
-        run(fn, jnp.ones(4))
+    def no_numba():
+        raise ImportError("numbax needs Numba with CUDA support (test)")
+
+    monkeypatch.setattr(numbax.runtime.numba_bridge, "require_cuda", no_numba)
+    with pytest.raises(ImportError, match="Numba with CUDA support"):
+        numbax.numba_cuda_kernel(_plain_python, SPEC, launch_dims=4)
 
 
-def test_cuda_kernel_typing_error_inside_func(gpu_only):
-    @cuda.jit
-    def bad(x, out):
-        i = cuda.grid(1)
-        if i < out.shape[0]:
-            out[i] = x[i] + "text"
+# -- shapes, dtypes and options XLA or CUDA could not take -----------------
 
-    def op(x, out, stream):
-        bad[1, 32, stream](x, out)
+def test_outs_whose_size_overflows_int64_is_value_error_not_abort():
+    # Before: XLA aborted the process ("overflow in static extent product",
+    # exit 134), eager and under jit, for callables and kernels alike.
+    result = run_child("""
+        import jax, jax.numpy as jnp, numbax
+        from numba import cuda
 
-    fn = numbax.numba_cuda_callable(op, SPEC)
-    with pytest.raises(RuntimeFailure, match="(?s)func raised.*TypingError"):
-        run(jax.jit(fn), jnp.ones(4))
+        @cuda.jit
+        def k(x, o):
+            pass
+
+        def f(x, o, s):
+            pass
+
+        huge = jax.ShapeDtypeStruct((2**40, 2**40), jnp.float32)
+        bytes_only = jax.ShapeDtypeStruct((2**62,), jnp.float32)
+        x = jnp.ones(4, jnp.float32)
+        cases = {
+            "callable": lambda: numbax.numba_cuda_callable(f, huge)(x),
+            "callable jit": lambda: jax.jit(
+                numbax.numba_cuda_callable(f, huge))(x),
+            "callable bytes": lambda: numbax.numba_cuda_callable(
+                f, bytes_only),
+            "scratch": lambda: numbax.numba_cuda_callable(
+                f, jax.ShapeDtypeStruct((4,), jnp.float32), scratch=huge),
+            "kernel": lambda: numbax.numba_cuda_kernel(
+                k, huge, launch_dims=4)(x),
+            "custom kernel": lambda: numbax.XLACustomKernel("ovf")(
+                x, outs=huge),
+        }
+        for name, case in cases.items():
+            try:
+                case()
+            except ValueError as exc:
+                assert "more than XLA can address" in str(exc), exc
+                assert "outs[0]" in str(exc) or "scratch[0]" in str(exc), exc
+                print(name, "ok")
+            else:
+                raise AssertionError(name + ": no error")
+        print("DONE")
+    """)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "DONE" in result.stdout
+    assert "numba_cuda_callable(__main__.f)" not in result.stderr
+
+
+def test_launch_dims_beyond_cuda_limits_are_refused_at_creation():
+    for dims in (2**62, (2**40, 2**40), (1, 1, 2**40)):
+        with pytest.raises(ValueError, match="CUDA allows at most"):
+            numbax.numba_cuda_kernel(affine, f32_spec(), launch_dims=dims)
+    with pytest.raises(ValueError, match="CUDA allows at most"):
+        numbax.numba_cuda_kernel(affine, f32_spec(), grid=(2**40,), block=1)
+
+
+def test_non_integer_extent_is_refused_not_truncated():
+    def f(x, o, s):
+        pass
+    for extent in (4.7, 4.0, np.float32(3.5)):
+        with pytest.raises(TypeError, match="non-integer extent"):
+            numbax.numba_cuda_callable(
+                f, jax.ShapeDtypeStruct((extent,), F32))
+    with pytest.raises(TypeError, match="non-integer extent"):
+        numbax.numba_cuda_kernel(
+            affine, jax.ShapeDtypeStruct((2, 4.7), F32), launch_dims=4)
+    # numpy integers are ints
+    op = numbax.numba_cuda_callable(
+        f, jax.ShapeDtypeStruct((np.int64(4),), F32))
+    assert op.out_specs[0].shape == (4,)
+
+
+def test_output_rank_above_the_call_frame_limit_is_refused_at_creation():
+    # It used to be accepted, then fail at run time in the C++ decoder.
+    with pytest.raises(ValueError, match="has 33 dimensions.*at most 32"):
+        numbax.numba_cuda_callable(lambda x, o, s: None,
+                                   jax.ShapeDtypeStruct((1,) * 33, F32))
+    numbax.numba_cuda_callable(lambda x, o, s: None,
+                               jax.ShapeDtypeStruct((1,) * 32, F32))
+
+
+def test_non_native_byte_order_names_the_byte_order():
+    with pytest.raises(ValueError, match=r"outs\[0\] has dtype >f4 \(float32 "
+                       r"in non-native byte order\).*np.dtype\('float32'\)"):
+        numbax.numba_cuda_callable(lambda x, o, s: None,
+                                   jax.ShapeDtypeStruct((8,), np.dtype(">f4")))
+
+
+def test_batch_partitionable_must_be_a_bool():
+    # "no" is truthy: it used to switch the feature on.
+    with pytest.raises(TypeError, match="batch_partitionable must be True or "
+                       "False, got str: 'no'"):
+        numbax.numba_cuda_callable(lambda x, o, s: None,
+                                   jax.ShapeDtypeStruct((4,), F32),
+                                   batch_partitionable="no")
+
+
+def test_batch_partitionable_with_legacy_vectorized_is_refused_at_creation():
+    with pytest.raises(ValueError, match="legacy_vectorized"):
+        numbax.numba_cuda_callable(lambda x, o, s: None, f32_spec(),
+                                   batch_partitionable=True,
+                                   vmap_method="legacy_vectorized")
+
+
+def test_functools_wraps_star_args_wrapper_is_accepted():
+    def launch(x, out, stream):
+        affine[1, 8, stream](x, out)
+
+    @functools.wraps(launch)
+    def wrapper(*args):
+        return launch(*args)
+
+    y = numbax.numba_cuda_callable(wrapper, f32_spec())(jnp.ones(8, F32))
+    np.testing.assert_allclose(y, np.full(8, 3.0))
+
+    @functools.wraps(launch)
+    def too_few(x):
+        return None
+    with pytest.raises(TypeError, match="cannot take them"):
+        numbax.numba_cuda_callable(too_few, f32_spec())(jnp.ones(8, F32))
+
+
+@pytest.mark.parametrize("bad", [None, {"x": 1.0}, "text"])
+def test_non_array_input_names_the_op(bad):
+    def f(x, out, stream):
+        pass
+    with pytest.raises(TypeError, match="numba_cuda_callable\\(.*f\\): "
+                       "input 0"):
+        numbax.numba_cuda_callable(f, f32_spec())(bad)
+    with pytest.raises(TypeError, match="numba_cuda_kernel\\(.*affine\\): "
+                       "input 0"):
+        numbax.numba_cuda_kernel(affine, f32_spec(), launch_dims=8)(bad)
+    op = _custom_op()
+    with pytest.raises(TypeError, match=f"{op.name}.*input 0"):
+        op(bad, outs=f32_spec())
+
+
+def test_graph_cache_size_out_of_range_is_value_error():
+    before = numbax.graph_cache_size()
+    for bad in (10**30, 2**31, 0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="graph cache size"):
+            numbax.set_graph_cache_size(bad)
+    assert numbax.graph_cache_size() == before
+
+
+# -- differentiation and compilation name the user's op --------------------
+
+def test_grad_of_callable_names_the_users_op():
+    def launch(x, out, stream):
+        affine[1, 8, stream](x, out)
+
+    op = numbax.numba_cuda_callable(launch, f32_spec())
+    loss = lambda v: op(v).sum()  # noqa: E731
+    for g in (jax.grad(loss), jax.grad(jax.jit(loss)),
+              jax.jit(jax.grad(loss))):
+        with pytest.raises(ValueError, match="numba_cuda_callable\\(.*"
+                           "launch\\) cannot be differentiated"):
+            g(jnp.ones(8, F32))
+    # a derivative that does not flow through the op is fine
+    w = jnp.float32(3.0)
+    grad = jax.grad(lambda w: (w * op(jnp.ones(8, F32))).sum())(w)
+    np.testing.assert_allclose(grad, 24.0)
+    x = jnp.ones(8, F32)
+    grad = jax.grad(lambda v: (op(jax.lax.stop_gradient(v)) * v).sum())(x)
+    np.testing.assert_allclose(grad, np.full(8, 3.0))
 
 
 def test_kernel_typing_error_at_trace_time(gpu_only):
-    @cuda.jit
-    def bad(x, out):
-        i = cuda.grid(1)
-        if i < out.shape[0]:
-            out[i] = x[i] + "text"
-
-    op = numbax.numba_cuda_kernel(bad, SPEC, launch_dims=4)
+    op = numbax.numba_cuda_kernel(adds_text, SPEC, launch_dims=4)
     with pytest.raises(numba.core.errors.TypingError,
                        match="Numba could not compile the kernel"):
         jax.jit(op).lower(jnp.ones(4))
 
 
-def test_simulated_kernel_error_surfaces(simulator_only):
-    # On the CPU numba_cuda_kernel runs through the simulator, where a
-    # kernel's Python error (here an out-of-bounds write) surfaces too.
-    @cuda.jit
-    def oob(x, out):
-        out[cuda.grid(1) + 100] = 1
+def test_compile_errors_name_the_op_first():
+    """checks.compiled_naming_op, which both compilers' compile errors go
+    through: the same type, the op named first, the original as the cause;
+    a type that cannot be built from one message is re-raised as it was."""
+    from numbax.trace import checks
 
-    op = numbax.numba_cuda_kernel(oob, SPEC, launch_dims=4)
-    with pytest.raises(RuntimeFailure, match="(?s)func raised.*IndexError"):
-        run(jax.jit(op), jnp.ones(4))
+    def fails(exc):
+        def compile():
+            raise exc
+        return compile
 
+    with pytest.raises(TypeError, match=r"^op\(k\): could not: bad types$") as got:
+        checks.compiled_naming_op(fails(TypeError("bad types")),
+                                   "op(k): could not")
+    assert isinstance(got.value.__cause__, TypeError)
 
-def test_func_returns_a_value():
-    def op(x, out, stream):
-        affine_op(x, out, stream)
-        return out
+    class TwoArgs(Exception):
+        def __init__(self, a, b):
+            super().__init__(a, b)
 
-    fn = numbax.numba_cuda_callable(op, SPEC)
-    with pytest.raises(RuntimeFailure, match="func returned a value; it must "
-                                             "write its results into the "
-                                             "output arrays .* return None"):
-        run(jax.jit(fn), jnp.ones(4))
-
-
-# -- func calls JAX: a clear error, never a deadlock -------------------------
-
-GUARD_MESSAGE = (r"(?s)func raised.*RuntimeError: numbax: func called JAX "
-                 r"\({}\) while XLA is running it.*Do the JAX work outside "
-                 r"func.*or pass the arrays func needs in as inputs")
-
-_captured = jnp.arange(3.0)
-_warm_jit = jax.jit(lambda a: a * 2)
-_warm_jit(_captured)  # its C++ fast path is warm before func calls it
+    original = TwoArgs(1, 2)
+    with pytest.raises(TwoArgs) as got:
+        checks.compiled_naming_op(fails(original), "op(k)")
+    assert got.value is original
+    assert checks.compiled_naming_op(lambda: 7, "op(k)") == 7
 
 
-JAX_CALLS = {
-    # jnp functions are jitted themselves: they fail at their jit.
-    "eager-jnp": (lambda: jnp.sin(jnp.ones(3)), r"\w+"),
-    "captured-array": (lambda: _captured + 1, "jit"),
-    "device_put": (lambda: jax.device_put(np.ones(3)), "device_put"),
-    "fresh-jit": (lambda: jax.jit(lambda a: a + 1)(np.ones(3)), "jit"),
-    "warm-jit": (lambda: _warm_jit(_captured), "jit"),
-}
-
-
-@pytest.mark.parametrize("call", list(JAX_CALLS))
-@pytest.mark.parametrize("outer", ["eager", "jit"])
-def test_func_calls_jax(no_deadlock, call, outer):
-    jax_call, primitive = JAX_CALLS[call]
-
-    def op(x, out, stream):
-        jax_call()
-        affine_op(x, out, stream)
-
-    fn = numbax.numba_cuda_callable(op, SPEC)
-    f = jax.jit(fn) if outer == "jit" else fn
-    with pytest.raises(RuntimeFailure,
-                       match=GUARD_MESSAGE.format(primitive)):
-        run(f, jnp.ones(4))
-    # JAX works afterwards, on this thread and in new programs.
-    from jax._src import core
-    assert core.trace_ctx.trace is core.eval_trace
-    np.testing.assert_allclose(_warm_jit(_captured), [0, 2, 4])
-    np.testing.assert_allclose(jnp.cos(jnp.zeros(2)), [1, 1])
-
-
-def test_func_calls_jax_in_capture_mode(no_deadlock):
-    def op(x, out, stream):
-        jnp.ones(3)
-
-    fn = numbax.numba_cuda_callable(op, SPEC, capture=True)
-    with pytest.raises(RuntimeFailure, match="func called JAX"):
-        run(jax.jit(fn), jnp.ones(4))
-
-
-def test_func_that_catches_the_guard_error_still_works(no_deadlock):
-    seen = []
-
-    def op(x, out, stream):
-        try:
-            jnp.ones(3)
-        except RuntimeError as exc:
-            seen.append(str(exc))
-        affine_op(x, out, stream)
-
-    fn = numbax.numba_cuda_callable(op, SPEC)
-    np.testing.assert_array_equal(run(jax.jit(fn), jnp.ones(4)), [3, 3, 3, 3])
-    assert seen and "func called JAX" in seen[0]
-
-
-def test_func_may_read_numpy_and_host_copies_of_jax_arrays(no_deadlock):
-    # Reading a JAX array that is already computed is no dispatch: allowed.
-    weights = np.asarray(jnp.arange(4.0))
-    seen = []
-
-    def op(x, out, stream):
-        seen.append(np.asarray(_captured).sum() + weights.sum())
-        affine_op(x, out, stream)
-
-    fn = numbax.numba_cuda_callable(op, SPEC)
-    run(jax.jit(fn), jnp.ones(4))
-    assert seen == [9.0]
-
-
-def test_guard_is_active_on_this_jax():
-    from numbax import _guard
-    assert _guard.install()
-    pairs = _guard.guard_pairs()
-    # (swap, value) pairs: two C++ config swaps on jax >= 0.10, one Python
-    # swap of the TracingContext on jax 0.8 - 0.9.
-    from jax._src import core
-    assert len(pairs) == (4 if hasattr(core, "trace_state_strong_ref") else 2)
-    assert all(callable(swap) for swap in pairs[::2])
-
-
-def test_func_calls_jax_from_several_threads(no_deadlock):
-    def op(x, out, stream):
-        jnp.ones(3)
-
-    fn = jax.jit(numbax.numba_cuda_callable(op, SPEC))
-    errors = []
-
-    def worker():
-        for _ in range(5):
-            try:
-                run(fn, jnp.ones(4))
-            # Racing threads may get jaxlib's ValueError: docs/errors.md.
-            except (RuntimeFailure, ValueError) as exc:
-                errors.append("func called JAX" in str(exc))
-
-    threads = [threading.Thread(target=worker) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == [True] * 15
-
-
-# -- programs that name ops this process does not have -----------------------
-
-def test_program_with_unregistered_key():
-    def program(v):
-        return jax.ffi.ffi_call("numbax_callable", SPEC)(v, key="no.such/op")
-
-    for f in (program, jax.jit(program)):
-        with pytest.raises(RuntimeFailure,
-                           match="numbax callable 'no.such/op' is not "
-                                 "registered in this process. Create the "
-                                 "same op"):
-            run(f, jnp.ones(4))
-
-
-def test_kernel_program_with_unregistered_key(gpu_only):
-    def program(v):
-        return jax.ffi.ffi_call("numbax_kernel", SPEC)(v, key="no.such/kernel")
-
-    with pytest.raises(RuntimeFailure,
-                       match="numbax kernel 'no.such/kernel' is not "
-                             "registered in this process"):
-        run(jax.jit(program), jnp.ones(4))
-
-
-# Stale programs (compiled after their op's function was collected):
-# tests/test_leaks.py::test_stale_program_after_func_collected.
-
-
-# -- XLACustomKernel: a kernel generator that returns the wrong thing --------
+# -- XLACustomKernel: generators and rules that return the wrong thing -----
 
 XLACustomKernel = getattr(numbax, "XLACustomKernel", None)
 
@@ -632,28 +628,43 @@ def test_kernel_generator_output_mismatch():
         jax.jit(lambda v: op(v, outs=SPEC))(jnp.ones(4))
 
 
-def test_compile_errors_name_the_op_first():
-    """_checks.compiled_naming_op, which both compilers' compile errors go
-    through: the same type, the op named first, the original as the cause;
-    a type that cannot be built from one message is re-raised as it was."""
-    from numbax import _checks
+def _custom_op():
+    op = numbax.XLACustomKernel(f"test_rel2_{next(_counter)}")
+    op.def_numba_cuda_kernel(lambda *, outs: numbax.numba_cuda_kernel(
+        affine, outs, launch_dims=outs.shape[0]))
+    return op
 
-    def fails(exc):
-        def compile():
-            raise exc
-        return compile
 
-    with pytest.raises(TypeError, match=r"^op\(k\): could not: bad types$") as got:
-        _checks.compiled_naming_op(fails(TypeError("bad types")),
-                                   "op(k): could not")
-    assert isinstance(got.value.__cause__, TypeError)
+def test_batching_rule_with_wrong_shape_is_refused():
+    op = _custom_op()
 
-    class TwoArgs(Exception):
-        def __init__(self, a, b):
-            super().__init__(a, b)
+    @op.def_batching_rule
+    def rule(args, axes, *, outs):
+        return jnp.zeros((2, 4), F32), 0  # outs is (8,): needs (2, 8)
 
-    original = TwoArgs(1, 2)
-    with pytest.raises(TwoArgs) as got:
-        _checks.compiled_naming_op(fails(original), "op(k)")
-    assert got.value is original
-    assert _checks.compiled_naming_op(lambda: 7, "op(k)") == 7
+    f = lambda x: op(x, outs=f32_spec(8))  # noqa: E731
+    with pytest.raises(TypeError, match="batching rule returned output 0 of "
+                       "shape \\(2, 4\\).*makes that \\(2, 8\\)"):
+        jax.vmap(f)(jnp.ones((2, 8), F32))
+
+    @op.def_batching_rule
+    def rule_axis1(args, axes, *, outs):
+        x = jnp.moveaxis(args[0], axes[0], 0)
+        return (2 * x + 1).T, 1  # a correct rule with out_axes=1
+
+    xs = np.arange(16, dtype=np.float32).reshape(2, 8)
+    np.testing.assert_allclose(jax.vmap(f)(xs), 2 * xs + 1)
+
+
+def test_rules_with_wrong_signature_name_the_op():
+    op = _custom_op()
+    op.def_jvp_rule(lambda t: t)  # missing the primals and outs=
+    with pytest.raises(TypeError, match=f"{op.name}.*the JVP rule"
+                       ".*cannot take the arguments"):
+        jax.jvp(lambda x: op(x, outs=f32_spec()), (jnp.ones(8, F32),),
+                (jnp.ones(8, F32),))
+    op2 = _custom_op()
+    op2.def_batching_rule(lambda args, axes: None)  # no outs=
+    with pytest.raises(TypeError, match=f"{op2.name}.*the batching rule"
+                       ".*cannot take the arguments"):
+        jax.vmap(lambda x: op2(x, outs=f32_spec()))(jnp.ones((2, 8), F32))

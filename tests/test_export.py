@@ -16,7 +16,7 @@ import pytest
 from jax import export
 
 import numbax
-from numbax import _targets
+from numbax.runtime import targets
 
 import export_ops
 
@@ -71,7 +71,7 @@ def test_disabled_checks_cover_every_numbax_target():
     checks = numbax.export_disabled_checks()
     assert all(isinstance(c, export.DisabledSafetyCheck) for c in checks)
     names = {c.is_custom_call() for c in checks}
-    assert names == set(_targets.ALL_TARGETS)
+    assert names == set(targets.ALL_TARGETS)
     assert {"numbax_callable", "numbax_callable_capture", "numbax_kernel",
             "numbax_callable_batch"} <= names
 
@@ -182,7 +182,7 @@ def test_import_starts_no_backend_and_registers_targets_when_one_starts():
     code = (
         "import json, numbax, jax\n"
         "from jax._src import xla_bridge as xb\n"
-        "from numbax import _targets as r\n"
+        "from numbax.runtime import targets as r\n"
         "before = (xb.backends_are_initialized(), sorted(r._platforms_registered))\n"
         "jax.devices()\n"
         "after = sorted(r._platforms_registered)\n"
@@ -206,7 +206,7 @@ def test_import_starts_no_backend_and_registers_targets_when_one_starts():
 def test_backend_registration_mechanism_follows_what_jax_offers():
     """jax 0.10 calls a hook as each backend starts; jax 0.11 has none (seen
     on the H200), so numbax registers once the PJRT plugins are discovered."""
-    from numbax import _targets
+    from numbax.runtime import targets
 
     calls = []
 
@@ -224,28 +224,28 @@ def test_backend_registration_mechanism_follows_what_jax_offers():
         def register_plugin_callbacks(f):
             calls.append(("plugins", f))
 
-    assert _targets._install_backend_hook(WithHook) == "backend hook"
-    assert calls == [("hook", _targets._on_backend_started)]
+    assert targets._install_backend_hook(WithHook) == "backend hook"
+    assert calls == [("hook", targets._on_backend_started)]
     calls.clear()
-    assert _targets._install_backend_hook(PluginsOnly) == "plugin callback"
-    assert calls == [("plugins", _targets._on_plugins_discovered)]
-    assert _targets._install_backend_hook(object()) == "none"
+    assert targets._install_backend_hook(PluginsOnly) == "plugin callback"
+    assert calls == [("plugins", targets._on_plugins_discovered)]
+    assert targets._install_backend_hook(object()) == "none"
     # Called as JAX calls it (c_api=...), after the targets are registered:
     # a second registration is a no-op and never raises.
-    _targets.ensure_targets()
-    _targets._on_plugins_discovered(c_api=None)
+    targets.ensure_targets()
+    targets._on_plugins_discovered(c_api=None)
 
 
 _PLUGIN_LOCK_CHILD = r"""
 import threading
 import numbax
-from numbax import _targets
+from numbax.runtime import targets
 from jax._src import xla_bridge
 from jax._src.lib import xla_client
 
 # As on jax 0.11 with a GPU plugin: its handlers are ready when the plugin
 # callbacks run, before any backend has started.
-_targets._handlers_ready = lambda platform: platform == "cpu"
+targets._handlers_ready = lambda platform: platform == "cpu"
 declared = []
 xla_client.register_custom_call_as_batch_partitionable = (
     lambda *a: declared.append(a))
@@ -254,12 +254,12 @@ plugin = object()
 # JAX runs plugin callbacks holding this (non-reentrant) lock.
 with xla_bridge._plugin_callback_lock:
     t = threading.Thread(
-        target=_targets._on_plugins_discovered, kwargs={"c_api": plugin},
+        target=targets._on_plugins_discovered, kwargs={"c_api": plugin},
         daemon=True)
     t.start()
     t.join(30)
     hung = t.is_alive()
-print("RESULT", hung, sorted(_targets._platforms_registered),
+print("RESULT", hung, sorted(targets._platforms_registered),
       sorted((a[0], len(a) == 2 and a[1] is plugin) for a in declared))
 """
 

@@ -19,8 +19,9 @@ import numba
 from numba import cuda
 
 import numbax
-from numbax import _fast_launch
+from numbax.compilers import numba_cuda_launch
 from conftest import SIMULATOR, random_array
+from shared_kernels import block_sums
 from shared_kernels import copy_2d as copy2d
 
 pytestmark = pytest.mark.gpu
@@ -73,7 +74,7 @@ def make_affine(fast=True, n=1000):
 def test_fast_path_taken_and_equal_to_numba(gpu_only, rng):
     fast, slow = jax.jit(make_affine(True)), jax.jit(make_affine(False))
     # Creating an op installs the hook (on a verified numba-cuda).
-    assert _fast_launch.hook_installed(), _fast_launch.status()
+    assert numba_cuda_launch.hook_installed(), numba_cuda_launch.status()
     for _ in range(3):
         x = random_array(rng, (1000,), np.float32)
         got, c = counted(fast, x, poisoned(1000), repeat=4)
@@ -135,24 +136,6 @@ def test_chain_in_one_program(gpu_only, rng):
     np.testing.assert_allclose(got, ref, rtol=1e-4)
     assert c["fast_launches"] >= 59, c
     assert set(fallbacks(c)) <= {"new_plan"}, fallbacks(c)
-
-
-@cuda.jit
-def block_sums(x, out):
-    # Dynamic shared memory: its size comes from the launch configuration.
-    buf = cuda.shared.array(0, dtype=numba.float32)
-    tid = cuda.threadIdx.x
-    i = cuda.blockIdx.x * cuda.blockDim.x + tid
-    buf[tid] = x[i] if i < x.shape[0] else 0
-    cuda.syncthreads()
-    step = cuda.blockDim.x // 2
-    while step > 0:
-        if tid < step:
-            buf[tid] += buf[tid + step]
-        cuda.syncthreads()
-        step //= 2
-    if tid == 0:
-        out[cuda.blockIdx.x] = buf[0]
 
 
 @pytest.mark.parametrize("fast", [True, False])
@@ -495,7 +478,7 @@ def test_switch_argument_and_environment(gpu_only, rng, monkeypatch):
     got, c = counted(fn, x, poisoned(1000), repeat=3)
     np.testing.assert_allclose(got, x * 2.5 + 1, rtol=1e-6, atol=1e-6)
     assert c["fast_launches"] == 0 and fallbacks(c) == {"disabled": 3}
-    assert "NUMBAX_FAST_LAUNCH" in _fast_launch.status()
+    assert "NUMBAX_FAST_LAUNCH" in numba_cuda_launch.status()
 
 
 def test_fast_launch_argument_is_checked():
@@ -665,22 +648,22 @@ def test_simulator_counts_fallbacks(simulator_only, rng):
     np.testing.assert_allclose(got, x * 2.5 + 1, rtol=1e-6, atol=1e-6)
     assert c["fast_launches"] == 0
     assert fallbacks(c) == {"simulator": 3}
-    assert "simulator" in _fast_launch.status()
-    assert not _fast_launch.hook_installed()
+    assert "simulator" in numba_cuda_launch.status()
+    assert not numba_cuda_launch.hook_installed()
 
 
 def test_status_line_names_the_version():
-    line = _fast_launch.status()
+    line = numba_cuda_launch.status()
     assert line.startswith(("on", "off")), line
     if not SIMULATOR and line.startswith("off"):
         assert "numba-cuda" in line or "NUMBAX_FAST_LAUNCH" in line
 
 
 def test_unverified_version_is_off(monkeypatch):
-    monkeypatch.setattr(_fast_launch, "numba_cuda_version", lambda: "0.99.0")
-    monkeypatch.setattr(_fast_launch._numba, "simulator_enabled",
+    monkeypatch.setattr(numba_cuda_launch, "numba_cuda_version", lambda: "0.99.0")
+    monkeypatch.setattr(numba_cuda_launch.numba_bridge, "simulator_enabled",
                         lambda: False)
-    line = _fast_launch.status()
+    line = numba_cuda_launch.status()
     assert line.startswith("off") and "0.99.0" in line and "0.30" in line
 
 
@@ -800,7 +783,7 @@ def test_scalar_packing_matches_numbas_conversions():
     checked = 0
     for ty in kinds:
         for value in values:
-            how = _fast_launch._scalar_packing(ty, value)
+            how = numba_cuda_launch._scalar_packing(ty, value)
             if how is None:
                 continue  # left to Numba's launch
             try:
@@ -869,7 +852,7 @@ class _Harness:
 
         def check(cfg, args, ours, device):
             for value, slot in zip(args, ours):
-                if slot == -1 and type(value) not in _fast_launch.SCALAR_TYPES:
+                if slot == -1 and type(value) not in numba_cuda_launch.SCALAR_TYPES:
                     return "foreign_argument", True, cfg.stream
             return None, True, cfg.stream
 
@@ -995,7 +978,7 @@ def test_hook_other_thread_callbacks_and_new_overloads(harness):
 
 
 def test_hook_launches_a_cached_plan_without_numba(harness):
-    """A plan from numbax's cache entry (_fast_launch._cached_plan): the
+    """A plan from numbax's cache entry (numba_cuda_launch._cached_plan): the
     first launch of a key goes straight to the driver, Numba never runs;
     a cached plan that does not fit the arguments, or a builder that
     raises or has nothing, leaves the launch to Numba as before."""
@@ -1231,7 +1214,7 @@ def test_configure_hook_matches_installed_numba_cuda():
     without a GPU, outside the simulator)."""
     import subprocess
     import sys
-    code = ("from numbax import _fast_launch as f; "
+    code = ("from numbax.compilers import numba_cuda_launch as f; "
             "print(f._configure_path_matches())")
     env = dict(__import__("os").environ)
     env.pop("NUMBA_ENABLE_CUDASIM", None)
@@ -1242,8 +1225,8 @@ def test_configure_hook_matches_installed_numba_cuda():
 
 
 def test_configure_hook_installed_with_the_launch_hook(gpu_only):
-    from numbax import _fast_launch
+    from numbax.compilers import numba_cuda_launch
     make_affine()  # creating an op installs both hooks
-    assert _fast_launch.configure_hook_installed()
+    assert numba_cuda_launch.configure_hook_installed()
     stream = cuda.stream()
     assert affine[3, 128, stream] is affine.configure(3, 128, stream)

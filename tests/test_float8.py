@@ -1,4 +1,4 @@
-"""float8 buffers (issue 34, item 4): accepted as inputs and outputs, they
+"""float8 buffers: accepted as inputs and outputs, they
 reach kernels and funcs as uint8 arrays of the same shape (their bits, zero
 copy), in Numba's simulator and on a GPU alike.
 
@@ -16,14 +16,14 @@ import pytest
 from numba import cuda
 
 import numbax
-from numbax import _numba, _registry
+from numbax.runtime import keys, numba_bridge
 
 from conftest import SIMULATOR
 
 pytestmark = pytest.mark.gpu
 
 N = 300
-FLOAT8 = [n for n in _numba.FLOAT8_NAMES if hasattr(ml_dtypes, n)
+FLOAT8 = [n for n in numba_bridge.FLOAT8_NAMES if hasattr(ml_dtypes, n)
           and hasattr(jnp, n)]
 # A bit pattern no test writes: what an unwritten element keeps.
 POISON = 0x5A
@@ -140,9 +140,9 @@ def test_callable_float8_round_trip(rng, name):
 
 def test_float8_keys_round_trip():
     # A deserialised program's key spells the dtype; the process that runs
-    # it parses it back (_registry.parse_avals).
+    # it parses it back (keys.parse_avals).
     avals = [((4, 2), np.dtype(getattr(ml_dtypes, n))) for n in FLOAT8]
-    assert _registry.parse_avals(_registry.avals_text(avals)) == avals
+    assert keys.parse_avals(keys.avals_text(avals)) == avals
 
 
 @pytest.mark.parametrize("name", ["int4", "uint4", "int2", "float4_e2m1fn"])

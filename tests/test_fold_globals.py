@@ -5,7 +5,7 @@ vmap compiles the body again inside a generated kernel: before, from the
 module as it was then, so a global changed after the first call gave the
 old value in a single call and under 'sequential', and the new one under a
 folded jax.vmap. Now the batched body is compiled against the values numbax
-noted right before the unbatched compile (_fold.note_compile); where Numba
+noted right before the unbatched compile (fold.note_compile); where Numba
 compiled the kernel without numbax, a body reading such globals does not
 fold, and vmap_fold says why.
 """
@@ -19,7 +19,7 @@ import pytest
 from numba import cuda
 
 import numbax
-from numbax import _fold
+from numbax.compilers import fold, numba_cuda
 
 SCALE = 1.0
 OFFSETS = np.array([1.0, 2.0], np.float32)
@@ -88,7 +88,7 @@ def test_kernel_numba_compiled_first_does_not_fold_and_says_why(
 # -- the helpers, without a GPU -----------------------------------------
 
 def test_globals_read_copies_what_numba_freezes(restore_globals):
-    values = _fold.globals_read(scale_by_global.py_func)
+    values = fold.globals_read(scale_by_global.py_func)
     assert values["SCALE"] == 1.0
     assert values["OFFSETS"] is not OFFSETS  # a copy, as Numba's
     np.testing.assert_array_equal(values["OFFSETS"], OFFSETS)
@@ -98,14 +98,14 @@ def test_globals_read_copies_what_numba_freezes(restore_globals):
 def test_with_globals_reads_the_noted_values(restore_globals):
     def reads():
         return SCALE, OFFSETS[0]
-    frozen = _fold.globals_read(reads)
+    frozen = fold.globals_read(reads)
     globals()["SCALE"] = 9.0
     OFFSETS[0] = 50.0
-    clone = _fold.with_globals(reads, frozen)
+    clone = fold.with_globals(reads, frozen)
     assert clone() == (1.0, 1.0)
     assert reads() == (9.0, 50.0)
     assert clone.__qualname__ == reads.__qualname__
-    assert _fold.with_globals(reads, {}) is reads
+    assert fold.with_globals(reads, {}) is reads
 
 
 def test_unknown_values_block_the_fold_only_for_bodies_reading_globals():
@@ -120,14 +120,14 @@ def test_unknown_values_block_the_fold_only_for_bodies_reading_globals():
         return x * 2
 
     a, b = Kernel(reads), Kernel(pure)
-    _fold.note_compiled_elsewhere(a, ("t",))
-    _fold.note_compiled_elsewhere(b, ("t",))
-    assert "module globals (SCALE)" in _fold.unknown_globals_reason(a, ("t",))
-    assert _fold.unknown_globals_reason(b, ("t",)) is None
+    fold.note_compiled_elsewhere(a, ("t",))
+    fold.note_compiled_elsewhere(b, ("t",))
+    assert "module globals (SCALE)" in fold.unknown_globals_reason(a, ("t",))
+    assert fold.unknown_globals_reason(b, ("t",)) is None
     c = Kernel(reads)
-    _fold.note_compile(c, ("t",))
-    assert _fold.unknown_globals_reason(c, ("t",)) is None
-    assert _fold.frozen_globals(c, ("t",)) == {"SCALE": SCALE}
+    fold.note_compile(c, ("t",))
+    assert fold.unknown_globals_reason(c, ("t",)) is None
+    assert fold.frozen_globals(c, ("t",)) == {"SCALE": SCALE}
 
 
 # -- closures and attributes of the user's modules (hostile pass) -----------
@@ -141,7 +141,8 @@ CFG.SCALE = 2.0
 
 
 def _launch_batched(kernel, frozen, xs):
-    batched = _fold.make_batched_kernel(kernel, 2, (False, False), 2, frozen)
+    batched = numba_cuda.COMPILER.batched_kernel(
+        kernel, 2, (False, False), 2, frozen, ())
     out = np.zeros_like(xs)
     batched[(1, 1, xs.shape[0]), (xs.shape[1], 1, 1)](xs, out)
     return out
@@ -157,9 +158,9 @@ def test_batched_body_reads_the_closure_values_numba_froze():
         if i < out.shape[0]:
             out[i] = x[i] * scale[0] * factor
 
-    _fold.note_compile(closed, ("closure",))
+    fold.note_compile(closed, ("closure",))
     scale[0] = 7.0  # in place, after Numba froze a copy
-    frozen = _fold.frozen_globals(closed, ("closure",))
+    frozen = fold.frozen_globals(closed, ("closure",))
     xs = np.ones((3, 4), np.float32)
     np.testing.assert_array_equal(_launch_batched(closed, frozen, xs), 6.0)
     assert scale[0] == 7.0  # the caller's array is left alone
@@ -172,9 +173,9 @@ def test_batched_body_does_not_read_a_changed_module_attribute():
         if i < out.shape[0]:
             out[i] = x[i] * CFG.SCALE
 
-    _fold.note_compile(via_module, ("attr",))
+    fold.note_compile(via_module, ("attr",))
     xs = np.ones((3, 4), np.float32)
-    frozen = _fold.frozen_globals(via_module, ("attr",))
+    frozen = fold.frozen_globals(via_module, ("attr",))
     # Unchanged: folds, and reads the value Numba froze.
     np.testing.assert_array_equal(_launch_batched(via_module, frozen, xs),
                                   2.0)
@@ -202,10 +203,10 @@ def test_unknown_values_count_closures_and_module_attributes():
         return x * CFG.SCALE
 
     a, b = Kernel(closed), Kernel(via_module)
-    _fold.note_compiled_elsewhere(a, ("t",))
-    _fold.note_compiled_elsewhere(b, ("t",))
-    assert "arr" in _fold.unknown_globals_reason(a, ("t",))
-    assert "(CFG.SCALE)" in _fold.unknown_globals_reason(
+    fold.note_compiled_elsewhere(a, ("t",))
+    fold.note_compiled_elsewhere(b, ("t",))
+    assert "arr" in fold.unknown_globals_reason(a, ("t",))
+    assert "(CFG.SCALE)" in fold.unknown_globals_reason(
         b, ("t",))
 
 

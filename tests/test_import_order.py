@@ -1,4 +1,4 @@
-"""numbax imported before or after JAX starts its backends (issue 24, item 13).
+"""numbax imported before or after JAX starts its backends.
 
 Each order runs in a fresh process: importing numbax must log nothing, and a
 program naming an op the process never created must get numbax's own
@@ -30,7 +30,7 @@ else:
     jax.devices()
 import jax.numpy as jnp
 spec = jax.ShapeDtypeStruct((4,), jnp.float32)
-target = numbax._targets.CALLABLE_TARGET
+target = numbax.runtime.targets.CALLABLE_TARGET
 try:
     out = jax.jit(lambda v: jax.ffi.ffi_call(target, spec)(
         v, key="no.such/op;x=1/in=float32[4]"))(jnp.ones(4))

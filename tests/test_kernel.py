@@ -9,7 +9,8 @@ from numba import cuda
 
 import numbax
 from conftest import SIMULATOR, random_array
-from shared_kernels import affine
+from shared_kernels import (affine, block_sums, matrix_add, mirror_sum,
+                            reverse, stencil)
 
 pytestmark = pytest.mark.gpu
 
@@ -33,13 +34,6 @@ def test_elementwise_dtypes(rng, dtype):
     expected = (2 * x.astype(np.float64) + 1).astype(dtype)
     np.testing.assert_allclose(out.astype(np.float64),
                                expected.astype(np.float64), rtol=1e-3)
-
-
-@cuda.jit
-def matrix_add(a, b, out):
-    i, j = cuda.grid(2)
-    if i < out.shape[0] and j < out.shape[1]:
-        out[i, j] = a[i, j] + b[i, j]
 
 
 def test_explicit_2d_grid(rng):
@@ -69,24 +63,6 @@ def test_explicit_3d_grid_and_launch_dims(rng):
     op3 = numbax.numba_cuda_kernel(
         volume_scale, jax.ShapeDtypeStruct(shape, F32), launch_dims=shape)
     np.testing.assert_allclose(jax.jit(op3)(x), expected, rtol=1e-6)
-
-
-@cuda.jit
-def block_sums(x, out):
-    # Dynamic shared memory: one float32 per thread.
-    buf = cuda.shared.array(0, dtype=numba.float32)
-    tid = cuda.threadIdx.x
-    i = cuda.grid(1)
-    buf[tid] = x[i] if i < x.shape[0] else 0
-    cuda.syncthreads()
-    stride = cuda.blockDim.x // 2
-    while stride > 0:
-        if tid < stride:
-            buf[tid] += buf[tid + stride]
-        cuda.syncthreads()
-        stride //= 2
-    if tid == 0:
-        out[cuda.blockIdx.x] = buf[0]
 
 
 def test_dynamic_shared_memory_reduction(rng):
@@ -146,24 +122,6 @@ def test_chain_in_one_program(rng):
     for _ in range(20):
         expected = 2 * expected + 1
     np.testing.assert_allclose(chain(x), expected, rtol=1e-5)
-
-
-@cuda.jit
-def reverse(x, out):
-    i = cuda.grid(1)
-    n = x.shape[0]
-    if i < n:
-        out[i] = x[n - 1 - i]
-
-
-@cuda.jit
-def stencil(x, w, out):
-    i = cuda.grid(1)
-    n = x.shape[0]
-    if i < n:
-        left = x[i - 1] if i > 0 else 0
-        right = x[i + 1] if i < n - 1 else 0
-        out[i] = w[0] * left + w[1] * x[i] + w[2] * right
 
 
 def _stencil_ref(x, w):
@@ -306,20 +264,6 @@ def test_zero_d_input_is_value_error():
 
 
 # -- cooperative launches ------------------------------------------------------
-
-@cuda.jit
-def mirror_sum(x, doubled, out):
-    # Every block must finish phase 1 before any reads phase 2's inputs:
-    # only a cooperative launch makes grid.sync() legal.
-    grid = cuda.cg.this_grid()
-    i = cuda.grid(1)
-    n = x.shape[0]
-    if i < n:
-        doubled[i] = 2 * x[i]
-    grid.sync()
-    if i < n:
-        out[i] = doubled[i] + doubled[n - 1 - i]
-
 
 def test_grid_sync_kernel_launches_cooperatively(gpu_only, rng):
     n = 4096

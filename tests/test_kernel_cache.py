@@ -1,4 +1,4 @@
-"""numbax's entries in Numba's on-disk cache (src/numbax/_kernel_cache.py).
+"""numbax's entries in Numba's on-disk cache (src/numbax/compilers/kernel_cache.py).
 
 A numba_cuda_kernel op whose kernel has ``cache=True`` leaves its cubin in
 the kernel's Numba cache; a later process launches from it without Numba
@@ -282,9 +282,9 @@ def test_simulator_kernels_have_no_entries():
         pytest.skip("runs under Numba's CUDA simulator")
     from numba import cuda
 
-    from numbax import _kernel_cache
+    from numbax.compilers import kernel_cache
 
     @cuda.jit
     def k(x):
         pass
-    assert _kernel_cache.cache_of(k) is None
+    assert kernel_cache.cache_of(k) is None

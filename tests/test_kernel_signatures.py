@@ -1,4 +1,4 @@
-"""Kernels compiled for explicit signatures (issue 24, items 1-3).
+"""Kernels compiled for explicit signatures: the version Numba's launch runs.
 
 numba_cuda_kernel runs the version Numba's own launch would pick for the
 arrays, and refuses at trace time, naming the op, the argument and both
@@ -8,7 +8,7 @@ accepts the call). Inside a numba_cuda_callable the fast launch path equals
 Numba's own launch, or falls back to it counted as 'signature_mismatch'.
 
 Numba's simulator keeps no signatures (its kernels are Python), so the
-choice itself is tested there through numbax._signatures with Numba's real
+choice itself is tested there through numbax.compilers.signatures with Numba's real
 typing context and a stand-in dispatcher; the kernels run on the GPU.
 """
 
@@ -22,7 +22,7 @@ from numba import cuda
 from numba import types as nt
 
 import numbax
-from numbax import _signatures
+from numbax.compilers import signatures
 from conftest import SIMULATOR
 
 pytestmark = pytest.mark.gpu
@@ -39,7 +39,7 @@ def typing_context():
 
 
 def stand_in(signatures, *, specialized):
-    """What _signatures reads of a CUDADispatcher whose compilation is
+    """What signatures reads of a CUDADispatcher whose compilation is
     disabled: its versions by argument types, and its typing context."""
     def kernel_body(x, out):
         pass
@@ -54,7 +54,7 @@ def stand_in(signatures, *, specialized):
 def test_one_signature_of_another_dtype_is_a_type_error_naming_everything():
     kernel = stand_in([(F64A, F64A)], specialized=True)
     with pytest.raises(TypeError) as info:
-        _signatures.select(kernel, (F32, F32), "numbax.numba_cuda_kernel(m.k)",
+        signatures.select(kernel, (F32, F32), "numbax.numba_cuda_kernel(m.k)",
                            n_in=1)
     message = str(info.value)
     assert message.startswith("numbax.numba_cuda_kernel(m.k): ")
@@ -66,24 +66,24 @@ def test_one_signature_of_another_dtype_is_a_type_error_naming_everything():
 
 def test_one_matching_signature_is_its_version():
     kernel = stand_in([(F32A, F32A)], specialized=True)
-    assert _signatures.select(kernel, (F32, F32), "op") == "version0"
+    assert signatures.select(kernel, (F32, F32), "op") == "version0"
 
 
 def test_list_of_a_layout_signatures_picks_the_one_numba_would():
     kernel = stand_in([(F32A, F32A), (F64A, F64A)], specialized=False)
-    assert _signatures.select(kernel, (F32, F32), "op") == "version0"
-    assert _signatures.select(kernel, (F64, F64), "op") == "version1"
+    assert signatures.select(kernel, (F32, F32), "op") == "version0"
+    assert signatures.select(kernel, (F64, F64), "op") == "version1"
     with pytest.raises(TypeError, match=r"any of its signatures.*"
                        r"\(array\(float32, 1d, A\), .*argument 0"):
-        _signatures.select(kernel, (nt.Array(nt.int32, 1, "C"),) * 2, "op")
+        signatures.select(kernel, (nt.Array(nt.int32, 1, "C"),) * 2, "op")
 
 
 def test_exact_layout_beats_a_conversion_and_ties_are_refused():
     c_first = stand_in([(F32A, F32A), (F32, F32)], specialized=False)
-    assert _signatures.select(c_first, (F32, F32), "op") == "version1"
+    assert signatures.select(c_first, (F32, F32), "op") == "version1"
     tie = stand_in([(F32A, F32), (F32, F32A)], specialized=False)
     with pytest.raises(TypeError, match="equally well"):
-        _signatures.select(tie, (F32, F32), "op")
+        signatures.select(tie, (F32, F32), "op")
 
 
 def test_rank_and_arity_mismatches_are_refused():
@@ -91,16 +91,16 @@ def test_rank_and_arity_mismatches_are_refused():
     kernel = stand_in([(two_d, two_d)], specialized=True)
     with pytest.raises(TypeError, match=r"array\(float32, 2d, A\) as "
                        r"argument 1 \(output 0, 'out'\)|argument 0"):
-        _signatures.select(kernel, (F32, F32), "op", n_in=1)
+        signatures.select(kernel, (F32, F32), "op", n_in=1)
     kernel = stand_in([(F32A,)], specialized=True)
     with pytest.raises(TypeError, match="takes 1 arguments, numbax passes 2"):
-        _signatures.select(kernel, (F32, F32), "op")
+        signatures.select(kernel, (F32, F32), "op")
 
 
 def test_kernels_that_may_compile_are_left_to_numba():
     kernel = stand_in([(F64A, F64A)], specialized=False)
     kernel._can_compile = True
-    assert _signatures.select(kernel, (F32, F32), "op") is None
+    assert signatures.select(kernel, (F32, F32), "op") is None
 
 
 # -- numba_cuda_kernel on real kernels --------------------------------------------
@@ -270,7 +270,7 @@ def test_choice_equals_numbas_overload_resolution_over_many_cases():
                 ambiguous = False
             except TypeError:
                 numba, ambiguous = None, True
-            ours, _, tied = _signatures.choose(ctx, [first, second], args,
+            ours, _, tied = signatures.choose(ctx, [first, second], args,
                                                specialized=False)
             assert ours == numba, (first, second, args)
             assert bool(tied) == ambiguous, (first, second, args)

@@ -1,10 +1,19 @@
-"""jax.vmap of numba_cuda_kernel: one launch per batch where provably the same.
+"""jax.vmap of a numba_cuda_kernel gives what the per-slice loop gives.
 
-Every folded result is compared bit for bit with the per-slice path (the
-unbatched op applied to each slice), on fresh random data. The same tests
-run in the simulator (small sizes; the generated batched kernel runs there
-too) and, marked `gpu`, on a real GPU (larger sizes).
+Every batched result, of one vmap level or of nested ones (whose levels
+flatten into one batch), is compared bit for bit with the unbatched op
+applied to each slice, on fresh random data: kernels that fold (the whole
+batch in one launch), kernels that cannot (one launch per slice, from one
+handler call), 'sequential' ones, broadcast (``in_axes=None``) inputs,
+other in_axes/out_axes, aliased buffers, several outputs, empty batches and
+batches above CUDA's 65535 blocks per axis; also XLACustomKernel's default
+batching, export of a folded vmap, and graph replays of per-slice batches.
+Runs in the simulator (small sizes; the generated batched kernel runs there
+too) and, marked `gpu`, on a GPU (larger sizes). How the fold is decided:
+test_kernel_vmap_fold.py.
 """
+
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -14,11 +23,11 @@ import pytest
 from numba import cuda
 
 import numbax
-from numbax import _fold
 from numbax.custom_kernel import XLACustomKernel
+from numbax.kernel import vmap
 from conftest import SIMULATOR, random_array
-# Kernels that couple the elements of a slice, shared with test_kernel.py.
-from test_kernel import reverse, stencil
+from shared_kernels import (block_sums, matrix_add, mirror_sum, reverse,
+                            stencil, stencil_reads_grid)
 
 pytestmark = pytest.mark.gpu
 
@@ -26,7 +35,11 @@ F32 = jnp.float32
 N = 16 if SIMULATOR else 4099  # not a multiple of the block
 B = 3 if SIMULATOR else 37
 TPB = 8 if SIMULATOR else 128
+# Nested levels multiply the batch: a shorter row.
+NESTED_N = 12 if SIMULATOR else 1031
 
+
+# -- one level --------------------------------------------------------------
 
 def spec(*shape, dtype=F32):
     return jax.ShapeDtypeStruct(shape, dtype)
@@ -53,23 +66,6 @@ def assert_folded(op, *unbatched):
     assert decision.folds, decision
     assert op._batched_kernels, "no batched kernel was built"
     assert f"blockIdx.{decision.axis}" in repr(op)
-
-
-@cuda.jit
-def block_sums(x, out):
-    buf = cuda.shared.array(0, dtype=numba.float32)
-    tid = cuda.threadIdx.x
-    i = cuda.grid(1)
-    buf[tid] = x[i] if i < x.shape[0] else 0
-    cuda.syncthreads()
-    stride = cuda.blockDim.x // 2
-    while stride > 0:
-        if tid < stride:
-            buf[tid] += buf[tid + stride]
-        cuda.syncthreads()
-        stride //= 2
-    if tid == 0:
-        out[cuda.blockIdx.x] = buf[0]
 
 
 @cuda.jit
@@ -190,7 +186,7 @@ def test_zero_extent_slices_and_empty_batch(rng):
 def test_batches_above_the_axis_limit_split(rng, monkeypatch):
     # CUDA allows 65535 blocks on y and z; a smaller limit here exercises
     # the same split (several launches over consecutive slices).
-    monkeypatch.setattr(_fold, "MAX_SLICES_PER_LAUNCH", 3)
+    monkeypatch.setattr(vmap, "MAX_SLICES_PER_LAUNCH", 3)
     op = numbax.numba_cuda_kernel(stencil, spec(N), launch_dims=N,
                                   threads_per_block=TPB)
     batch = 3 * 2 + 2
@@ -209,13 +205,6 @@ def test_large_batch_over_65535_slices(gpu_only, rng):
     x = random_array(rng, (batch, n), np.float32)
     np.testing.assert_array_equal(jax.jit(jax.vmap(op))(x), x[:, ::-1])
     assert_folded(op, x[0])
-
-
-@cuda.jit
-def matrix_add(a, b, out):
-    i, j = cuda.grid(2)
-    if i < out.shape[0] and j < out.shape[1]:
-        out[i, j] = a[i, j] + b[i, j]
 
 
 def test_two_d_launch_and_explicit_grid_fold_on_z(rng):
@@ -332,18 +321,6 @@ def test_sequential_loops_and_says_so(rng):
     assert "sequential" in repr(op)
 
 
-@cuda.jit
-def mirror_sum(x, doubled, out):
-    grid = cuda.cg.this_grid()
-    i = cuda.grid(1)
-    n = x.shape[0]
-    if i < n:
-        doubled[i] = 2 * x[i]
-    grid.sync()
-    if i < n:
-        out[i] = doubled[i] + doubled[n - 1 - i]
-
-
 def test_cooperative_kernel_falls_back(gpu_only, rng):
     n = 4096
     op = numbax.numba_cuda_kernel(mirror_sum, (spec(n), spec(n)),
@@ -356,16 +333,218 @@ def test_cooperative_kernel_falls_back(gpu_only, rng):
     assert not decision.folds and "cooperative" in decision.reason
 
 
+# -- nested vmaps: every level flattened into one batch --------------------
+
+@cuda.jit
+def accumulate(x, acc, acc_out, rev):
+    # acc_out is acc's buffer (aliased): x is added into it in place.
+    i = cuda.grid(1)
+    n = x.shape[0]
+    if i < n:
+        acc_out[i] = acc[i] + x[i] * 2
+        rev[i] = x[n - 1 - i]
+
+
+def nested_loop(op, args, in_axes_per_level):
+    """The reference: `op` jitted, once per index of every level.
+
+    `in_axes_per_level` lists, outermost first, each level's in_axes (one
+    entry per argument, an int or None), as the nested jax.vmap applies
+    them. Returns the outputs stacked with every level's axis first,
+    outermost first.
+    """
+    one = jax.jit(op)
+
+    def run(args, levels):
+        if not levels:
+            return one(*args)
+        axes, rest = levels[0], levels[1:]
+        size = next(a.shape[d] for a, d in zip(args, axes) if d is not None)
+        outs = [run([a if d is None else np.take(a, s, axis=d)
+                     for a, d in zip(args, axes)], rest)
+                for s in range(size)]
+        if isinstance(outs[0], (tuple, list)):
+            return tuple(np.stack([np.asarray(o[k]) for o in outs])
+                         for k in range(len(outs[0])))
+        return np.stack([np.asarray(o) for o in outs])
+    return run(list(args), list(in_axes_per_level))
+
+
+def nest(op, in_axes_per_level, out_axes_per_level=None):
+    """jax.vmap applied once per level, innermost last in the list."""
+    f = op
+    levels = list(in_axes_per_level)
+    outs = list(out_axes_per_level or [0] * len(levels))
+    for axes, out_axis in reversed(list(zip(levels, outs))):
+        f = jax.vmap(f, in_axes=tuple(axes), out_axes=out_axis)
+    return jax.jit(f)
+
+
+def custom_calls(fn, *args):
+    text = fn.lower(*args).as_text()
+    return text.count("stablehlo.custom_call"), text.count("stablehlo.while")
+
+
 def test_nested_vmap_runs(rng):
-    # Once refused; now every level flattens into one batch (more in
-    # test_nested_vmap.py).
+    # Once refused; now every level flattens into one batch (more below).
     op = numbax.numba_cuda_kernel(reverse, spec(8), launch_dims=8,
                                   vmap_method="expand_dims")
     x = random_array(rng, (2, 3, 8), np.float32)
     np.testing.assert_array_equal(jax.vmap(jax.vmap(op))(x), x[..., ::-1])
 
 
-# -- XLACustomKernel's default batching rule ---------------------------------
+@pytest.mark.parametrize("kernel, folds", [(stencil, True),
+                                           (stencil_reads_grid, False)])
+@pytest.mark.parametrize("method", [None, "expand_dims", "sequential"])
+def test_depth_two_with_broadcast_at_each_level(rng, kernel, folds, method):
+    op = numbax.numba_cuda_kernel(kernel, spec(NESTED_N), launch_dims=NESTED_N,
+                                  threads_per_block=TPB, vmap_method=method)
+    outer, inner = 3, 4
+    xs = random_array(rng, (outer, inner, NESTED_N), np.float32)
+    ws_outer = random_array(rng, (outer, 3), np.float32)
+    ws_inner = random_array(rng, (inner, 3), np.float32)
+    w = random_array(rng, (3,), np.float32)
+    cases = [
+        # weights shared by both levels
+        ((xs, w), [(0, None), (0, None)]),
+        # weights batched outside, shared inside
+        ((xs, ws_outer), [(0, 0), (0, None)]),
+        # weights shared outside, batched inside
+        ((xs, ws_inner), [(0, None), (0, 0)]),
+        # x shared outside (one row per inner index)
+        ((xs[0], ws_outer), [(None, 0), (0, None)]),
+    ]
+    for args, levels in cases:
+        got = nest(op, levels)(*args)
+        np.testing.assert_array_equal(got, nested_loop(op, args, levels))
+        calls, loops = custom_calls(nest(op, levels), *args)
+        assert (calls, loops) == (1, 0), "not one flat batched call"
+    decision = op.vmap_fold(xs[0, 0], w)
+    assert decision.folds is (folds and method != "sequential"), decision
+
+
+def test_depth_three_other_axes_and_out_axes(rng):
+    op = numbax.numba_cuda_kernel(stencil, spec(NESTED_N), launch_dims=NESTED_N,
+                                  threads_per_block=TPB)
+    a, b, c = 2, 3, 4
+    # x: the levels' axes at positions 2 (outer), 0 (middle), 1 (inner)
+    # of the array as each level sees it.
+    x = random_array(rng, (b, c, a, NESTED_N), np.float32)
+    w = random_array(rng, (c, 3), np.float32)
+    levels = [(2, None), (0, None), (0, 0)]
+    f = nest(op, levels, out_axes_per_level=[1, 0, 1])
+    got = np.asarray(f(x, w))
+    ref = nested_loop(op, (x, w), levels)  # (a, b, c, NESTED_N)
+    # out_axes 1, 0, 1 (outermost first): c after NESTED_N inside, b in front,
+    # a second: (b, a, NESTED_N, c).
+    np.testing.assert_array_equal(got, ref.transpose(1, 0, 3, 2))
+    assert custom_calls(f, x, w) == (1, 0)
+
+
+def test_depth_three_per_slice_kernel(rng):
+    op = numbax.numba_cuda_kernel(stencil_reads_grid, spec(NESTED_N), launch_dims=NESTED_N,
+                                  threads_per_block=TPB)
+    x = random_array(rng, (2, 2, 3, NESTED_N), np.float32)
+    w = random_array(rng, (2, 3), np.float32)
+    levels = [(0, None), (0, 0), (0, None)]
+    np.testing.assert_array_equal(nest(op, levels)(x, w),
+                                  nested_loop(op, (x, w), levels))
+    assert not op.vmap_fold(x[0, 0, 0], w[0]).folds
+
+
+@pytest.mark.parametrize("shared", [(None, None), (0, None), (None, 0),
+                                    (0, 0)])
+def test_aliased_accumulator_at_each_level(rng, shared):
+    # acc is written in place: wherever a level shares it, every slice
+    # still needs (and gets) its own copy, and the caller's is untouched.
+    op = numbax.numba_cuda_kernel(accumulate, (spec(NESTED_N), spec(NESTED_N)),
+                                  launch_dims=NESTED_N, threads_per_block=TPB,
+                                  input_output_aliases={1: 0})
+    outer, inner = 2, 3
+    x = random_array(rng, (outer, inner, NESTED_N), np.float32)
+    acc_shape = {(None, None): (NESTED_N,), (0, None): (outer, NESTED_N),
+                 (None, 0): (inner, NESTED_N), (0, 0): (outer, inner, NESTED_N)}[shared]
+    acc = random_array(rng, acc_shape, np.float32)
+    before = acc.copy()
+    levels = [(0, shared[0]), (0, shared[1])]
+    got = nest(op, levels)(x, acc)
+    ref = nested_loop(op, (x, acc), levels)
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(g, r)
+    np.testing.assert_array_equal(acc, before)
+    assert op.vmap_fold(x[0, 0], acc.reshape(-1, NESTED_N)[0]).folds
+
+
+def test_split_above_the_axis_limit_nested(rng, monkeypatch):
+    # 3 x 5 = 15 slices with a limit of 4 per launch: 4 launches over
+    # consecutive flat slices, in the simulator too.
+    monkeypatch.setattr(vmap, "MAX_SLICES_PER_LAUNCH", 4)
+    op = numbax.numba_cuda_kernel(stencil, spec(NESTED_N), launch_dims=NESTED_N,
+                                  threads_per_block=TPB, name="nested_split")
+    x = random_array(rng, (3, 5, NESTED_N), np.float32)
+    w = random_array(rng, (5, 3), np.float32)
+    levels = [(0, None), (0, 0)]
+    np.testing.assert_array_equal(nest(op, levels)(x, w),
+                                  nested_loop(op, (x, w), levels))
+
+
+def test_over_65535_total_slices(rng):
+    # Above CUDA's 65535 blocks on grid axis z: two launches. The simulator
+    # runs 2 x 32769 = 65538 slices of 2 (about 20 s there); a GPU 300 x 250
+    # of 5, and compares with the per-slice twin (it reads gridDim.y/z, so
+    # each slice is a launch of its own, from C++): the per-slice loop.
+    outer, inner, n = (2, 32769, 2) if SIMULATOR else (300, 250, 5)
+    rev = numbax.numba_cuda_kernel(reverse, spec(n), launch_dims=n)
+    x = random_array(rng, (outer, inner, n), np.float32)
+    np.testing.assert_array_equal(
+        jax.jit(jax.vmap(jax.vmap(rev)))(x), x[..., ::-1])
+    decision = rev.vmap_fold(x[0, 0])
+    assert decision.folds and decision.launches(outer, inner) == 2
+    if SIMULATOR:
+        return
+    w = np.array([0, 1, 0], np.float32)  # stencil as the identity
+    folded = numbax.numba_cuda_kernel(stencil, spec(n), launch_dims=n)
+    per_slice = numbax.numba_cuda_kernel(stencil_reads_grid, spec(n),
+                                         launch_dims=n)
+    levels = [(0, None), (0, None)]
+    got = np.asarray(nest(folded, levels)(x, w))
+    np.testing.assert_array_equal(got, x)
+    np.testing.assert_array_equal(got, nest(per_slice, levels)(x, w))
+    assert folded.vmap_fold(x[0, 0], w).folds
+
+
+def test_empty_levels(rng):
+    op = numbax.numba_cuda_kernel(reverse, spec(NESTED_N), launch_dims=NESTED_N)
+    for shape in [(0, 3, NESTED_N), (3, 0, NESTED_N)]:
+        out = jax.jit(jax.vmap(jax.vmap(op)))(np.zeros(shape, np.float32))
+        assert out.shape == shape
+
+
+def test_bf16_intrinsics_fold_nested(gpu_only, rng):
+    import ml_dtypes
+    from numba.cuda.bf16 import hfma
+
+    @cuda.jit
+    def fma(x, y, out):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            out[i] = hfma(x[i], y[i], x[i])
+
+    bf16 = ml_dtypes.bfloat16
+    op = numbax.numba_cuda_kernel(fma, spec(NESTED_N, dtype=jnp.bfloat16),
+                                  launch_dims=NESTED_N)
+    x = rng.standard_normal((3, 4, NESTED_N)).astype(np.float32).astype(bf16)
+    y = rng.standard_normal((4, NESTED_N)).astype(np.float32).astype(bf16)
+    levels = [(0, None), (0, 0)]
+    got = nest(op, levels)(x, y)
+    np.testing.assert_array_equal(
+        np.asarray(got).view(np.uint16),
+        np.asarray(nested_loop(op, (x, y), levels)).view(np.uint16))
+    decision = op.vmap_fold(x[0, 0], y[0])
+    assert decision.folds, decision
+
+
+# -- XLACustomKernel's default batching, and callables ---------------------
 
 def test_custom_kernel_default_batching_folds(rng):
     made = []
@@ -389,153 +568,73 @@ def test_custom_kernel_default_batching_folds(rng):
     assert "stablehlo.while" not in nested.lower(x3).as_text()
 
 
-# -- the rule itself -----------------------------------------------------------
+def test_custom_kernel_nested_is_one_call(rng):
+    op = XLACustomKernel("nested_vmap_stencil")
 
-@pytest.mark.parametrize("kwargs, folds, text", [
-    (dict(vmap_method="sequential", grid=(4, 1, 1), cooperative=False,
-          axes_read=frozenset()), False, "sequential"),
-    (dict(vmap_method=None, grid=(4, 1, 1), cooperative=True,
-          axes_read=frozenset()), False, "cooperative"),
-    (dict(vmap_method=None, grid=(4, 2, 3), cooperative=False,
-          axes_read=frozenset()), False, "all three grid axes"),
-    (dict(vmap_method=None, grid=(4, 1, 1), cooperative=False,
-          axes_read=None, unreadable="x"), False, "cannot read"),
-    (dict(vmap_method=None, grid=(4, 1, 1), cooperative=False,
-          axes_read=frozenset({0, 1, 2})), False, "reads grid axis z/y"),
-    (dict(vmap_method=None, grid=(4, 1, 1), cooperative=False,
-          axes_read=frozenset({0})), True, "axis z"),
-    (dict(vmap_method="expand_dims", grid=(4, 1, 1), cooperative=False,
-          axes_read=frozenset({0, 2})), True, "axis y"),
-    (dict(vmap_method=None, grid=(4, 4, 1), cooperative=False,
-          axes_read=frozenset({0, 1, 2})), False, "reads grid axis z"),
-])
-def test_decide(kwargs, folds, text):
-    decision = _fold.decide(**kwargs)
-    assert decision.folds is folds
-    assert text in decision.reason
+    @op.def_numba_cuda_kernel
+    def _(*, outs):
+        return numbax.numba_cuda_kernel(
+            stencil, outs, launch_dims=outs.shape[0], threads_per_block=TPB)
+
+    def call(v, w):
+        return op(v, w, outs=spec(NESTED_N))
+
+    x = random_array(rng, (2, 3, 2, NESTED_N), np.float32)
+    w = random_array(rng, (3, 3), np.float32)
+    levels = [(0, None), (0, 0), (0, None)]
+    f = nest(call, levels)
+    np.testing.assert_array_equal(f(x, w), nested_loop(call, (x, w), levels))
+    assert custom_calls(f, x, w) == (1, 0)
 
 
-def test_ptx_reads():
-    ptx = "mov.u32 %r1, %ctaid.x;\nmov.u32 %r2, %ntid.x;\nmov.u32 %r3, %tid.z;"
-    assert _fold.axes_read_by_ptx(ptx) == {0}
-    assert _fold.axes_read_by_ptx("mov.u32 %r9, %nctaid.z;") == {2}
-    assert _fold.axes_read_by_ptx("mov.v4.u32 {%r1,%r2,%r3,%r4}, %ctaid;") \
-        == {0, 1, 2}
-    assert _fold.axes_read_by_ptx("mov.u32 %r1, %clusterid.x;") == {0, 1, 2}
+def test_custom_kernel_with_a_rule_keeps_the_loop(rng):
+    # A rule of its own (even one that declines) must see every level.
+    op = XLACustomKernel("nested_vmap_rule")
+    seen = []
+
+    @op.def_numba_cuda_kernel
+    def _(*, outs):
+        return numbax.numba_cuda_kernel(reverse, outs,
+                                        launch_dims=outs.shape[0])
+
+    @op.def_batching_rule
+    def _(args, axes, *, outs):
+        seen.append(tuple(axes))
+        return NotImplemented
+
+    x = random_array(rng, (2, 3, NESTED_N), np.float32)
+    out = jax.jit(jax.vmap(jax.vmap(lambda v: op(v, outs=spec(NESTED_N)))))(x)
+    np.testing.assert_array_equal(out, x[..., ::-1])
+    assert len(seen) >= 2
 
 
-def _helper_reads_y():
-    return cuda.blockIdx.y
+@pytest.mark.parametrize("method, partitionable",
+                         list(itertools.product(["expand_dims", "broadcast_all"],
+                                                [False, True])))
+def test_callable_nested_gets_every_level(rng, method, partitionable):
+    if partitionable and method == "broadcast_all":
+        pytest.skip("covered by expand_dims: the same batch rule")
+    shapes = []
+
+    def add(x, y, out, stream):
+        # As for one level: the batched buffers, every vmap axis in front
+        # (a shared input keeps extent 1 there with 'expand_dims').
+        shapes.append((x.shape, y.shape, out.shape))
+        total = (np.broadcast_to(x.copy_to_host(), out.shape)
+                 + np.broadcast_to(y.copy_to_host(), out.shape))
+        out.copy_to_device(np.ascontiguousarray(total))
+
+    op = numbax.numba_cuda_callable(add, spec(4), vmap_method=method,
+                                    batch_partitionable=partitionable)
+    x = random_array(rng, (2, 3, 4), np.float32)
+    y = random_array(rng, (3, 4), np.float32)
+    got = jax.jit(jax.vmap(jax.vmap(op), in_axes=(0, None)))(x, y)
+    np.testing.assert_array_equal(got, x + y[None])
+    y_shape = (1, 3, 4) if method == "expand_dims" else (2, 3, 4)
+    assert shapes[-1] == ((2, 3, 4), y_shape, (2, 3, 4))
 
 
-def test_python_reads():
-    def k1(x):
-        i = cuda.grid(1)
-        return cuda.blockIdx.x + cuda.gridDim.x + i
-
-    def k2(x):
-        return cuda.grid(2)
-
-    def k3(x):
-        return _helper_reads_y()
-
-    def k4(x, axis):
-        return cuda.grid(axis)
-
-    assert _fold.axes_read_by_python(k1) == (frozenset({0}), None)
-    assert _fold.axes_read_by_python(k2) == (frozenset({0, 1}), None)
-    assert _fold.axes_read_by_python(k3) == (frozenset({1}), None)
-    assert _fold.axes_read_by_python(k4) == (frozenset({0, 1, 2}), None)
-
-
-# -- issue 11 part 2: the launch configuration is checked first ----------------
-
-def _plain_python(x, out):
-    out[0] = x[0]
-
-
-@pytest.mark.parametrize("kwargs, match", [
-    ({}, "needs a launch configuration"),
-    ({"grid": 1, "block": 4, "launch_dims": 4}, "not both"),
-    ({"grid": 1}, "go together"),
-    ({"block": 4}, "go together"),
-    ({"grid": 1, "block": 4, "vmap_method": "expand_dims"},
-     "explicit grid cannot be combined with vmap_method"),
-    ({"launch_dims": 4, "vmap_method": "bogus"},
-     "vmap_method must be one of None, 'expand_dims'"),
-])
-def test_configuration_before_the_kernel_and_numba(monkeypatch, kwargs,
-                                                   match):
-    with pytest.raises(ValueError, match=match):
-        numbax.numba_cuda_kernel(_plain_python, spec(4), **kwargs)
-
-    def no_numba():
-        raise ImportError("numbax needs Numba with CUDA support (test)")
-
-    monkeypatch.setattr(numbax._numba, "require_cuda", no_numba)
-    with pytest.raises(ValueError, match=match):
-        numbax.numba_cuda_kernel(reverse, spec(4), **kwargs)
-
-
-def test_valid_configuration_then_type_error_or_import_error(monkeypatch):
-    with pytest.raises(TypeError, match="@cuda.jit"):
-        numbax.numba_cuda_kernel(_plain_python, spec(4), launch_dims=4,
-                                 vmap_method="broadcast_all")
-
-    def no_numba():
-        raise ImportError("numbax needs Numba with CUDA support (test)")
-
-    monkeypatch.setattr(numbax._numba, "require_cuda", no_numba)
-    with pytest.raises(ImportError, match="Numba with CUDA support"):
-        numbax.numba_cuda_kernel(_plain_python, spec(4), launch_dims=4)
-
-
-# -- the workload benchmarks run (tiny in the simulator) -----------------------
-
-def test_workload_benchmarks_run_and_check(rng):
-    from numbax.bench import timing, workloads
-    cfg = (workloads.WorkloadConfig.cpu_smoke() if SIMULATOR else
-           workloads.WorkloadConfig(vmap_shapes=((16, 1024),), vmap_rounds=2,
-                                    nested_shape=(4, 4, 1024),
-                                    bf16_shape=(16, 1024),
-                                    per_slice_shape=(64, 256),
-                                    vmap_runs=1, neurons=2000, fan_out=10,
-                                    steps=20, snn_rounds=2))
-    logged = []
-    vmap_rows = workloads.run_vmap(cfg, rng, timing, logged.append)
-    bf16 = [r for r in vmap_rows if "bf16" in r["name"]]
-    rest = [r for r in vmap_rows if r not in bf16]
-    assert {r["status"] for r in rest} == {"ok"}, vmap_rows
-    if SIMULATOR:  # no bf16 intrinsics there: one row says so
-        assert [r["status"][:8] for r in bf16] == ["skipped:"], bf16
-    else:
-        assert {r["status"] for r in bf16} == {"ok"}, bf16
-        rest += bf16
-    by_name = {}
-    for r in rest:
-        by_name.setdefault(r["name"], []).append(r)
-    for name in ("numbax vmap, folded", "numbax nested vmap, folded",
-                 "numbax bf16 vmap, folded"):
-        assert all(r["vmap"].startswith("one launch per batch")
-                   for r in by_name.get(name, [])), name
-    for name in ("numbax vmap, per slice", "numbax vmap, per slice from C++",
-                 "numbax vmap, sequential (C++)",
-                 "numbax bf16 vmap, per slice"):
-        assert all(r["vmap"].startswith("one launch per slice")
-                   for r in by_name.get(name, [])), name
-    assert by_name["numbax nested vmap, folded"][0]["B"] == "x".join(
-        map(str, cfg.nested_shape[:-1]))
-    assert "numbax per slice, XLA loop (lax.map)" in by_name
-    assert all(r["us_per_call"] > 0 and r["us_per_slice"] > 0 for r in rest)
-    snn_rows = workloads.run_snn(cfg, 7, timing, logged.append)
-    assert len(snn_rows) == 4
-    for r in snn_rows:
-        assert r["status"] == "ok" and r["spikes_match_jax"], r
-        assert r["us_per_step"] > 0 and r["first_call_s"] > 0
-    assert snn_rows[0]["spikes_per_step"] > 0  # the network does spike
-    table = workloads.format_tables(vmap_rows, snn_rows)
-    assert "(d) numba_cuda_kernel, aliased zeros" in table
-
+# -- export ----------------------------------------------------------------
 
 _EXPORT_FOLDED = """
 import sys, jax, jax.numpy as jnp, numpy as np, numbax
@@ -578,40 +677,43 @@ def test_exported_folded_vmap_runs_in_a_fresh_process(tmp_path):
     assert "LOADED" in result.stdout
 
 
-@cuda.jit(device=True)
-def _block_z():
-    return cuda.blockIdx.z
+# -- per-slice batches: launched from C++, replayed from a graph -----------
+
+def test_per_slice_batch_replays_a_graph(gpu_only, rng):
+    # 64 slices of a kernel that cannot fold: the second call with the same
+    # buffers records the launches into a graph, later ones replay it. Each
+    # call scales x inside the program, so the kernel's input sits in XLA's
+    # temporary buffer (the same address every call) with new contents:
+    # replays must read them, not what was there when recording.
+    op = numbax.numba_cuda_kernel(stencil_reads_grid, spec(NESTED_N), launch_dims=NESTED_N,
+                                  threads_per_block=TPB)
+    x = random_array(rng, (8, 8, NESTED_N), np.float32)
+    w = random_array(rng, (3,), np.float32)
+    f = jax.jit(lambda x, k, w: jax.vmap(jax.vmap(
+        op, in_axes=(0, None)), in_axes=(0, None))(x * k, w))
+    numbax.reset_bridge_counters()
+    for k in [1.0, 2.0, -0.5, 3.0, 0.25]:
+        got = np.asarray(f(x, np.float32(k), w))
+        want = nested_loop(op, (x * np.float32(k), w),
+                           [(0, None), (0, None)])
+        np.testing.assert_array_equal(got, want)
+        del got
+    counters = numbax.bridge_counters()
+    assert counters["slice_graph_records"] >= 1, counters
+    assert counters["slice_graph_replays"] >= 1, counters
 
 
-_HELPERS = (_block_z,)
-
-
-@cuda.jit
-def _reads_z_through_a_tuple(x, out):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        out[i] = x[i] + 100 * _HELPERS[0]()
-
-
-@cuda.jit
-def _uses_type_globals(x, out):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        out[i] = numba.float32(x[i]) + np.float32(1)
-
-
-@pytest.mark.usefixtures("simulator_only")
-def test_simulator_reader_does_not_trust_what_it_cannot_look_inside():
-    # Before: a device function reached through a tuple (or a class) was not
-    # followed and counted as safe, so the fold changed the result.
-    spec = jax.ShapeDtypeStruct((8,), jnp.float32)
-    op = numbax.numba_cuda_kernel(_reads_z_through_a_tuple, spec, launch_dims=8)
-    decision = op.vmap_fold(spec)
-    assert not decision.folds and "tuple" in decision.reason, decision
-    xs = np.zeros((3, 8), np.float32)
-    np.testing.assert_array_equal(
-        jax.vmap(op)(xs), np.stack([np.asarray(op(x)) for x in xs]))
-    # Numba's and numpy's types are values: such kernels still fold.
-    typed = numbax.numba_cuda_kernel(_uses_type_globals, spec, launch_dims=8)
-    assert typed.vmap_fold(spec).folds
-    np.testing.assert_array_equal(jax.vmap(typed)(xs), xs + 1)
+def test_sequential_slices_run_in_order(gpu_only, rng):
+    # 'sequential' keeps meaning one slice after another (a kernel that
+    # could fold does not): 40 slices from one call, equal to the loop.
+    op = numbax.numba_cuda_kernel(stencil, spec(NESTED_N), launch_dims=NESTED_N,
+                                  vmap_method="sequential")
+    x = random_array(rng, (5, 8, NESTED_N), np.float32)
+    w = random_array(rng, (8, 3), np.float32)
+    levels = [(0, None), (0, 0)]
+    f = nest(op, levels)
+    want = nested_loop(op, (x, w), levels)
+    for _ in range(3):  # plain, recorded, replayed
+        np.testing.assert_array_equal(f(x, w), want)
+    assert custom_calls(f, x, w) == (1, 0)
+    assert not op.vmap_fold(x[0, 0], w[0]).folds

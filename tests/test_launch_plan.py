@@ -1,6 +1,6 @@
-"""numbax._core.LaunchPlan: the typed launch plan _kernel_plan.py hands C++.
+"""numbax._core.LaunchPlan: the typed launch plan kernel/plan.py hands C++.
 
-The plan is built by keyword only, so _kernel_plan.py and csrc/launch_plan.h
+The plan is built by keyword only, so kernel/plan.py and csrc/launch_plan.h
 cannot drift apart silently: a missing, extra or positional field fails at
 construction, and so does a value no launch can take. (The handler that
 reads it runs on a GPU: tests/test_kernel.py covers it there.)
@@ -40,7 +40,7 @@ def test_fields_read_back_as_given():
     assert plan.abi == 0
     assert plan.aliases == [(1, 0)]
     assert plan.scalars == []
-    # a call XLA splits (src/numbax/_sharding_rule.py): unit axes per
+    # a call XLA splits (src/numbax/trace/sharding_rules.py): unit axes per
     # buffer, and the grid axes read from output 0's local extents
     assert plan.lead_units == [2, 0, 2]
     assert plan.trail_units == [1, 0, 0]

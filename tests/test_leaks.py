@@ -1,5 +1,6 @@
 """Leaks: distinct functions wrapped, called and dropped give their memory
-back; retracing registers nothing; a stale program fails clearly.
+back; retracing registers nothing; an op re-created per call is one op;
+a stale program fails clearly.
 
 Each distinct function is a distinct XLA program to compile (about 20 ms
 on the CPU), so CI wraps NUMBAX_LEAK_FUNCS functions (default 2,000, about
@@ -26,7 +27,7 @@ from numba import cuda
 
 import numbax
 from conftest import SIMULATOR
-from numbax import _registry, _targets
+from numbax.runtime import ops, registry, targets
 from shared_kernels import affine
 
 pytestmark = pytest.mark.gpu
@@ -119,26 +120,26 @@ def test_distinct_kernels_give_memory_back():
 def test_registry_holds_kernel_owners_weakly():
     # numba_cuda_kernel's GPU key registers the op itself (its plan refers
     # to it weakly): the registry must not keep the op alive.
-    class Owner:
+    class Owner(ops.Op):
         pass
 
     base = numbax.registry_size()
     owners = [Owner() for _ in range(50)]
     for i, owner in enumerate(owners):
         owner_ref = weakref.ref(owner)
-        group = _registry.register_op(owner, owner, name=f"leak.k{i}",
+        group = registry.register_op(owner, owner, name=f"leak.k{i}",
                                       config="kernel;leak-test",
                                       num_outputs=1)
-        _registry.program_key(
+        registry.program_key(
             owner, group, f"in=float32[{i + 1}];batch=0;bcast=0",
-            lambda key, r=owner_ref: _registry.KernelEntry(
+            lambda key, r=owner_ref: registry.KernelEntry(
                 key, lambda: (r(),), r))
     assert numbax.registry_size()[1] == base[1] + 50
-    groups = len(_registry._groups)
+    groups = len(registry._groups)
     del owners, owner
     gc.collect()
     assert numbax.registry_size() == base
-    assert len(_registry._groups) == groups - 50
+    assert len(registry._groups) == groups - 50
 
 
 def test_retracing_registers_nothing_new():
@@ -147,16 +148,16 @@ def test_retracing_registers_nothing_new():
     fn = numbax.numba_cuda_callable(func, SPEC)
     kernel = numbax.numba_cuda_kernel(affine, SPEC, launch_dims=N)
     jax.jit(lambda v: kernel(fn(v)))(x).block_until_ready()
-    registry = numbax.registry_size()
-    memo = len(_registry._memo)
+    sizes = numbax.registry_size()
+    memo = len(registry._memo)
     finalizers = len(weakref.finalize._registry)
     resolves = numbax.bridge_counters()["resolves"]
     for i in range(RETRACES):
         jax.make_jaxpr(lambda v: kernel(fn(v)))(x)
         if i % 50 == 0:  # full lowerings too: the kernel's key is made there
             jax.jit(lambda v: kernel(fn(v))).lower(x)
-    assert numbax.registry_size() == registry
-    assert len(_registry._memo) == memo
+    assert numbax.registry_size() == sizes
+    assert len(registry._memo) == memo
     assert len(weakref.finalize._registry) == finalizers
     assert numbax.bridge_counters()["resolves"] == resolves  # nothing compiled
 
@@ -199,7 +200,7 @@ def test_stale_deserialised_kernel_program():
     op = numbax.numba_cuda_kernel(kernel, SPEC, launch_dims=N,
                                   name="leaks.stale_kernel")
     checks = [jax.export.DisabledSafetyCheck.custom_call(t)
-              for t in (_targets.CALLABLE_TARGET, _targets.KERNEL_TARGET)]
+              for t in (targets.CALLABLE_TARGET, targets.KERNEL_TARGET)]
     platform = {"gpu": "cuda"}.get(jax.default_backend(), jax.default_backend())
     blob = jax.export.export(jax.jit(op), disabled_checks=checks,
                              platforms=[platform])(x).serialize()
@@ -222,3 +223,26 @@ def test_compiled_program_keeps_working_after_op_dropped():
     del op
     gc.collect()
     np.testing.assert_array_equal(compiled(x), 2 * np.arange(N) + 1)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"),
+                    reason="needs /proc")
+def test_kernel_recreated_per_call_shares_one_compiled_op():
+    def my_op(v):
+        return numbax.numba_cuda_kernel(affine, SPEC, launch_dims=8)(v)
+
+    x = jnp.arange(8, dtype=F32)
+    assert numbax.numba_cuda_kernel(affine, SPEC, launch_dims=8) is \
+        numbax.numba_cuda_kernel(affine, SPEC, launch_dims=8)
+    assert numbax.numba_cuda_kernel(affine, SPEC, launch_dims=8) is not \
+        numbax.numba_cuda_kernel(affine, SPEC, launch_dims=8,
+                                 threads_per_block=128)
+    for _ in range(20):  # warm up
+        jax.block_until_ready(my_op(x))
+    size, rss = numbax.registry_size(), rss_mib()
+    for _ in range(300):
+        y = my_op(x)
+    np.testing.assert_allclose(y, 2 * np.arange(8) + 1)
+    assert numbax.registry_size() == size
+    # Before: about 1.4 MB per call (one compiled program each).
+    assert rss_mib() - rss < 30

@@ -71,7 +71,7 @@ def test_callable_without_numba_cuda_is_import_error(monkeypatch):
     def no_numba():
         raise ImportError("numbax needs Numba with CUDA support (test)")
 
-    monkeypatch.setattr(numbax._numba, "require_cuda", no_numba)
+    monkeypatch.setattr(numbax.runtime.numba_bridge, "require_cuda", no_numba)
     with pytest.raises(ImportError, match="Numba with CUDA support"):
         numbax.numba_cuda_callable(lambda x, out, stream: None,
                                    jax.ShapeDtypeStruct((4,), jnp.float32))

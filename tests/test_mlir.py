@@ -1,4 +1,4 @@
-"""numba-cuda-mlir support without a GPU (numbax._mlir, docs/compilers.md).
+"""numba-cuda-mlir support without a GPU (compilers/numba_cuda_mlir.py, docs/compilers.md).
 
 numba-cuda-mlir has no simulator, so its kernels only run in the gpu tests
 (tests/test_compilers.py). What needs no GPU is checked here: numbax works,
@@ -26,11 +26,15 @@ import numpy as np
 import pytest
 
 import numbax
-from numbax import _core, _mlir, _mlir_launch
+from numbax import _core
+from numbax.compilers import numba_cuda_mlir as mlir_compiler
+from numbax.compilers import numba_cuda_mlir_launch
+from numbax.compilers.cubin import CubinKernel
+
 from conftest import SIMULATOR
 
 ROOT = Path(__file__).resolve().parents[1]
-HAVE_MLIR = _mlir.version() is not None
+HAVE_MLIR = mlir_compiler.version() is not None
 needs_mlir = pytest.mark.skipif(
     not HAVE_MLIR, reason="numba-cuda-mlir is not installed (optional)")
 
@@ -65,7 +69,8 @@ def test_numbax_works_and_never_imports_it_when_absent():
         import jax, jax.numpy as jnp, numpy as np
         from numba import cuda
         import numbax
-        from numbax import _mlir, _mlir_launch
+        from numbax.compilers import numba_cuda_mlir as mlir_compiler
+        from numbax.compilers import numba_cuda_mlir_launch
 
         @cuda.jit
         def double(x, out):
@@ -84,8 +89,8 @@ def test_numbax_works_and_never_imports_it_when_absent():
             func, outs=jax.ShapeDtypeStruct((8,), jnp.float32))
         assert np.array_equal(np.asarray(jax.jit(cop)(x)), 2 * x)
 
-        assert not _mlir.is_kernel(double) and not _mlir.is_kernel(func)
-        print("bridge:", _mlir_launch.install_launch_bridge())
+        assert not mlir_compiler.COMPILER.owns(double) and not mlir_compiler.COMPILER.owns(func)
+        print("bridge:", numba_cuda_mlir_launch.install_launch_bridge())
         print("imported:", sorted(m for m in sys.modules
                                   if m.startswith("numba_cuda_mlir")))
     """, simulator=True)
@@ -94,13 +99,13 @@ def test_numbax_works_and_never_imports_it_when_absent():
 
 
 def test_status_says_absent_or_names_the_version(monkeypatch):
-    monkeypatch.setattr(_mlir, "version", lambda: None)
-    assert _mlir.status().startswith("not installed")
-    assert "no simulator" in _mlir.status()
-    monkeypatch.setattr(_mlir, "version", lambda: "0.6.0")
-    assert _mlir.status().startswith("0.6.0 (")
-    monkeypatch.setattr(_mlir, "version", lambda: "0.9.1")
-    assert "not verified" in _mlir.status()
+    monkeypatch.setattr(mlir_compiler, "version", lambda: None)
+    assert mlir_compiler.status().startswith("not installed")
+    assert "no simulator" in mlir_compiler.status()
+    monkeypatch.setattr(mlir_compiler, "version", lambda: "0.6.0")
+    assert mlir_compiler.status().startswith("0.6.0 (")
+    monkeypatch.setattr(mlir_compiler, "version", lambda: "0.9.1")
+    assert "not verified" in mlir_compiler.status()
 
 
 def test_info_reports_it():
@@ -109,7 +114,7 @@ def test_info_reports_it():
                           env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    expected = _mlir.version() or "not installed"
+    expected = mlir_compiler.version() or "not installed"
     assert re.search(rf"^numba-cuda-mlir\s+{re.escape(expected)}",
                      proc.stdout, re.M), proc.stdout
     # info reads the version from metadata: importing it takes seconds.
@@ -145,7 +150,7 @@ def mlir_kernels(mlir_cuda):
 
 def test_recognised_by_type(mlir_kernels):
     double, helper = mlir_kernels
-    assert _mlir.is_kernel(double) and _mlir.is_kernel(helper)
+    assert mlir_compiler.COMPILER.owns(double) and mlir_compiler.COMPILER.owns(helper)
     from numba import cuda
 
     @cuda.jit
@@ -153,7 +158,7 @@ def test_recognised_by_type(mlir_kernels):
         pass
 
     for other in (numba_kernel, double.py_func, type(double), None, 3):
-        assert not _mlir.is_kernel(other), other
+        assert not mlir_compiler.COMPILER.owns(other), other
 
 
 def test_numba_cuda_kernel_accepts_it(mlir_kernels):
@@ -198,11 +203,11 @@ def test_on_the_cpu_it_says_there_is_no_simulator(mlir_kernels):
 
 def test_argument_types_are_its_own_c_arrays(mlir_kernels):
     from numba_cuda_mlir.numba_cuda import types
-    tys = _mlir.argtypes([((4, 3), np.float32), ((5,), np.int64)], 0)
+    tys = mlir_compiler.COMPILER.argtypes([((4, 3), np.float32), ((5,), np.int64)], 0, (), 'op')
     assert tys == (types.Array(types.float32, 2, "C"),
                    types.Array(types.int64, 1, "C"))
     # vmapped: the batch axis is not the kernel's
-    assert _mlir.argtypes([((7, 4, 3), np.float64)], 7) == (
+    assert mlir_compiler.COMPILER.argtypes([((7, 4, 3), np.float64)], 7, (), 'op') == (
         types.Array(types.float64, 2, "C"),)
 
 
@@ -283,7 +288,7 @@ def test_packed_words_match_the_lowered_kernel_signature():
     expected_kinds, words = [], []
     for rank in ranks:
         shape = [3 + rank] * rank
-        packed = _core.pack_array_for_test(_mlir.MEMREF_ABI, address, shape, 4)
+        packed = _core.pack_array_for_test(mlir_compiler.COMPILER.abi, address, shape, 4)
         words.append(packed)
         # allocated and aligned pointers, then offset, sizes, strides: i64
         expected_kinds += ["!llvm.ptr", "!llvm.ptr"] + ["i64"] * (1 + 2 * rank)
@@ -314,7 +319,7 @@ def test_launch_bridge_takes_numbax_stream_and_keeps_foreign_syncs():
     # would need the driver.
     out = run_python("""
         import numbax
-        from numbax import _mlir_launch
+        from numbax.compilers import numba_cuda_mlir_launch
         from numba.cuda.cudadrv import driver as numba_driver
         from numba_cuda_mlir import cuda, descriptor
 
@@ -332,7 +337,7 @@ def test_launch_bridge_takes_numbax_stream_and_keeps_foreign_syncs():
         except TypeError as exc:
             print("before: refused:", exc)
 
-        print("bridge:", _mlir_launch.install_launch_bridge())
+        print("bridge:", numba_cuda_mlir_launch.install_launch_bridge())
         launcher = fill[128, 32, numbax_stream]
         print("launch stream:", hex(launcher._launch_stream))
 
@@ -343,7 +348,7 @@ def test_launch_bridge_takes_numbax_stream_and_keeps_foreign_syncs():
                     "version": 3, "strides": None, "stream": stream}
 
         sync = descriptor._sync_cuda_array_interface_stream
-        _mlir_launch._launching.stream = 0x1234
+        numba_cuda_mlir_launch._launching.stream = 0x1234
         sync(Array(0x1234))  # the launch's own stream: no sync
         print("same stream: skipped")
         try:
@@ -364,13 +369,13 @@ def test_same_stream_rule():
         def __init__(self, stream):
             self.__cuda_array_interface__ = {"stream": stream}
 
-    assert _mlir_launch._same_stream(A(0x99), 0x99)
-    assert not _mlir_launch._same_stream(A(0x99), 0x98)
-    assert not _mlir_launch._same_stream(A(None), 0x99)
+    assert numba_cuda_mlir_launch._same_stream(A(0x99), 0x99)
+    assert not numba_cuda_mlir_launch._same_stream(A(0x99), 0x98)
+    assert not numba_cuda_mlir_launch._same_stream(A(None), 0x99)
     # 1 and 2 are the default streams' aliases: never assumed the same
-    assert not _mlir_launch._same_stream(A(1), 1)
-    assert not _mlir_launch._same_stream(A(0x99), None)
-    assert not _mlir_launch._same_stream(object(), 0x99)
+    assert not numba_cuda_mlir_launch._same_stream(A(1), 1)
+    assert not numba_cuda_mlir_launch._same_stream(A(0x99), None)
+    assert not numba_cuda_mlir_launch._same_stream(object(), 0x99)
 
 
 # -- the fast path's memref packing, without a GPU ----------------------------
@@ -401,7 +406,7 @@ STREAM = 0x7000
 
 @pytest.fixture
 def dry_hook():
-    from numbax import _fast_launch
+    from numbax.compilers import numba_cuda_launch
     _core.clear_launch_plans()
     _core.set_fast_launch_dry_run(True)
     numbax.reset_bridge_counters()
@@ -415,9 +420,11 @@ def dry_hook():
 
     def check(cfg, args, ours, device):
         for value, slot in zip(args, ours):
-            if slot == _fast_launch.OTHER and type(value) not in _mlir_launch._SCALARS:
-                return "foreign_argument", True, _mlir_launch._marshaller_stream(cfg)
-        return None, True, _mlir_launch._marshaller_stream(cfg)
+            if (slot == numba_cuda_launch.OTHER
+                    and type(value) not in numba_cuda_mlir_launch._SCALARS):
+                return ("foreign_argument", True,
+                        numba_cuda_mlir_launch._marshaller_stream(cfg))
+        return None, True, numba_cuda_mlir_launch._marshaller_stream(cfg)
 
     def plan(cfg, args, ours, device):
         return (0xBEEF, (3, 1, 1), (64, 1, 1), 0, False, state["packing"],
@@ -496,13 +503,13 @@ class _Marshaller:
 @needs_mlir
 def test_fast_check_refuses_what_it_does_not_replay(mlir_cuda):
     ok = _Marshaller()
-    assert _mlir_launch._fast_check(ok, (1, 2.0), (0, -1), 0) == (None, True, STREAM)
+    assert numba_cuda_mlir_launch._fast_check(ok, (1, 2.0), (0, -1), 0) == (None, True, STREAM)
     # A view of a buffer (its layout is numba-cuda's computation), a host
     # array, a bool (its parameter width is the compiler's choice).
-    assert _mlir_launch._fast_check(ok, (1,), (-2,), 0)[0] == "foreign_argument"
-    assert _mlir_launch._fast_check(ok, (np.zeros(2),), (-1,), 0)[0] == \
+    assert numba_cuda_mlir_launch._fast_check(ok, (1,), (-2,), 0)[0] == "foreign_argument"
+    assert numba_cuda_mlir_launch._fast_check(ok, (np.zeros(2),), (-1,), 0)[0] == \
         "foreign_argument"
-    assert _mlir_launch._fast_check(ok, (True,), (-1,), 0)[0] == "foreign_argument"
+    assert numba_cuda_mlir_launch._fast_check(ok, (True,), (-1,), 0)[0] == "foreign_argument"
     debug = _Marshaller()
     debug._dispatcher.targetoptions = {"debug": True}
     for cfg in (_Marshaller(_extensions=[object()]),
@@ -511,11 +518,11 @@ def test_fast_check_refuses_what_it_does_not_replay(mlir_cuda):
                     "grid": (1, 1, 1), "block": (1, 1, 1), "sharedmem": None,
                     "cluster": (2, 1, 1)}),
                 debug):
-        assert _mlir_launch._fast_check(cfg, (), (), 0)[0] == "unsupported_kernel"
+        assert numba_cuda_mlir_launch._fast_check(cfg, (), (), 0)[0] == "unsupported_kernel"
     # Its own stream objects are read through their handle.
     class Stream:
         handle = 0x4242
-    assert _mlir_launch._marshaller_stream(_Marshaller(_launch_stream=Stream())) \
+    assert numba_cuda_mlir_launch._marshaller_stream(_Marshaller(_launch_stream=Stream())) \
         == 0x4242
 
 
@@ -532,7 +539,7 @@ def test_bench_has_its_rows_and_skips_them_without_a_gpu():
 def test_a_dtype_it_cannot_type_names_the_op(mlir_kernels):
     with pytest.raises(TypeError, match=r"my_op: numba-cuda-mlir has no type "
                                         r"for dtype \|V8.*cast the array"):
-        _mlir.argtypes([((3,), np.dtype("V8"))], 0, "my_op")
+        mlir_compiler.COMPILER.argtypes([((3,), np.dtype("V8"))], 0, (), "my_op")
 
 
 @pytest.mark.parametrize("options, message", [
@@ -554,10 +561,10 @@ def test_kernels_it_cannot_load_are_refused_before_compiling(
 
     op = numbax.numba_cuda_kernel(
         kernel, jax.ShapeDtypeStruct((8,), jnp.float32), launch_dims=8)
-    tys = _mlir.argtypes([((8,), np.float32)] * 2, 0)
+    tys = mlir_compiler.COMPILER.argtypes([((8,), np.float32)] * 2, 0, (), 'op')
     with pytest.raises(ValueError, match=r"numba_cuda_kernel\(\S*kernel\): "
                                          + message):
-        _mlir.compile_kernel(kernel, tys, op._label)
+        mlir_compiler.COMPILER.compile(kernel, tys, op._label)
 
 
 @needs_mlir
@@ -569,7 +576,7 @@ def test_the_gpu_tests_kernels_pass_its_front_end():
     out = run_python(_LOWER + textwrap.dedent("""
         import numpy as np
         import two_compilers
-        from numbax import _mlir
+        from numbax.compilers import numba_cuda_mlir as mlir_compiler
         k = two_compilers.load("numba_cuda_mlir")
         f32 = np.dtype(np.float32)
         calls = {
@@ -584,11 +591,12 @@ def test_the_gpu_tests_kernels_pass_its_front_end():
             calls[f"affine:{np.dtype(dtype)}"] = [((9,), np.dtype(dtype))] * 2
         for name, avals in calls.items():
             kernel = getattr(k, name.split(":")[0])
-            params = lower(kernel, _mlir.argtypes(avals, 0))
+            params = lower(kernel, mlir_compiler.COMPILER.argtypes(avals, 0, (), 'op'))
             want = sum(3 + 2 * len(shape) for shape, _ in avals)
             print(name, len(params), want)
         from numbax.bench import kernels_mlir  # the bench rows' kernel
-        params = lower(kernels_mlir.affine, _mlir.argtypes([((9,), f32)] * 2, 0))
+        params = lower(kernels_mlir.affine, mlir_compiler.COMPILER.argtypes(
+            [((9,), f32)] * 2, 0, (), 'op'))
         print("bench.affine", len(params), 10)
     """), simulator=False)
     if out.startswith("SKIP"):
@@ -620,8 +628,8 @@ def test_one_library_per_compiled_kernel_loaded_once(monkeypatch):
     monkeypatch.setattr(driver, "cuLibraryLoadData", load)
     monkeypatch.setattr(driver, "cuLibraryGetKernel", get_kernel)
     result = Result()
-    first = _mlir.loadable(result, b"cubin", "_Z6kernel", (9, 0))
-    assert _mlir.loadable(result, b"cubin", "_Z6kernel", (9, 0)) is first
+    first = mlir_compiler.loadable(result, b"cubin", "_Z6kernel", (9, 0))
+    assert mlir_compiler.loadable(result, b"cubin", "_Z6kernel", (9, 0)) is first
     assert first.kernel_handle() == 0xC0DE == first.kernel_handle()
     assert loads == [(b"cubin", (None, None, 0, None, None, 0))]
     assert lookups == [("library", b"_Z6kernel")]
@@ -630,7 +638,7 @@ def test_one_library_per_compiled_kernel_loaded_once(monkeypatch):
         driver.CUresult.CUDA_ERROR_INVALID_IMAGE, None))
     monkeypatch.setattr(driver, "cuGetErrorName", lambda err: (
         driver.CUresult.CUDA_SUCCESS, b"CUDA_ERROR_INVALID_IMAGE"))
-    other = _mlir.loadable(Result(), b"bad", "_Z1k", (9, 0))
+    other = mlir_compiler.loadable(Result(), b"bad", "_Z1k", (9, 0))
     with pytest.raises(RuntimeError,
                        match="cuLibraryLoadData failed: CUDA_ERROR_INVALID_IMAGE"):
         other.kernel_handle()
@@ -639,7 +647,7 @@ def test_one_library_per_compiled_kernel_loaded_once(monkeypatch):
 # -- vmap in one launch: what numba-cuda-mlir's MLIR reads --------------------
 
 def test_axes_read_by_mlir_rule():
-    read = _mlir.axes_read_by_mlir
+    read = mlir_compiler.axes_read_by_mlir
     assert read("%0 = nvvm.read.ptx.sreg.ctaid.x : i32") == (frozenset({0}), None)
     assert read("nvvm.read.ptx.sreg.ctaid.x nvvm.read.ptx.sreg.nctaid.z")[0] \
         == frozenset({0, 2})
@@ -665,19 +673,20 @@ def test_batched_kernel_builds_and_reads_as_the_rule_says():
     out = run_python(_LOWER + textwrap.dedent("""
         import numpy as np
         import two_compilers
-        from numbax import _mlir
+        from numbax.compilers import numba_cuda_mlir as mlir_compiler
         k = two_compilers.load("numba_cuda_mlir")
         f32 = np.dtype(np.float32)
-        one = _mlir.argtypes([((9,), f32)] * 3, 0)
-        axes, why = _mlir.axes_read_by_mlir(lower_text(k.add, one))
+        one = mlir_compiler.COMPILER.argtypes([((9,), f32)] * 3, 0, (), 'op')
+        axes, why = mlir_compiler.axes_read_by_mlir(lower_text(k.add, one))
         print("add", sorted(axes), why)
-        three = _mlir.argtypes([((2, 3, 4), f32)] * 2, 0)
-        axes, why = _mlir.axes_read_by_mlir(lower_text(k.box3, three))
+        three = mlir_compiler.COMPILER.argtypes([((2, 3, 4), f32)] * 2, 0, (), 'op')
+        axes, why = mlir_compiler.axes_read_by_mlir(lower_text(k.box3, three))
         print("box3", sorted(axes), why)
-        batched = _mlir.make_batched_kernel(k.add, 3, (False, True), 2)
-        sig = _mlir.argtypes([((5, 9), f32)] * 3, 0)
+        batched = mlir_compiler.COMPILER.batched_kernel(k.add, 3, (False, True), 2,
+                                                None, ())
+        sig = mlir_compiler.COMPILER.argtypes([((5, 9), f32)] * 3, 0, (), 'op')
         text = lower_text(batched, sig)
-        axes, why = _mlir.axes_read_by_mlir(text)
+        axes, why = mlir_compiler.axes_read_by_mlir(text)
         (line,) = [l for l in text.splitlines()
                    if "llvm.func" in l and "gpu.kernel" in l]
         print("batched", sorted(axes), why, line.count("%arg"))
@@ -703,8 +712,8 @@ def test_vmap_fold_decision_reads_the_compiled_module(mlir_kernels,
         def __init__(self):
             self.metadata = {"mlir_module_optimized": next(texts)}
 
-    monkeypatch.setattr(_mlir, "compile_kernel", lambda kernel, tys, label:
-                        _mlir.CompiledKernel(b"", "k", (9, 0), Result()))
+    monkeypatch.setattr(mlir_compiler, "_compile", lambda kernel, tys, label:
+                        CubinKernel(b"", "k", (9, 0), Result()))
     spec = jax.ShapeDtypeStruct((300,), jnp.float32)
     folds = numbax.numba_cuda_kernel(double, spec, launch_dims=300,
                                      vmap_method="expand_dims")
@@ -727,7 +736,7 @@ def test_configure_answers_repeats_with_what_numba_cuda_mlir_would_return():
         import warnings
         warnings.simplefilter("ignore")
         from numba_cuda_mlir import cuda
-        import numbax._mlir_launch as m
+        import numbax.compilers.numba_cuda_mlir_launch as m
 
         @cuda.jit
         def k(x, y):

@@ -1,4 +1,4 @@
-"""Errors name the user's op and the fix (issue 24, items 7, 9, 10 and 11).
+"""Errors name the user's op and the fix.
 
 name= is checked alike for both op kinds; jax.grad through a kernel, the
 export of two kernels sharing a name=, and jax.vmap of a callable made
@@ -188,13 +188,13 @@ def test_callable_without_vmap_method_lowers_to_the_plain_custom_call(which):
     # The custom call XLA gets is the one jax.ffi.ffi_call builds for the
     # same target, key, layouts, aliases and side effect: nothing but the
     # Python wrapping changed.
-    from numbax import _targets
+    from numbax.runtime import targets
     op, n_in = _unbatchable_ops()[which]
     args = [jnp.arange(8, dtype=jnp.float32) + i for i in range(n_in)]
     key = op._key(args, op.input_output_aliases)
     specs = op.out_specs + op.scratch_specs
-    target = (_targets.CAPTURE_TARGET if op.capture
-              else _targets.CALLABLE_TARGET)
+    target = (targets.CAPTURE_TARGET if op.capture
+              else targets.CALLABLE_TARGET)
     n_out = len(op.out_specs)
 
     def reference(*xs):

@@ -1,4 +1,4 @@
-"""Op names in profiles (issue 34, item 3).
+"""Op names in profiles.
 
 Each op's custom call carries its name (``name=``, else the kernel's or
 func's qualified name; an XLACustomKernel's own name) in the lowered
@@ -18,7 +18,8 @@ import pytest
 from numba import cuda
 
 import numbax
-from numbax import _core, _registry
+from numbax import _core
+from numbax.runtime import registry
 
 pytestmark = pytest.mark.gpu
 
@@ -191,10 +192,10 @@ def test_the_name_reaches_the_resolver_result():
         key = re.search(r'key = "([^"]*)"', text).group(1)
         if numbax.simulator_enabled() or op is callable_op:
             platform = "cpu" if numbax.simulator_enabled() else "cuda"
-            resolved = _registry._resolve_callable(key, platform)
+            resolved = registry._resolve_callable(key, platform)
             assert resolved[6] == name
         else:
-            assert _registry._resolve_kernel(key).name == name
+            assert registry._resolve_kernel(key).name == name
 
 
 def test_launch_plan_carries_the_name():

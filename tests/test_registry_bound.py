@@ -1,5 +1,4 @@
-"""The registry stays bounded however many shapes an op meets (issue 24,
-item 12).
+"""The registry stays bounded however many shapes an op meets.
 
 Every distinct input shape or vmap batch size gives a new program key and
 registry entry; a long-running service with varying shapes made them grow
@@ -19,7 +18,8 @@ import pytest
 from numba import cuda
 
 import numbax
-from numbax import _registry, kernel as kernel_module
+from numbax.kernel import simulator
+from numbax.runtime import registry
 
 pytestmark = pytest.mark.gpu
 
@@ -38,13 +38,13 @@ def plus_one_launch(x, out, stream):
 
 
 def total_entries():
-    return sum(_registry.registry_size())
+    return sum(registry.registry_size())
 
 
 @pytest.fixture
 def small_bounds(monkeypatch):
-    monkeypatch.setattr(_registry, "MAX_ENTRIES", 6, raising=False)
-    monkeypatch.setattr(kernel_module, "MAX_LAUNCHERS", 4, raising=False)
+    monkeypatch.setattr(registry, "MAX_ENTRIES", 6, raising=False)
+    monkeypatch.setattr(simulator, "MAX_LAUNCHERS", 4)
 
 
 def test_kernel_vmap_over_many_batch_sizes_stays_bounded(small_bounds):
@@ -140,10 +140,10 @@ def test_a_foreign_plain_key_of_a_shared_name_is_still_refused():
     spec = jax.ShapeDtypeStruct((N,), jnp.float32)
     a = numbax.numba_cuda_kernel(plus_one, spec, launch_dims=N, name="foreign_twin")
     b = numbax.numba_cuda_kernel(times_ten, spec, launch_dims=N, name="foreign_twin")
-    group = next(g for g in _registry._groups if g.startswith("foreign_twin/"))
+    group = next(g for g in registry._groups if g.startswith("foreign_twin/"))
     key = f"{group}/in=float32[{N}];batch=0"
     with pytest.raises(KeyError, match="is ambiguous in this process"):
-        _registry._lookup(key, "cuda", "kernel")
+        registry._lookup(key, "cuda", "kernel")
     del a, b
 
 

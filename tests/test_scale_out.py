@@ -26,7 +26,7 @@ import pytest
 
 import numbax
 from conftest import SIMULATOR
-from numbax import _sharding_rule
+from numbax.trace import sharding_rules
 from shared_kernels import affine, row_scale
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -323,7 +323,7 @@ def test_custom_kernel_rule_reaches_the_kernel(rng):
      (0, 0, 0), (0, 0, 0)),
 ])
 def test_split_of_common_shapes(rule, ins, outs, factors, units, lead, trail):
-    s = _sharding_rule.split(_sharding_rule.parse(rule, "op"), ins, outs,
+    s = sharding_rules.split(sharding_rules.parse(rule, "op"), ins, outs,
                              "op")
     assert (s.factors, s.units, s.lead, s.trail) == (factors, units, lead,
                                                      trail)

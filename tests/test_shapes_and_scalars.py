@@ -1,11 +1,11 @@
-"""Shapes from the inputs, and scalars by value (issue 34, items 1 and 2).
+"""Shapes from the inputs, and scalars by value.
 
-Item 1: ``outs=`` (kernels, callables, XLACustomKernel), ``launch_dims=``
+``outs=`` (kernels, callables, XLACustomKernel), ``launch_dims=``
 (kernels) and ``scratch=`` (callables) may be functions of the call's
 arguments, evaluated when a call is traced, once per signature: one op
 object serves every shape under jit, vmap (nested too), export and capture.
 
-Item 2: a Python or NumPy scalar given to a ``numba_cuda_kernel`` is passed
+A Python or NumPy scalar given to a ``numba_cuda_kernel`` is passed
 by value into the kernel's parameter at that position, typed as Numba
 types it (or converted to the explicit signature's type); a callable's
 func gets the Python value. Scalars are static: part of the key, never
@@ -32,7 +32,8 @@ from numba import cuda
 from numba import types as nt
 
 import numbax
-from numbax import _scalars, _signatures
+from numbax.trace import scalar_args
+from numbax.compilers import signatures
 
 import shapes_scalars_ops
 
@@ -467,9 +468,9 @@ def test_scalar_keys_round_trip_exactly():
                   float("nan"), 1 - 2j, np.float32(0.1), np.float16(-2),
                   np.int8(-128), np.uint64(2**64 - 1), np.bool_(False),
                   np.complex64(1j), np.float64(1e-300)):
-        text = _scalars.encode(value)
+        text = scalar_args.encode(value)
         assert not set(text) & set("/;,="), text
-        back = _scalars.decode(text)
+        back = scalar_args.decode(text)
         assert type(back) is type(value)
         if value != value:  # NaN
             assert back != back
@@ -486,7 +487,7 @@ F32C = nt.Array(nt.float32, 1, "C")
 
 
 def _stand_in(signature):
-    """What _signatures reads of a dispatcher compiled for one signature."""
+    """What compilers/signatures.py reads of a dispatcher compiled for one signature."""
     from numba.cuda.typing.context import Context
 
     def kernel_body(x, alpha, out):
@@ -499,33 +500,33 @@ def _stand_in(signature):
 def test_wrong_typed_scalar_for_an_explicit_signature_is_a_clear_error():
     kernel = _stand_in((F32A, nt.float32, F32A))
     # An int or float converts to the float32 parameter, as Numba's launch.
-    assert _signatures.select_signature(
+    assert signatures.select_signature(
         kernel, (F32C, nt.float64, F32C), "op", 2) == (F32A, nt.float32, F32A)
     # A complex does not: refused, naming the argument and both types.
     with pytest.raises(TypeError, match=r"takes float32 as argument 1 \(input "
                        r"1, 'alpha'\), but the scalar there is complex128"):
-        _signatures.select(kernel, (F32C, nt.complex128, F32C), "op", 2)
+        signatures.select(kernel, (F32C, nt.complex128, F32C), "op", 2)
     # An array where the signature has a scalar.
     with pytest.raises(TypeError, match="but the array there is"):
-        _signatures.select(kernel, (F32C, F32C, F32C), "op", 2)
+        signatures.select(kernel, (F32C, F32C, F32C), "op", 2)
     where = "argument 1 ('n')"
-    s = _scalars.canonical(1, 2.5)
+    s = scalar_args.canonical(1, 2.5)
     with pytest.raises(TypeError, match=r"argument 1 \('n'\) is int32 in the "
                        r"kernel's signature, but numbax passes the scalar "
                        r"float 2.5.*pass an int"):
-        _scalars.converted(s, nt.int32, "op", where)
+        scalar_args.converted(s, nt.int32, "op", where)
     with pytest.raises(ValueError, match=r"does not fit in it \(-32768 to "
                        r"32767\)"):
-        _scalars.converted(_scalars.canonical(1, 40000), nt.int16, "op",
+        scalar_args.converted(scalar_args.canonical(1, 40000), nt.int16, "op",
                            where)
     with pytest.raises(TypeError, match="a boolean in the kernel's signature"):
-        _scalars.converted(_scalars.canonical(1, 1), nt.boolean, "op", where)
+        scalar_args.converted(scalar_args.canonical(1, 1), nt.boolean, "op", where)
     with pytest.raises(TypeError, match="pass an array there"):
-        _scalars.converted(s, F32A, "op", where)
+        scalar_args.converted(s, F32A, "op", where)
     # What does convert: as ctypes would (an int to a float parameter).
-    assert _scalars.converted(_scalars.canonical(1, 3), nt.float32, "op",
+    assert scalar_args.converted(scalar_args.canonical(1, 3), nt.float32, "op",
                               where) == np.float32(3)
-    assert _scalars.parameter(_scalars.canonical(2, 1.5), nt.float32, "op",
+    assert scalar_args.parameter(scalar_args.canonical(2, 1.5), nt.float32, "op",
                               where) == (2, "f", np.float32(1.5).tobytes())
 
 

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from numbax import _compat, cli
+from numbax import cli
+from numbax.runtime import compat
 
 ROOT = Path(__file__).resolve().parent.parent
-MIN = ".".join(map(str, _compat.MIN_JAX))
+MIN = ".".join(map(str, compat.MIN_JAX))
 
 
 def test_the_range_agrees_with_pyproject():
@@ -23,10 +24,10 @@ def test_the_range_agrees_with_pyproject():
     # The build compiles against the oldest supported jaxlib's headers, and
     # the install range starts there and stops before the first release
     # past the tested one.
-    upper = _compat.jax_upper_bound()
+    upper = compat.jax_upper_bound()
     assert f'"jaxlib=={MIN}"' in text
     assert f'"jax>={MIN},<{upper}"' in text and f'"jaxlib>={MIN},<{upper}"' in text
-    assert _compat.release(_compat.TESTED_UP_TO)[:2] < _compat.release(upper)
+    assert compat.release(compat.TESTED_UP_TO)[:2] < compat.release(upper)
 
 
 def test_readme_and_pyproject_agree_on_python():
@@ -39,22 +40,22 @@ def test_readme_and_pyproject_agree_on_python():
 
 @pytest.mark.parametrize("runtime", [(0, 6), (0, 9)])
 def test_a_newer_ffi_than_served_is_refused_with_both_versions_and_the_fix(runtime):
-    what, fix = _compat.problem("0.13.0", "0.13.0", (0, 2), runtime,
+    what, fix = compat.problem("0.13.0", "0.13.0", (0, 2), runtime,
                                 "jaxlib 0.8.1", allow_untested=False)
-    newest = _compat.SERVED_FFI_API[1]
+    newest = compat.SERVED_FFI_API[1]
     assert f"jaxlib 0.13.0 provides XLA FFI API {runtime[0]}.{runtime[1]}" in what
     assert f"0.2 to {newest[0]}.{newest[1]}" in what
-    assert f"'jax<{_compat.jax_upper_bound()}'" in fix
-    assert f"{_compat.ALLOW_UNTESTED_ENV}=1" in fix
-    assert _compat.problem("0.13.0", "0.13.0", (0, 2), runtime, "jaxlib 0.8.1",
+    assert f"'jax<{compat.jax_upper_bound()}'" in fix
+    assert f"{compat.ALLOW_UNTESTED_ENV}=1" in fix
+    assert compat.problem("0.13.0", "0.13.0", (0, 2), runtime, "jaxlib 0.8.1",
                            allow_untested=True) is None
 
 
 def test_the_served_range_is_read_from_the_environment(monkeypatch):
-    monkeypatch.setenv(_compat.ALLOW_UNTESTED_ENV, "1")
-    assert _compat.problem("0.13.0", "0.13.0", (0, 2), (0, 6)) is None
-    monkeypatch.setenv(_compat.ALLOW_UNTESTED_ENV, "0")
-    assert _compat.problem("0.13.0", "0.13.0", (0, 2), (0, 6)) is not None
+    monkeypatch.setenv(compat.ALLOW_UNTESTED_ENV, "1")
+    assert compat.problem("0.13.0", "0.13.0", (0, 2), (0, 6)) is None
+    monkeypatch.setenv(compat.ALLOW_UNTESTED_ENV, "0")
+    assert compat.problem("0.13.0", "0.13.0", (0, 2), (0, 6)) is not None
 
 
 @pytest.mark.parametrize("jax_v, jaxlib_v", [
@@ -62,10 +63,10 @@ def test_the_served_range_is_read_from_the_environment(monkeypatch):
     ("0.8.1", "0.8.0"), ("0.4.35", "0.4.35"),
 ])
 def test_too_old_jax_is_named_with_the_range_and_fix(jax_v, jaxlib_v):
-    found = _compat.problem(jax_v, jaxlib_v, (0, 2), (0, 1))
+    found = compat.problem(jax_v, jaxlib_v, (0, 2), (0, 1))
     assert found is not None
     what, fix = found
-    old = "jax" if _compat.release(jax_v) < _compat.MIN_JAX else "jaxlib"
+    old = "jax" if compat.release(jax_v) < compat.MIN_JAX else "jaxlib"
     version = jax_v if old == "jax" else jaxlib_v
     assert f"{old} {version} is too old" in what
     assert f">= {MIN}" in what
@@ -77,13 +78,13 @@ def test_too_old_jax_is_named_with_the_range_and_fix(jax_v, jaxlib_v):
     ("0.10.2", (0, 3)), ("0.11.2", (0, 4)), ("0.12.0rc1", (0, 5)),
 ])
 def test_the_wheel_build_runs_on_every_supported_jax(jax_v, runtime):
-    assert _compat.problem(jax_v, jax_v, (0, 2), runtime, "jaxlib 0.8.1") is None
+    assert compat.problem(jax_v, jax_v, (0, 2), runtime, "jaxlib 0.8.1") is None
 
 
 @pytest.mark.parametrize("built, runtime", [((0, 3), (0, 2)), ((0, 4), (0, 3)),
                                             ((1, 0), (0, 4)), ((0, 2), (1, 0))])
 def test_an_extension_built_for_another_ffi_is_refused_with_the_fix(built, runtime):
-    what, fix = _compat.problem("0.9.0", "0.9.0", built, runtime, "jaxlib 0.10.2")
+    what, fix = compat.problem("0.9.0", "0.9.0", built, runtime, "jaxlib 0.10.2")
     assert f"compiled against XLA FFI API {built[0]}.{built[1]}" in what
     assert "the headers of jaxlib 0.10.2" in what
     assert f"jaxlib 0.9.0 provides FFI API {runtime[0]}.{runtime[1]}" in what
@@ -92,25 +93,25 @@ def test_an_extension_built_for_another_ffi_is_refused_with_the_fix(built, runti
 
 
 def test_unknown_versions_are_not_reported_as_problems():
-    assert _compat.problem(None, None, None, None) is None
-    assert _compat.problem("0.10.2", "0.10.2", None, (0, 3)) is None
-    assert _compat.problem("0.10.2", "0.10.2", (0, 2), None) is None
+    assert compat.problem(None, None, None, None) is None
+    assert compat.problem("0.10.2", "0.10.2", None, (0, 3)) is None
+    assert compat.problem("0.10.2", "0.10.2", (0, 2), None) is None
 
 
 def test_check_raises_import_error_naming_the_supported_versions(monkeypatch):
-    monkeypatch.setattr(_compat, "current_problem",
-                        lambda: _compat.problem("0.7.2", "0.7.2", (0, 2), (0, 1)))
+    monkeypatch.setattr(compat, "current_problem",
+                        lambda: compat.problem("0.7.2", "0.7.2", (0, 2), (0, 1)))
     with pytest.raises(ImportError, match=rf"jax 0\.7\.2 is too old.*>= {MIN}"):
-        _compat.check()
+        compat.check()
 
 
 def test_this_build_and_jaxlib_agree():
-    built, source = _compat.built_ffi_api()
-    runtime = _compat.runtime_ffi_api()
+    built, source = compat.built_ffi_api()
+    runtime = compat.runtime_ffi_api()
     assert built is not None and runtime is not None
     assert built[0] == runtime[0] and built[1] <= runtime[1]
     assert source  # "jaxlib X" or the include-dir override
-    assert _compat.current_problem() is None
+    assert compat.current_problem() is None
 
 
 def fake_info(**versions):
@@ -185,30 +186,31 @@ def test_a_jaxlib_with_a_newer_ffi_is_refused_at_import(tmp_path):
         f"jaxlib.__file__ = {str(tmp_path / 'fakejaxlib' / '__init__.py')!r}\n")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", JAX_PLATFORMS="cpu",
                PYTHONPATH=str(tmp_path))
-    env.pop(_compat.ALLOW_UNTESTED_ENV, None)
+    env.pop(compat.ALLOW_UNTESTED_ENV, None)
     imp = subprocess.run([sys.executable, "-c", "import numbax"], env=env,
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert imp.returncode != 0
     assert "ImportError: numbax cannot run here: the running jaxlib" in imp.stderr
     assert "provides XLA FFI API 0.99, newer than any this numbax was checked " \
            "against" in imp.stderr, imp.stderr
-    assert f"{_compat.ALLOW_UNTESTED_ENV}=1" in imp.stderr
+    assert f"{compat.ALLOW_UNTESTED_ENV}=1" in imp.stderr
     info = subprocess.run([sys.executable, "-m", "numbax", "info"], env=env,
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert info.returncode == 1, info.stdout + info.stderr
     assert "the running jaxlib provides 0.99" in info.stdout
     assert "provides XLA FFI API 0.99, newer than any" in info.stdout
-    env[_compat.ALLOW_UNTESTED_ENV] = "1"
+    env[compat.ALLOW_UNTESTED_ENV] = "1"
     ok = subprocess.run([sys.executable, "-c", "import numbax"], env=env,
                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
 
 
 def test_jax_internals_are_reached_only_from_compat():
-    """Every jax._src access and JAX-version shim lives in _compat.py, so
+    """Every jax._src access and JAX-version shim lives in runtime/compat.py, so
     a JAX release that moves one has a single place to fix."""
     src = ROOT / "src" / "numbax"
     offenders = [str(p.relative_to(src)) for p in sorted(src.rglob("*.py"))
-                 if p.name != "_compat.py" and "jax._src" in p.read_text()]
+                 if p != src / "runtime" / "compat.py"
+                 and "jax._src" in p.read_text()]
     assert offenders == []
-    assert "jax._src" in (src / "_compat.py").read_text()
+    assert "jax._src" in (src / "runtime" / "compat.py").read_text()

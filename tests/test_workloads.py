@@ -1,4 +1,5 @@
-"""Realistic workloads through numba_cuda_callable, against numpy on fresh data."""
+"""Realistic workloads through numba_cuda_callable, against numpy on fresh data;
+and numbax's own workload benchmarks (numbax.bench.workloads) run and check."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +8,7 @@ import pytest
 from numba import cuda
 
 import numbax
-from conftest import random_array
+from conftest import SIMULATOR, random_array
 
 pytestmark = pytest.mark.gpu
 
@@ -114,3 +115,50 @@ def test_two_kernel_pipeline_with_temporary(rng):
         x = random_array(rng, (n,), np.float32)
         y = random_array(rng, (n,), np.float32)
         np.testing.assert_allclose(f(x, y), (x + y) ** 2 + 1, rtol=1e-5)
+
+
+# -- the workload benchmarks run (tiny in the simulator) ---------------------
+
+def test_workload_benchmarks_run_and_check(rng):
+    from numbax.bench import timing, workloads
+    cfg = (workloads.WorkloadConfig.cpu_smoke() if SIMULATOR else
+           workloads.WorkloadConfig(vmap_shapes=((16, 1024),), vmap_rounds=2,
+                                    nested_shape=(4, 4, 1024),
+                                    bf16_shape=(16, 1024),
+                                    per_slice_shape=(64, 256),
+                                    vmap_runs=1, neurons=2000, fan_out=10,
+                                    steps=20, snn_rounds=2))
+    logged = []
+    vmap_rows = workloads.run_vmap(cfg, rng, timing, logged.append)
+    bf16 = [r for r in vmap_rows if "bf16" in r["name"]]
+    rest = [r for r in vmap_rows if r not in bf16]
+    assert {r["status"] for r in rest} == {"ok"}, vmap_rows
+    if SIMULATOR:  # no bf16 intrinsics there: one row says so
+        assert [r["status"][:8] for r in bf16] == ["skipped:"], bf16
+    else:
+        assert {r["status"] for r in bf16} == {"ok"}, bf16
+        rest += bf16
+    by_name = {}
+    for r in rest:
+        by_name.setdefault(r["name"], []).append(r)
+    for name in ("numbax vmap, folded", "numbax nested vmap, folded",
+                 "numbax bf16 vmap, folded"):
+        assert all(r["vmap"].startswith("one launch per batch")
+                   for r in by_name.get(name, [])), name
+    for name in ("numbax vmap, per slice", "numbax vmap, per slice from C++",
+                 "numbax vmap, sequential (C++)",
+                 "numbax bf16 vmap, per slice"):
+        assert all(r["vmap"].startswith("one launch per slice")
+                   for r in by_name.get(name, [])), name
+    assert by_name["numbax nested vmap, folded"][0]["B"] == "x".join(
+        map(str, cfg.nested_shape[:-1]))
+    assert "numbax per slice, XLA loop (lax.map)" in by_name
+    assert all(r["us_per_call"] > 0 and r["us_per_slice"] > 0 for r in rest)
+    snn_rows = workloads.run_snn(cfg, 7, timing, logged.append)
+    assert len(snn_rows) == 4
+    for r in snn_rows:
+        assert r["status"] == "ok" and r["spikes_match_jax"], r
+        assert r["us_per_step"] > 0 and r["first_call_s"] > 0
+    assert snn_rows[0]["spikes_per_step"] > 0  # the network does spike
+    table = workloads.format_tables(vmap_rows, snn_rows)
+    assert "(d) numba_cuda_kernel, aliased zeros" in table

@@ -14,12 +14,16 @@ import pathlib
 import sys
 from typing import Any
 
+import numbax.compilers
+
 # This compiler's module, bound by load() before the kernels compile (they
 # read it when compiled, not when defined).
 cuda: Any = None
 
-#: Compilers by the name tests parametrise over -> the module that has `cuda`.
-COMPILERS = {"numba_cuda": "numba.cuda", "numba_cuda_mlir": "numba_cuda_mlir.cuda"}
+#: Every compiler of numbax (numbax.compilers.ALL) by the name tests
+#: parametrise over -> the module that has its `cuda`.
+COMPILERS = {c.name.replace("-", "_"): c.cuda_module
+             for c in numbax.compilers.ALL}
 
 
 def load(compiler: str):

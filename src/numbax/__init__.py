@@ -1,7 +1,7 @@
 """numbax: Numba CUDA kernels, and Python functions that launch them, as XLA ops."""
 
 from ._version import __version__
-from . import _compat
+from .runtime import compat as _compat
 
 # An unsupported JAX (or an extension built for a newer jaxlib) fails here,
 # naming the versions that work, rather than inside XLA on the first call.
@@ -10,7 +10,7 @@ _jax_problem = _compat.current_problem()
 if _jax_problem is not None and not _compat.running_cli():
     _compat.check()
 
-from ._numba import simulator_enabled  # noqa: E402
+from .runtime.numba_bridge import simulator_enabled  # noqa: E402
 
 if _jax_problem is None:
     from .callable import numba_cuda_callable

@@ -27,6 +27,9 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any
 
+from ._version import __version__
+from .runtime import compat
+
 PROG = "python -m numbax"
 
 #: Distributions whose versions ``info`` reports (those not installed show
@@ -52,8 +55,7 @@ def _version(dist: str) -> str | None:
 
 
 def _release(version: str | None) -> tuple[int, ...]:
-    from ._compat import release  # one parser for every version check
-    return release(version)
+    return compat.release(version)  # one parser for every version check
 
 
 def _error(exc: BaseException) -> str:
@@ -77,12 +79,11 @@ def xla_ffi_api() -> dict[str, Any]:
     compiled against (recorded at build time), where its headers came from,
     the range of versions that build serves ([oldest, newest], or None), and
     the one the running jaxlib provides."""
-    from . import _compat
-    built, built_from = _compat.built_ffi_api()
-    served = _compat.served_ffi_api(built)
+    built, built_from = compat.built_ffi_api()
+    served = compat.served_ffi_api(built)
     return {"built": _api_text(built), "built_from": built_from or None,
             "serves": None if served is None else [_api_text(v) for v in served],
-            "jaxlib": _api_text(_compat.runtime_ffi_api())}
+            "jaxlib": _api_text(compat.runtime_ffi_api())}
 
 
 def _ffi_text(ffi: dict[str, Any]) -> str:
@@ -187,9 +188,11 @@ def collect_info() -> dict[str, Any]:
     info["numba_cuda"] = _numba_facts(info["simulator"])
     info["jax"] = _jax_facts()
     info["cuda_driver"] = cuda_driver()
+    # What needs the extension is imported here, in a try: a broken one is
+    # a problem to report.
     try:  # one line: is the fast launch path of plain callables on, and why
-        from numbax import _fast_launch
-        info["fast_launch"] = _fast_launch.status()
+        from .compilers import numba_cuda_launch
+        info["fast_launch"] = numba_cuda_launch.status()
     except Exception as exc:  # noqa: BLE001
         info["fast_launch"] = f"unknown ({_error(exc)})"
     try:  # whether a profiler's NVTX tool attached (docs/profiling.md)
@@ -203,9 +206,13 @@ def collect_info() -> dict[str, Any]:
         info["nvtx"] = f"unknown ({_error(exc)})"
     # The optional second compiler: read from its metadata, never imported
     # here (its import takes seconds).
-    from numbax import _mlir
-    info["numba_cuda_mlir"] = {"version": _mlir.version(),
-                               "status": _mlir.status()}
+    try:
+        from .compilers import numba_cuda_mlir
+        info["numba_cuda_mlir"] = {"version": numba_cuda_mlir.version(),
+                                   "status": numba_cuda_mlir.status()}
+    except Exception as exc:  # noqa: BLE001
+        info["numba_cuda_mlir"] = {"version": _version("numba-cuda-mlir"),
+                                   "status": f"unknown ({_error(exc)})"}
     return info
 
 
@@ -228,13 +235,12 @@ def _install_jax_cuda(driver: dict[str, Any]) -> str:
 
 def find_problems(info: dict[str, Any]) -> list[Problem]:
     """The known incompatibilities in ``info`` (from :func:`collect_info`)."""
-    from . import _compat
     problems = []
     v = info["versions"]
     ffi = info["xla_ffi_api"]
-    jax_problem = _compat.problem(v.get("jax"), v.get("jaxlib"),
-                                  _api_tuple(ffi["built"]), _api_tuple(ffi["jaxlib"]),
-                                  ffi["built_from"] or "")
+    jax_problem = compat.problem(v.get("jax"), v.get("jaxlib"),
+                                 _api_tuple(ffi["built"]), _api_tuple(ffi["jaxlib"]),
+                                 ffi["built_from"] or "")
     if jax_problem is not None:
         problems.append(Problem(*jax_problem))
     numpy_v, nc_v = _release(v.get("numpy")), _release(v.get("numba-cuda"))
@@ -424,7 +430,6 @@ def main(argv: Sequence[str] | None = None, *, allow_reexec: bool | None = None)
         return 0 if args else 2
     command, rest = args[0], args[1:]
     if command == "--version":
-        from ._version import __version__
         print(f"numbax {__version__}")
         return 0
     if command == "info":

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from . import _core, _registry
+from . import _core
+from .runtime import registry
 
 
 def bridge_counters() -> dict[str, int]:
@@ -76,7 +77,7 @@ def clear_caches() -> None:
     dropped (an entry, a kernel op's simulator launcher) makes it again
     from its op.
     """
-    _registry.clear_entries()
+    registry.clear_entries()
     _core.clear_stream_cache()
     _core.clear_graph_caches()
     _core.clear_launch_plans()
@@ -122,4 +123,4 @@ def registry_size() -> tuple[int, int]:
     it is dropped when the op's function is garbage-collected. A number that
     keeps growing in a steady loop means ops are being re-created per call.
     """
-    return _registry.registry_size()
+    return registry.registry_size()

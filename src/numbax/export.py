@@ -22,7 +22,7 @@ one factory without ``name=``) is refused rather than guessed.
 
 from __future__ import annotations
 
-from . import _targets
+from .runtime import targets
 
 
 def export_disabled_checks() -> list:
@@ -35,4 +35,4 @@ def export_disabled_checks() -> list:
     """
     from jax import export as jax_export
     return [jax_export.DisabledSafetyCheck.custom_call(target)
-            for target in _targets.ALL_TARGETS]
+            for target in targets.ALL_TARGETS]

@@ -196,7 +196,8 @@ def _stages(native_op, no_launch_target: str, fast, spec, blocks: int,
     import jax.numpy as jnp
 
     import numbax
-    from numbax import _core, _guard
+    from numbax import _core
+    from numbax.runtime import guard as _guard
 
     from . import timing
     from .kernels import affine

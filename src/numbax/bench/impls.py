@@ -152,7 +152,7 @@ def _mlir_kernel(env: Env):
     """kernels_mlir.affine, or Unavailable: GPU only (it has no simulator),
     and an optional dependency."""
     _require_gpu(env)
-    from .. import _mlir
+    from ..compilers import numba_cuda_mlir as _mlir
     if _mlir.version() is None:
         raise Unavailable("n/a", "numba-cuda-mlir is not installed")
     from .kernels_mlir import affine

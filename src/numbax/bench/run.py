@@ -453,7 +453,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
     if args.cpu_smoke:
         _enter_cpu_smoke(allow_reexec)
 
-    from .._numba import simulator_enabled
+    from ..runtime.numba_bridge import simulator_enabled
     from .mode import Refused, jax_backend, select
     try:
         mode = select(cpu_smoke=args.cpu_smoke, simulator=simulator_enabled(),

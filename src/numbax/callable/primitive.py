@@ -1,0 +1,80 @@
+"""numbax_callable_batch_p: the JAX primitive every traced callable call binds.
+
+``numba_cuda_callable`` binds it for its traced calls (eager calls of ops
+without a rule keep ``jax.ffi.ffi_call``). Without a rule it lowers to the
+custom call ``jax.ffi.ffi_call`` would give the plain targets, named after
+the op (``profile_name``, profile_names.py). A call with a sharding rule
+(the op's ``sharding_rule=``, ``batch_partitionable=True``, or the vmapped
+axis that ``jax.vmap`` adds: trace/sharding_rules.py) is lowered by
+``sharding_rules.lower_split`` to numbax's ``*_batch`` targets: under
+``jax.jit`` with inputs sharded along the split factors, each device then
+runs the op on its own shards instead of XLA gathering the whole arrays
+around the call. The op must read its sizes from the arrays it is given.
+Its batching rule is in vmap.py.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.interpreters import mlir
+
+from ..runtime import compat, registry, targets
+from ..trace import profile_names, sharding_rules
+
+numbax_callable_batch_p = compat.eager_primitive("numbax_callable_batch")
+
+
+def bind(target: str, inputs, result_specs, *, key: str, aliases,
+         vmap_method, rule=None, vmap_only: bool = False, n_scratch: int = 0,
+         has_side_effect: bool = False, label: str | None = None,
+         profile_name: str | None = None):
+    """Binds the call. `rule` (a sharding_rules.Rule, or None) says how XLA
+    may split it; `vmap_only` marks a rule that only jax.vmap gave (split
+    only in programs of several devices). Without a rule the call only
+    borrows this primitive's batching rule (which broadcasts unbatched
+    aliased operands, and refuses vmap_method=None naming the op, `label`).
+    `profile_name` names the custom call in HLO (profile_names.py)."""
+    out_shapes = tuple((tuple(int(d) for d in s.shape), np.dtype(s.dtype))
+                       for s in result_specs)
+    # The primitive's parameter is op_key, not key: jax 0.8-0.9 cache
+    # abstract evaluation in a function whose own argument is named key.
+    return numbax_callable_batch_p.bind(
+        *inputs, target=target, op_key=key, out_shapes=out_shapes,
+        aliases=tuple(sorted((aliases or {}).items())),
+        vmap_method=vmap_method, rule=rule, vmap_only=bool(vmap_only),
+        n_scratch=int(n_scratch), has_side_effect=bool(has_side_effect),
+        op_label=label, profile_name=profile_name)
+
+
+@numbax_callable_batch_p.def_effectful_abstract_eval
+def _abstract_eval(*avals, target, op_key, out_shapes, aliases, vmap_method,
+                   rule, vmap_only, n_scratch, has_side_effect=False,
+                   op_label=None, profile_name=None):
+    # The same effect ffi_call gives has_side_effect=True: XLA then neither
+    # merges two identical calls nor drops one whose result is unused.
+    effect = compat.ffi_effect() if has_side_effect else None
+    return ([compat.shaped_array(s, d) for s, d in out_shapes],
+            {effect} if effect is not None else set())
+
+
+def _lower(ctx, *args, target, op_key, out_shapes, aliases, vmap_method,
+           rule, vmap_only, n_scratch, has_side_effect=False, op_label=None,
+           profile_name=None):
+    split = sharding_rules.split_for(
+        ctx, rule, vmap_only, op_label or f"numbax op '{op_key}'",
+        n_free_results=n_scratch, aliases=aliases)
+    if split is None:
+        lowering = jax.ffi.ffi_lowering(
+            target, operand_output_aliases=dict(aliases),
+            has_side_effect=has_side_effect)
+        with profile_names.named(ctx, profile_name):
+            return lowering(ctx, *args, key=op_key)
+    key = registry.with_lead(op_key, split.lead_spec())
+    return sharding_rules.lower_split(
+        ctx, args, target=targets.BATCH_TARGETS[target], split=split,
+        key=key, aliases=aliases, has_side_effect=has_side_effect,
+        profile_name=profile_name)
+
+
+mlir.register_lowering(numbax_callable_batch_p, _lower)

@@ -1,0 +1,495 @@
+"""XLACustomKernel: Numba CUDA kernels as first-class JAX primitives.
+
+``numba_cuda_kernel`` and ``numba_cuda_callable`` turn Numba code into XLA
+ops, but an op alone is not differentiable and batches only by launching per
+slice. :class:`XLACustomKernel` wraps such ops in a JAX primitive of its own,
+so that ``jit``, ``vmap``, ``jvp``, ``grad`` and ``linear_transpose`` all work,
+each with a rule the user may supply:
+
+* The primitive's output shapes come from the ``outs`` of each call.
+* Its lowering calls a *kernel generator* with the call's static keyword
+  arguments and ``outs``; what the generator returns (a numbax op, or any
+  function of JAX arrays) is traced and lowered inline, so one op can pick a
+  kernel per shape, dtype or option. Kernels are registered per platform
+  (``cpu``, ``gpu``) and per backend name (``numba_cuda``, ...).
+* Differentiation uses the user's JVP rules; reverse mode transposes the
+  linear calls of the JVP with the user's transpose rule. Both may call other
+  numbax ops, e.g. a backward kernel written in Numba.
+* Batching loops over the batch by default (always correct); when the
+  kernel is a ``numba_cuda_kernel`` it is vmapped instead, which runs the
+  batch in one launch where that is provably the same; a user rule replaces
+  both.
+
+See docs/custom_kernel.md for a worked example (a CSR sparse matrix-vector
+product with Numba forward and backward kernels).
+
+This module is the public class: registration and calls. The rest of an op
+lives with its concept: ``kernels.py`` (the kernel a call runs, per
+platform and backend), ``primitive.py`` (the primitive, abstract eval,
+lowering), ``rules.py`` (JVP and transpose, and the checks of their
+results), ``vmap.py`` (everything under ``vmap``), ``sharding.py`` (the
+sharding rule) and ``outs.py`` (the declared outputs, and the checks of
+what kernels and rules return against them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+import warnings
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import compilers
+from ..trace import checks, shape_fns, sharding_rules
+from . import kernels, primitive, rules, sharding, vmap
+from .kernels import NUMBA_CUDA, USER_PLATFORMS, canonical_platform
+
+_names_lock = threading.Lock()
+_ops_by_name: dict[str, "XLACustomKernel"] = {}
+
+# {id(op): backends} while a user rule of `op` runs: calls of the same op
+# inside the rule (a JVP or transpose that applies the op to a tangent) use
+# the backends of the call being differentiated or batched, not the defaults.
+_inherited_backends: contextvars.ContextVar[dict] = contextvars.ContextVar(
+    "numbax_inherited_backends", default={})
+
+
+class XLACustomKernel:
+    """A JAX primitive whose implementation is a Numba CUDA kernel (or any function).
+
+    Create one per operation, once (at module level): each op registers a
+    JAX primitive for the life of the process, and its name names the
+    primitive in jaxprs, HLO, profiles and error messages (the numbax ops
+    its generators return, made without ``name=``, take it as their
+    ``profile_name``: docs/profiling.md).
+
+    Example::
+
+        op = numbax.XLACustomKernel("scale")
+
+        @op.def_numba_cuda_kernel
+        def _(*, factor, outs):
+            @cuda.jit
+            def kernel(x, out):
+                i = cuda.grid(1)
+                if i < out.shape[0]:
+                    out[i] = factor * x[i]
+            return numbax.numba_cuda_kernel(kernel, outs,
+                                            launch_dims=outs.shape[0])
+
+        y = op(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype), factor=2.0)
+
+    Kernel generators, JVP, transpose and batching rules receive the call's
+    static keyword arguments and ``outs`` (the call's ``outs`` as a pytree of
+    ``jax.ShapeDtypeStruct``).
+
+    Args:
+      name: the primitive's name. A second op with the same name works, but
+        warns: the two would be indistinguishable in jaxprs and errors.
+      doc: optional docstring of the op.
+      sharding_rule: which axes of the inputs and outputs are the same
+        factor, in the einsum-like notation of Shardy rules
+        (``"i j, j -> i j"``), or a function of the call's ``outs`` and
+        static keyword arguments returning one: under ``jax.jit`` with
+        sharded inputs, XLA runs the kernel on each device's shards of the
+        split factors (see :meth:`def_sharding_rule`).
+
+    Raises:
+      TypeError: ``name`` is not a non-empty string.
+    """
+
+    def __init__(self, name: str, doc: str | None = None, *,
+                 sharding_rule: str | Callable | None = None):
+        if not isinstance(name, str) or not name:
+            raise TypeError(
+                f"XLACustomKernel: name must be a non-empty string, got {name!r}")
+        with _names_lock:
+            if name in _ops_by_name:
+                warnings.warn(
+                    f"XLACustomKernel: an op named '{name}' already exists; "
+                    "the new op is a separate primitive with the same name, "
+                    "which makes jaxprs and error messages ambiguous. Create "
+                    "each op once (at module level), or pick a unique name",
+                    stacklevel=2)
+            _ops_by_name[name] = self
+        self.name = name
+        self.__doc__ = doc
+        self._lock = threading.RLock()
+        # platform -> {backend: generator}, in registration order.
+        self._kernels: dict[str, dict[str, Callable]] = {
+            p: {} for p in USER_PLATFORMS}
+        self._defaults: dict[str, str] = {}
+        # What the generators returned, kept alive here: a compiled program
+        # names the numbax ops inside by key, and the registry holds their
+        # functions only weakly.
+        self._generated: dict[tuple, Callable] = {}
+        self._jvp_rules: tuple | None = None
+        self._jvp_per_input = False
+        self._transpose_rule: Callable | None = None
+        self._batching_rule: Callable | None = None
+        self._sharding_rule: str | Callable | None = None
+        # (id of what a generator returned, rule) -> that op with the rule,
+        # kept alive here as _generated keeps the generated ops.
+        self._ruled: dict[tuple, Callable] = {}
+        if sharding_rule is not None:
+            self.def_sharding_rule(sharding_rule)
+
+        #: The underlying ``jax.extend.core.Primitive``.
+        self.primitive = primitive.create(self)
+        vmap.register(self)
+        # Until def_jvp_rule/def_transpose_rule, these say which is missing.
+        rules.register_jvp(self)
+        rules.register_transpose(self)
+
+    def __repr__(self):
+        return f"XLACustomKernel({self.name!r})"
+
+    # -- registration ------------------------------------------------------
+
+    def def_numba_cuda_kernel(self, kernel_generator: Callable,
+                              asdefault: bool = False) -> Callable:
+        """Registers the ``numba_cuda`` kernel for the ``gpu`` platform.
+
+        ``kernel_generator(**static_kwargs, outs=outs)`` is called when a call
+        is lowered (once per distinct static arguments and ``outs``; the
+        result is cached) and returns what runs: typically a
+        ``numbax.numba_cuda_kernel(...)`` or ``numbax.numba_cuda_callable(...)``,
+        or any function of JAX arrays returning outputs with the structure
+        of ``outs``.
+
+        With Numba's CUDA simulator enabled (``NUMBA_ENABLE_CUDASIM=1``) the
+        same kernel also runs on the ``cpu`` platform, unless a ``cpu``
+        kernel was registered explicitly with :meth:`def_kernel` (then it
+        stays selectable there with ``backend='numba_cuda'``).
+
+        Args:
+          kernel_generator: the generator described above.
+          asdefault: make it the default kernel of the ``gpu`` platform (the
+            first kernel registered for a platform is its default anyway).
+
+        Returns:
+          ``kernel_generator``, so this works as a decorator.
+
+        Raises:
+          TypeError: ``kernel_generator`` is not callable.
+        """
+        return self.def_kernel("gpu", kernel_generator, backend=NUMBA_CUDA,
+                               asdefault=asdefault)
+
+    def def_kernel(self, platform: str, kernel_generator: Callable, *,
+                   backend: str, asdefault: bool = False) -> Callable:
+        """Registers a kernel generator for ``platform`` under ``backend``.
+
+        Registering the same platform and backend again replaces the
+        generator (programs already compiled keep the old kernel).
+
+        Args:
+          platform: ``'cpu'`` or ``'gpu'`` (``'cuda'`` is accepted for ``'gpu'``).
+          kernel_generator: called as ``kernel_generator(**static_kwargs,
+            outs=outs)`` at lowering time; returns a function of the op's
+            inputs (a numbax op, or any function of JAX arrays) whose
+            outputs match ``outs``.
+          backend: the name of this implementation, chosen per call with
+            ``op(..., backend=name)``.
+          asdefault: make it the platform's default (the first kernel
+            registered for a platform is its default anyway).
+
+        Returns:
+          ``kernel_generator``.
+
+        Raises:
+          ValueError: an unknown or unsupported platform (``'rocm'``).
+          TypeError: ``kernel_generator`` is not callable, or ``backend`` is
+            not a non-empty string.
+        """
+        platform = canonical_platform(platform, self, "def_kernel")
+        if not callable(kernel_generator):
+            raise TypeError(
+                f"{self!r}: kernel_generator must be callable, got "
+                f"{type(kernel_generator).__name__}: {kernel_generator!r}")
+        if compilers.compiler_of(kernel_generator) is not None:
+            # A kernel is callable too, but calling it with the op's
+            # keyword arguments fails far from here.
+            raise TypeError(
+                f"{self!r}: kernel_generator is a @cuda.jit kernel "
+                f"({type(kernel_generator).__name__}), not a generator; pass "
+                "a function of the static keyword arguments and outs that "
+                "returns numbax.numba_cuda_kernel(kernel, outs, ...) (numba-cuda "
+                "and numba-cuda-mlir kernels alike)")
+        if not isinstance(backend, str) or not backend:
+            raise TypeError(
+                f"{self!r}: backend must be a non-empty string, got {backend!r}")
+        with self._lock:
+            table = self._kernels[platform]
+            table[backend] = kernel_generator
+            # A replaced generator must not keep serving its old kernels.
+            for key in [k for k in self._generated
+                        if k[0] == platform and k[1] == backend]:
+                del self._generated[key]
+            if asdefault or platform not in self._defaults:
+                self._defaults[platform] = backend
+        return kernel_generator
+
+    def set_default(self, platform: str, backend: str) -> None:
+        """Makes ``backend`` the default kernel of ``platform``.
+
+        Affects calls traced afterwards; programs already compiled (and
+        ``jax.jit`` functions already traced) keep their kernels.
+
+        Raises:
+          ValueError: an unknown platform, or no ``backend`` kernel for it.
+        """
+        platform = canonical_platform(platform, self, "set_default")
+        with self._lock:
+            available = kernels.candidates(self, platform)
+            if backend not in available:
+                raise ValueError(
+                    f"{self!r}: no '{backend}' kernel for platform "
+                    f"'{platform}'; {kernels.describe(self)}")
+            self._defaults[platform] = backend
+
+    def available_backends(self, platform: str) -> tuple[str, ...]:
+        """The backends that can run on ``platform``, in registration order."""
+        return tuple(kernels.candidates(
+            self, canonical_platform(platform, self, "available_backends")))
+
+    def default_backend(self, platform: str) -> str | None:
+        """The backend a call uses on ``platform`` by default (None: no kernel)."""
+        return kernels.default(
+            self, canonical_platform(platform, self, "default_backend"))
+
+    def def_jvp_rule(self, *rules: Callable | None,
+                     per_input: bool | None = None):
+        """Defines forward-mode differentiation (and, with a transpose rule, reverse mode).
+
+        Either one rule for all inputs::
+
+            rule(tangents, *primals, outs=..., **static_kwargs) -> tangent_outs
+
+        where ``tangents`` has one entry per input (zeros for inputs without
+        a tangent, None for integer inputs), or one rule per input::
+
+            rule_i(tangent_i, *primals, outs=..., **static_kwargs) -> tangent_outs
+
+        called only for inputs with a nonzero tangent, the results summed;
+        None in place of a rule marks an input as non-differentiable (its
+        tangent contributes nothing). Results have the structure of ``outs``
+        (or are None for zero). A single rule is the rule for all inputs
+        unless ``per_input=True``.
+
+        For reverse mode (``jax.grad``, ``jax.vjp``) the tangent outputs must
+        be linear in the tangents, computed with jnp or with numbax ops that
+        have transpose rules, e.g. this op itself applied to a tangent, which
+        :meth:`def_transpose_rule` then transposes.
+
+        Raises:
+          TypeError: no rules, or a rule that is neither callable nor None.
+        """
+        if not rules:
+            raise TypeError(f"{self!r}: def_jvp_rule needs at least one rule")
+        for i, rule in enumerate(rules):
+            if rule is not None and not callable(rule):
+                raise TypeError(
+                    f"{self!r}: JVP rule {i} must be callable or None, got "
+                    f"{type(rule).__name__}")
+        if per_input is None:
+            per_input = len(rules) > 1
+        if not per_input and len(rules) != 1:
+            raise TypeError(
+                f"{self!r}: per_input=False takes exactly one rule, got "
+                f"{len(rules)}")
+        if not per_input and rules[0] is None:
+            raise TypeError(f"{self!r}: the JVP rule for all inputs is None")
+        self._jvp_rules = tuple(rules)
+        self._jvp_per_input = bool(per_input)
+        return rules[0] if len(rules) == 1 else rules
+
+    def def_transpose_rule(self, fn: Callable) -> Callable:
+        """Defines the transpose of the op in its linear inputs (reverse mode).
+
+        ``fn(cotangents, *args, outs=..., **static_kwargs)`` is called where a
+        call of this op is linear in some inputs (typically the op applied to
+        a tangent by a JVP rule). ``cotangents`` has the structure of
+        ``outs``; the linear inputs are JAX ``UndefinedPrimal`` objects
+        (test with :func:`numbax.custom_kernel.is_undefined_primal`; their
+        ``.aval`` gives shape and dtype), the others are arrays. Returns one
+        entry per input: the cotangent of each linear input (None for zero),
+        None for the others. ``fn`` may call other numbax ops (a backward
+        Numba kernel) or jnp.
+
+        Returns:
+          ``fn``.
+
+        Raises:
+          TypeError: ``fn`` is not callable.
+        """
+        if not callable(fn):
+            raise TypeError(f"{self!r}: the transpose rule must be callable")
+        self._transpose_rule = fn
+        return fn
+
+    def def_batching_rule(self, fn: Callable) -> Callable:
+        """Replaces the default batching rule (a loop over the batch).
+
+        ``fn(args, axes, outs=..., **static_kwargs) -> (outputs, out_axes)``
+        where ``axes[i]`` is the batched axis of ``args[i]`` or None,
+        ``outs`` describes one unbatched call, ``outputs`` has the structure
+        of ``outs`` and ``out_axes`` is an int (or None) for all outputs or
+        the same structure. ``fn`` may return ``NotImplemented`` to fall back
+        to the loop for cases it does not handle.
+
+        Returns:
+          ``fn``.
+
+        Raises:
+          TypeError: ``fn`` is not callable.
+        """
+        if not callable(fn):
+            raise TypeError(f"{self!r}: the batching rule must be callable")
+        self._batching_rule = fn
+        return fn
+
+    def def_sharding_rule(self, rule: str | Callable) -> str | Callable:
+        """Declares which axes XLA may split across devices.
+
+        ``rule`` is a string in the einsum-like notation of Shardy rules
+        (``"i j, j -> i j"``: one mapping per input, then per output, each
+        naming a factor per axis), or ``rule(outs=..., **static_kwargs)``
+        returning one (for ops whose ranks depend on the call). The kernel
+        the generator returns (a ``numba_cuda_kernel`` or
+        ``numba_cuda_callable``) is then made with that ``sharding_rule``:
+        under ``jax.jit`` with inputs sharded along the factors that lead
+        every output, each device runs it on its own shards
+        (docs/multi_gpu.md). A generator that returns jnp code needs no
+        rule: XLA splits it itself. A rule that does not fit a call is
+        refused when the op is called, naming the op.
+
+        Returns:
+          ``rule``, so this works as a decorator.
+
+        Raises:
+          TypeError: ``rule`` is neither a string nor callable.
+        """
+        if not isinstance(rule, str) and not callable(rule):
+            raise TypeError(
+                f"{self!r}: the sharding rule must be a str (e.g. "
+                f"'i j, j -> i j') or a function of outs and the static "
+                f"keyword arguments returning one, got {type(rule).__name__}")
+        if isinstance(rule, str):
+            sharding_rules.parse(rule, repr(self))  # syntax, now
+        self._sharding_rule = rule
+        return rule
+
+    # -- calling -----------------------------------------------------------
+
+    def __call__(self, *inputs, outs: Any = None, backend: str | None = None,
+                 **static_kwargs):
+        """Applies the op.
+
+        Args:
+          *inputs: JAX arrays (or anything ``jnp.asarray`` accepts).
+          outs: a ``jax.ShapeDtypeStruct`` or a pytree of them: the outputs'
+            shapes and dtypes, and the structure of the result.
+          backend: the kernel to use (default: the platform's default).
+          **static_kwargs: passed to the kernel generator and the rules;
+            they must be hashable (they key the compiled kernel).
+
+        Returns:
+          The outputs, with the structure of ``outs``.
+
+        Raises:
+          TypeError: ``outs`` is missing or not ShapeDtypeStruct-like, or a
+            static keyword argument is not hashable.
+          ValueError: ``backend`` names no registered kernel.
+          NotImplementedError: the op has no kernel at all. (A call on a
+            platform without a kernel fails when it is compiled, naming the
+            platforms that have one.)
+        """
+        if outs is None:
+            raise TypeError(
+                f"{self!r}: pass outs=jax.ShapeDtypeStruct(...) (or a pytree "
+                "of them) describing the outputs")
+        outs_fn = outs if shape_fns.is_function(outs) else None
+        if outs_fn is None:
+            specs, out_tree = checks.normalize_outs(outs, op=repr(self))
+            checks.check_x64(checks.wide_outputs(specs), repr(self))
+        static = []
+        for key in sorted(static_kwargs):
+            value = static_kwargs[key]
+            try:
+                hash(value)
+            except TypeError:
+                raise TypeError(
+                    f"{self!r}: static keyword argument '{key}' must be "
+                    f"hashable (it keys the compiled kernel), got "
+                    f"{type(value).__name__}: pass a tuple instead of a list "
+                    "or array, or pass arrays as inputs") from None
+            static.append((key, value))
+        # (platform, backend) pairs; None where a platform has no kernel.
+        backends: tuple[tuple[str, str | None], ...]
+        with self._lock:
+            if not any(self._kernels.values()):
+                raise NotImplementedError(
+                    f"{self!r} has no kernels: register one with "
+                    "def_numba_cuda_kernel(...) or def_kernel(...)")
+            if backend is not None:
+                known = {b for p in USER_PLATFORMS
+                         for b in kernels.candidates(self, p)}
+                if backend not in known:
+                    raise ValueError(
+                        f"{self!r}: unknown backend {backend!r}; "
+                        f"{kernels.describe(self)}")
+                backends = tuple((p, backend) for p in USER_PLATFORMS)
+            else:
+                inherited = _inherited_backends.get().get(id(self))
+                backends = inherited if inherited is not None else tuple(
+                    (p, kernels.default(self, p)) for p in USER_PLATFORMS)
+        args = [x if isinstance(x, (jax.Array, jax.core.Tracer))
+                else self._as_array(i, x) for i, x in enumerate(inputs)]
+        if outs_fn is not None:
+            # outs as a function of the inputs (as ShapeDtypeStructs) and
+            # the static keyword arguments, evaluated when traced.
+            structs = shape_fns.arguments(args, ())
+            result = shape_fns.evaluate(
+                lambda *a: outs_fn(*a, **static_kwargs), "outs", structs,
+                repr(self))
+            specs, out_tree = checks.normalize_outs(
+                result, shape_fns.where("outs", structs), op=repr(self))
+            checks.check_x64(checks.wide_outputs(specs), repr(self))
+        outs_spec = tuple((tuple(s.shape), np.dtype(s.dtype)) for s in specs)
+        if self._sharding_rule is not None:
+            sharding.check_rule(self, args, outs_spec, out_tree,
+                                tuple(static))
+        results = self.primitive.bind(
+            *args, outs=outs_spec,
+            out_tree=out_tree, backends=backends, static=tuple(static))
+        return jax.tree_util.tree_unflatten(out_tree, list(results))
+
+    def _as_array(self, i: int, x):
+        if x is None or isinstance(x, dict):
+            raise TypeError(
+                f"{self!r}: input {i} is {type(x).__name__}, not an array; "
+                "pass a jax or numpy array per input (static values go in "
+                "keyword arguments)")
+        try:
+            return jnp.asarray(x)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"{self!r}: input {i} ({type(x).__name__}) is not an array "
+                f"JAX can hold: {exc}") from exc
+
+    @contextlib.contextmanager
+    def _inherit(self, backends):
+        """While a user rule of this op runs (rules.py, vmap.py): its calls
+        of this op use `backends`."""
+        token = _inherited_backends.set(
+            {**_inherited_backends.get(), id(self): backends})
+        try:
+            yield
+        finally:
+            _inherited_backends.reset(token)

@@ -1,0 +1,69 @@
+"""The JAX primitive behind an XLACustomKernel: abstract eval and lowering.
+
+The primitive's output shapes come from the ``outs`` of each call. Its
+lowering asks the op for the kernel of the call's backend (the generator
+runs once per static arguments and ``outs``) and traces what that returns
+inline, so the program holds numbax's own custom calls, or whatever jnp code
+the kernel is.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from jax.interpreters import mlir
+
+from ..runtime import compat
+from .kernels import kernel_for
+from .outs import check_outputs
+
+if TYPE_CHECKING:
+    from .op import XLACustomKernel
+
+# The lowering platforms JAX uses, and the platforms users name for them.
+_LOWERING_PLATFORMS = {"cpu": "cpu", "cuda": "gpu"}
+
+
+def create(op: XLACustomKernel) -> Any:
+    """`op`'s primitive, named after it, with its abstract eval and lowering."""
+    prim = compat.eager_primitive(op.name)
+    prim.def_abstract_eval(_abstract_eval)
+    for platform in ("cpu", "cuda", "rocm"):
+        mlir.register_lowering(
+            prim, partial(lower, op, lowering_platform=platform),
+            platform=platform)
+    return prim
+
+
+def _abstract_eval(*avals, outs, **params):
+    del avals, params
+    return [compat.shaped_array(shape, dtype) for shape, dtype in outs]
+
+
+def lower(op: XLACustomKernel, ctx, *args, outs, out_tree, backends, static,
+          lowering_platform):
+    """The op's lowering: the kernel of the call's backend, traced inline."""
+    platform = _LOWERING_PLATFORMS.get(lowering_platform)
+    if platform is None:
+        raise NotImplementedError(
+            f"{op!r}: platform '{lowering_platform}' is not supported; "
+            "numbax runs on NVIDIA GPUs and, through Numba's CUDA "
+            "simulator, on the CPU")
+    backend = dict(backends)[platform]
+    fn = kernel_for(op, platform, backend, outs, out_tree, static)
+
+    def body(*xs):
+        result = fn(*xs)
+        return check_outputs(
+            op, result, outs, out_tree,
+            f"the '{backend}' kernel (platform '{platform}')")
+
+    # The returned op is traced and lowered inline: it emits numbax's own
+    # custom calls (or whatever jnp code it is) into this program. A numbax
+    # op the generator made is named after this op already (kernel_for);
+    # anything else is scoped under its name: HLO's op_name reads
+    # jit(f)/<name>/<inner op> (profile_names.py).
+    if getattr(fn, "_profile_tag", None) != op.name:
+        ctx = ctx.replace(name_stack=ctx.name_stack.extend(op.name))
+    return mlir.lower_fun(body, multiple_results=True)(ctx, *args)

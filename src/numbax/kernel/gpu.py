@@ -1,0 +1,84 @@
+"""A numba_cuda_kernel's calls on a GPU: compiled, and planned for C++.
+
+At trace time (:func:`key`) or when XLA instantiates a program whose key
+this process did not trace (op.entry_for_call), the kernel is compiled by
+its compiler for the call's argument types (and, for a folded vmap, the
+generated batched kernel too), and the registry gets an entry whose
+``plan()`` builds the LaunchPlan C++ launches from (plan.py).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from ..runtime import numba_bridge, registry
+from ..trace import scalar_args
+from . import calls, sharding, vmap
+from .launch_config import Call
+from .plan import builder
+
+
+def entry(op, key, avals, batch, broadcast, aliases=(),
+          call: Call | None = None, units=((), ())) -> registry.KernelEntry:
+    """The registry entry of one call: the kernel compiled now, the plan
+    built when XLA instantiates the program."""
+    call = call if call is not None else op._fixed_call()
+    out_avals = call.out_avals(batch)
+    dtypes = [d for _, d in list(avals) + out_avals]
+    if numba_bridge.has_bfloat16(dtypes):
+        numba_bridge.check_bfloat16_devices(repr(op))
+    # The kernel's arguments are the inputs then the outputs, with the
+    # scalars at their positions among the inputs.
+    all_avals = list(avals) + list(out_avals)
+    scalars = call.scalars
+    argtypes = op._argtypes(all_avals, batch, scalars)
+    n_in = len(avals) + len(scalars)
+    compiled = op._compile(argtypes, n_in)
+    formals = op._formals(argtypes, scalars, n_in)
+    params = op._scalar_params(scalars, formals)
+    grid, block, empty = call.grid, call.block, call.empty
+    decision, batched = vmap.folded(op, argtypes, grid, batch, broadcast,
+                                    compiled, scalars)
+    fold_axis = -1
+    if batched is not None:
+        try:
+            # The batched kernel takes the whole buffers, and each
+            # scalar as the version that runs types it.
+            tys = scalar_args.merge(
+                op._argtypes(all_avals, 0), scalars, list(formals))
+            compiled = op._compiler.compile_batched(
+                op.kernel, batched, tuple(tys), op._label)
+            fold_axis = vmap.axis_index(decision)
+        except Exception as exc:
+            vmap.refuse_fold(op, argtypes, grid, "compile", exc)
+    # The registry keeps `plan` but must not keep the op alive: the plan
+    # refers to it weakly, and the C++ call site that asks for the plan
+    # holds the op (the plan's owner) for as long as it lives.
+    op_ref = weakref.ref(op)
+    plan = builder(op_ref, compiled, grid, block, empty, batch, broadcast,
+                   len(avals), fold_axis, vmap.MAX_SLICES_PER_LAUNCH, aliases,
+                   units, sharding.grid_from(op, avals, batch,
+                                             call.out_shapes),
+                   num_outputs=call.num_outputs, scalars=params)
+    return registry.KernelEntry(key, plan, op_ref)
+
+
+def key(op, avals, out_avals, batch, broadcast, call: Call | None = None,
+        split=None) -> str:
+    """The key of a call lowered for a GPU; the kernel is compiled now, at
+    trace time, so that compile errors surface here."""
+    call = call if call is not None else op._fixed_call()
+    if [tuple(s) for s, _ in out_avals] != [
+            s for s, _ in call.out_avals(batch)]:
+        raise ValueError(f"{op!r}: outputs {out_avals} do not match "
+                         f"outs {list(call.outs)} (batch {batch})")
+    aliases = op._alias_pairs()
+    units = (split.buffer_units() if split is not None
+             else ((), ()))
+    made = entry(op, "", avals, batch, broadcast, aliases, call, units)
+
+    def make_entry(key):
+        made.key = key
+        return made
+    return calls.program_key(op, avals, batch, broadcast, call, split,
+                            make_entry)

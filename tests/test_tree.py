@@ -1,0 +1,219 @@
+"""The source tree keeps the shape docs/architecture.md describes.
+
+No file in src/ or csrc/ is over 600 lines, and no folder of the package
+holds more than a dozen modules; the package's imports run one way, from
+the public modules through the op families (kernel/, callable/,
+custom_kernel/) to the compilers (compilers/), then the trace-time pieces
+every op shares (trace/) and the runtime (runtime/), never back, and no
+family imports another; and the map in docs/architecture.md lists exactly
+the modules the tree has. Read from the files: nothing is imported.
+"""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "src" / "numbax"
+MAX_LINES = 600
+MAX_MODULES_PER_FOLDER = 12
+
+# What each part of the package may import, besides itself. "leaf" is the
+# extension and the generated version files, which import nothing of
+# numbax; "api" is the package's face (numbax/__init__.py, cli.py,
+# export.py, diagnostics.py); bench/ is a tool built on all of it.
+FAMILIES = ("kernel", "callable", "custom_kernel")
+SHARED = ("compilers", "trace", "runtime", "leaf")
+MAY_IMPORT = {
+    "leaf": set(),
+    "runtime": {"leaf"},
+    "trace": {"runtime", "leaf"},
+    "compilers": {"trace", "runtime", "leaf"},
+    **{family: set(SHARED) for family in FAMILIES},
+    "api": set(FAMILIES) | set(SHARED) | {"bench"},
+    "bench": set(FAMILIES) | set(SHARED) | {"api"},
+}
+LEAVES = {"numbax._core", "numbax._version", "numbax._build_info"}
+
+
+def _modules() -> dict[str, Path]:
+    """numbax.<dotted name> -> file, for every module of the package."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    for path in PACKAGE.glob("_core*.so"):
+        found["numbax._core"] = path
+    found.setdefault("numbax._core", PACKAGE / "_core.pyi")
+    found.setdefault("numbax._build_info", PACKAGE / "_build_info.py")
+    return found
+
+
+MODULES = _modules()
+
+
+def _part(module: str) -> str:
+    if module in LEAVES:
+        return "leaf"
+    parts = module.split(".")
+    if len(parts) > 2 or (len(parts) == 2 and
+                          (PACKAGE / parts[1]).is_dir()):
+        return parts[1]
+    return "api"
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    """Lines inside `if TYPE_CHECKING:` blocks (annotations only)."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(
+                node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, child.end_lineno + 1))
+    return lines
+
+
+def _imports(module: str, path: Path, *, top_level_only: bool = False):
+    """(imported numbax module, line) for each import `module` makes at
+    run time (not under TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_lines(tree)
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in nodes:
+        if getattr(node, "lineno", 0) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "numbax":
+                    yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module
+                                          else []))
+            else:
+                source = node.module or ""
+            if source.split(".")[0] != "numbax":
+                continue
+            for alias in node.names:
+                child = f"{source}.{alias.name}"
+                yield (child if child in MODULES else source), node.lineno
+
+
+def test_no_file_in_src_is_over_600_lines():
+    over = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not over, (f"split these along a seam of their own (at most "
+                      f"{MAX_LINES} lines, docs/architecture.md): {over}")
+
+
+def test_no_file_in_csrc_is_over_600_lines():
+    over = {str(p.relative_to(ROOT)): n
+            for p in sorted((ROOT / "csrc").iterdir()) if p.is_file()
+            and (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not over, (
+        f"C++ files over {MAX_LINES} lines, which docs/architecture.md "
+        f"promises none is: split each along a seam of its own (one file "
+        f"per concept, as the rest of csrc/): {over}")
+
+
+def test_no_folder_holds_more_than_a_dozen_modules():
+    # bench/ is the benchmark suite, a tool with a layout of its own.
+    folders: dict[Path, int] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "__init__.py" and "bench" not in path.relative_to(
+                PACKAGE).parts:
+            folders[path.parent] = folders.get(path.parent, 0) + 1
+    crowded = {str(f.relative_to(ROOT)): n for f, n in folders.items()
+               if n > MAX_MODULES_PER_FOLDER}
+    assert not crowded, f"group these into subpackages: {crowded}"
+
+
+def test_imports_run_one_way_and_families_never_import_each_other():
+    wrong = []
+    for module, path in MODULES.items():
+        if path.suffix != ".py":
+            continue
+        part = _part(module)
+        for imported, line in _imports(module, path):
+            target = _part(imported)
+            if target != part and target not in MAY_IMPORT[part]:
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: {part}/ "
+                             f"imports {imported} ({target}/)")
+    assert not wrong, ("imports against the layers of docs/architecture.md "
+                       "(a family may reach another only through the "
+                       "runtime's ops.Op):\n" + "\n".join(wrong))
+
+
+def test_module_imports_have_no_circle():
+    graph = {m: {i for i, _ in _imports(m, p, top_level_only=True)
+                 if i != m and i in MODULES}
+             for m, p in MODULES.items() if p.suffix == ".py"}
+    # A package's __init__ imports its modules: the edge a module has to
+    # its own package is its parent's import, not a circle.
+    for m in graph:
+        graph[m] = {i for i in graph[m] if not m.startswith(i + ".")}
+    done: set[str] = set()
+    stack: list[str] = []
+
+    def visit(m):
+        if m in stack:
+            raise AssertionError(
+                "modules importing each other at import time: "
+                + " -> ".join(stack[stack.index(m):] + [m]))
+        if m in done:
+            return
+        stack.append(m)
+        for n in sorted(graph.get(m, ())):
+            visit(n)
+        stack.pop()
+        done.add(m)
+
+    for m in sorted(graph):
+        visit(m)
+
+
+def _documented_map() -> dict[str, set[str]]:
+    """docs/architecture.md's map: folder -> the modules its row lists."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## The map", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        m = re.match(r"\|\s*`([\w/]+/)`\s*\|.*\|(.*)\|\s*$", line)
+        if m:
+            rows[m.group(1)] = set(re.findall(r"`([\w.]+\.(?:py|pyi))`",
+                                              m.group(2)))
+    return rows
+
+
+def test_the_architecture_map_lists_every_module():
+    documented = _documented_map()
+    actual: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        folder = path.parent.relative_to(PACKAGE.parent).as_posix() + "/"
+        if folder.startswith("numbax/bench/") or path.name in (
+                "__init__.py", "_build_info.py"):
+            continue  # bench/ is one row; __init__.py holds no code of note
+        actual.setdefault(folder, set()).add(path.name)
+    actual["numbax/bench/"] = set()
+    assert set(documented) == set(actual), (
+        "docs/architecture.md's map has rows for folders "
+        f"{sorted(documented)}, the tree {sorted(actual)}")
+    for folder, names in actual.items():
+        assert documented[folder] >= names, (
+            f"docs/architecture.md's map does not list {folder}"
+            f"{sorted(names - documented[folder])}")
+        assert documented[folder] <= names | {"_core.pyi"}, (
+            f"docs/architecture.md's map lists {folder}"
+            f"{sorted(documented[folder] - names)}, which do not exist")
+
+
+@pytest.mark.parametrize("part", sorted(MAY_IMPORT))
+def test_every_part_of_the_layers_exists(part):
+    assert any(_part(m) == part for m in MODULES), part
