@@ -19,7 +19,7 @@ import numpy as np
 
 import pytest
 
-from numbax.bench import mode, plot, progress, report, run, timing
+from numbax.bench import measure, mode, plot, progress, report, run, timing
 
 ROOT = Path(__file__).resolve().parent.parent
 SIM_ENV = {"NUMBA_ENABLE_CUDASIM": "1", "JAX_PLATFORMS": "cpu"}
@@ -341,8 +341,8 @@ def _prepared(name, op):
     import jax
     row = {"name": name, "label": name, "compare_to": "native", "status": "ok",
            "chain": None, "single": None, "bandwidth": None,
-           **dict.fromkeys(run.MOVING)}
-    return run.Prepared(types.SimpleNamespace(name=name), row, None, jax.jit(op), op)
+           **dict.fromkeys(measure.MOVING)}
+    return measure.Prepared(types.SimpleNamespace(name=name), row, None, jax.jit(op), op)
 
 
 def test_measure_moving_records_each_measurement_and_the_counters():
@@ -358,19 +358,19 @@ def test_measure_moving_records_each_measurement_and_the_counters():
         return jax.pure_callback(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
     bad = _prepared("stuck", stale)
     logged = []
-    run.measure_moving([good, bad], cfg, np.random.default_rng(3), timing,
+    measure.measure_moving([good, bad], cfg, np.random.default_rng(3), timing,
                        progress.Progress(0, "", enabled=False), logged.append)
     row = good.row
     assert row["status"] == "ok", row.get("errors")
     assert row["moving"]["length"] == row["donated"]["length"] == cfg.moving_length
     assert row["single_moving"]["length"] == 1
-    assert all(row[m]["rounds"] == cfg.rounds for m in run.MOVING)
+    assert all(row[m]["rounds"] == cfg.rounds for m in measure.MOVING)
     # jnp runs no func: the counters moved by nothing, but are all there.
     assert row["moving_counters"] == {"op_calls": cfg.moving_inputs,
                                       **dict.fromkeys(timing.MOVING_COUNTERS, 0)}
     assert bad.row["status"].startswith("FAILED (")
-    assert set(bad.row["errors"]) == set(run.MOVING)
-    assert all(bad.row[m] is None for m in run.MOVING)
+    assert set(bad.row["errors"]) == set(measure.MOVING)
+    assert all(bad.row[m] is None for m in measure.MOVING)
 
 
 def test_no_moving_switch_skips_them(tmp_path):
@@ -383,7 +383,7 @@ def test_no_moving_switch_skips_them(tmp_path):
     record = json.loads(out_json.read_text())
     kernel = next(r for r in record["results"] if r["name"] == "numbax_kernel")
     assert kernel["status"] == "ok" and kernel["chain"]["rounds"] == 1
-    assert all(kernel[m] is None for m in run.MOVING)
+    assert all(kernel[m] is None for m in measure.MOVING)
     table = proc.stdout[proc.stdout.index("== table"):]
     assert "no moving run" in table and "mov/cb" not in table
     assert report.MOVING_LEGEND not in table
