@@ -62,7 +62,7 @@ ffi::Error DecodeCallBuffers(const ffi::RemainingArgs& args,
                              std::vector<BufferView>* out);
 
 // Drops the unit axes numbax added to a partitioned call's buffers
-// (src/numbax/_sharding_rule.py): XLA's batch partitioner splits the same
+// (src/numbax/trace/sharding_rules.py): XLA's batch partitioner splits the same
 // number of leading axes of every buffer and passes a buffer with fewer
 // axes than that whole, so numbax gives the buffers it splits `lead[i]`
 // leading axes of extent 1 (and an input with no axis besides the split

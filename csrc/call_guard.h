@@ -2,8 +2,8 @@
 // call of a func, and restored after it.
 //
 // numbax uses it to make JAX refuse calls from inside func
-// (src/numbax/_guard.py) without a Python frame per call. Runs with the GIL
-// held.
+// (src/numbax/runtime/guard.py) without a Python frame per call. Runs with the
+// GIL held.
 #pragma once
 
 #include <Python.h>

@@ -54,9 +54,9 @@ int ReasonFromName(PyObject* name) {
 // The launch hook is a MethodHook (method_hook.h) holding Numba's launch
 // (`original`) and numbax's plan builders.
 using LaunchHook = MethodHook;
-constexpr int kCheck = 0;   // refs[kCheck]: _fast_launch._check
-constexpr int kPlan = 1;    // refs[kPlan]: _fast_launch._plan
-constexpr int kCached = 2;  // refs[kCached]: _fast_launch._cached_plan
+constexpr int kCheck = 0;   // refs[kCheck]: numba_cuda_launch._check
+constexpr int kPlan = 1;    // refs[kPlan]: numba_cuda_launch._plan
+constexpr int kCached = 2;  // refs[kCached]: numba_cuda_launch._cached_plan
 
 PyObject* CallOriginal(LaunchHook* hook, PyObject* const* args, size_t nargsf,
                        PyObject* kwnames) {

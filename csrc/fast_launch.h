@@ -51,8 +51,8 @@ const char* FallbackReasonName(int reason);
 struct FastLaunchCounters {
   uint64_t fast = 0;
   // Plans built from numbax's cache entry of the kernel (no Numba launch
-  // first: src/numbax/_fast_launch.py, _cached_plan); their launches count
-  // in `fast` too.
+  // first: src/numbax/compilers/numba_cuda_launch.py, _cached_plan); their
+  // launches count in `fast` too.
   uint64_t cached_plans = 0;
   uint64_t fallbacks[kFallbackReasonCount] = {};
 };
@@ -91,8 +91,8 @@ class ActiveCallScope {
 // `original` is Numba's `_LaunchConfiguration.__call__`; `check(cfg, args,
 // ours, device)`, `plan(cfg, args, ours, device)` and `cached(cfg, args,
 // ours, device)` are numbax's Python plan builders
-// (src/numbax/_fast_launch.py); `cached` may be None (no plans from a
-// cache: numba-cuda-mlir's launcher).
+// (src/numbax/compilers/numba_cuda_launch.py); `cached` may be None (no plans
+// from a cache: numba-cuda-mlir's launcher).
 PyObject* NewLaunchHook(PyObject* original, PyObject* check, PyObject* plan,
                         PyObject* cached);
 

@@ -6,8 +6,8 @@
 // runs a func: with `arrays` wrapping `buffers` published on this thread (a
 // list of (address, dtype name, shape)). PackScalarForTest returns the
 // parameter words the fast path packs for one scalar `value` packed as `how`
-// (see _fast_launch.py), as bytes (8, or 16 for complex). Each returns a new
-// reference, or nullptr with a Python error set.
+// (see compilers/numba_cuda_launch.py), as bytes (8, or 16 for complex). Each
+// returns a new reference, or nullptr with a Python error set.
 #pragma once
 
 #include <Python.h>

@@ -1,7 +1,7 @@
 // The launch plan of a numba_cuda_kernel call site: everything one launch
 // needs, fixed when XLA instantiates the program.
 //
-// numbax's Python side (src/numbax/_kernel_plan.py) builds it as a
+// numbax's Python side (src/numbax/kernel/plan.py) builds it as a
 // numbax._core.LaunchPlan, by keyword only: a field one side has and the
 // other lacks fails at construction (TypeError), instead of shifting the
 // others; a value no launch can take fails there too (ValueError).
@@ -51,8 +51,8 @@ struct LaunchPlan {
   // output a buffer of its own, the input is copied into it first
   // (aliases.h). A vmapped call's pairs are whole batched buffers.
   AliasList aliases;
-  // A call XLA partitions (src/numbax/_sharding_rule.py) gets each device's
-  // shards, not the global arrays the plan was made for:
+  // A call XLA partitions (src/numbax/trace/sharding_rules.py) gets each
+  // device's shards, not the global arrays the plan was made for:
   // - lead_units, trail_units: per buffer (inputs, then outputs), the unit
   //   axes numbax added for XLA's partitioner at the start and at the end,
   //   dropped before anything else (call_frame.h); empty when none were;

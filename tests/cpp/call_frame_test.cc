@@ -639,7 +639,8 @@ TEST(DecodeCallBuffers, ReusedVectorKeepsItsStorage) {
 }  // namespace
 
 // A partitioned call's buffers carry unit axes numbax added for XLA's batch
-// partitioner (src/numbax/_sharding_rule.py): dropped from the views only.
+// partitioner (src/numbax/trace/sharding_rules.py): dropped from the views
+// only.
 namespace units {
 
 BufferView View(const int64_t* dims, int64_t rank) {
