@@ -75,9 +75,11 @@ def delta(before, after, name):
 PYTHON_CALLS = 3
 
 
-def check_rebound(before, after, calls, *, max_python_calls=PYTHON_CALLS):
+def check_rebound(before, after, calls, *, max_python_calls=PYTHON_CALLS + 2):
+    # (+2: a buffer that first moves later, an output XLA handed back at
+    # the same address until then, is confirmed by one more recording.)
     """On a GPU: func ran in Python only to record and confirm the graph,
-    every other call was a re-bound replay, and nothing was refused."""
+    every other call was a replay, and nothing was refused."""
     if SIMULATOR:
         return
     assert delta(before, after, "graph_rebind_refusals") == 0, rebind_refusals()
