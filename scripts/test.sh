@@ -79,5 +79,8 @@ stamp "waiting for the Python tests"
 wait "$matrix_pid" || status=1
 matrix_running=0
 cat "$matrix_log"
-stamp "done"
+# User + system time of everything this script ran: against the wall time,
+# how busy it kept the cores (other work on the machine shows here too).
+cpu=$(times | tail -1 | tr 'ms' '  ' | awk '{ printf "%.0f", $1 * 60 + $2 + $3 * 60 + $4 }')
+stamp "done, $cpu s of CPU"
 exit $status

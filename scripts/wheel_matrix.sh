@@ -74,7 +74,7 @@ done
 [ ${#rows[@]} -gt 0 ] || rows=("${DEFAULT_ROWS[@]}")
 mkdir -p "$WORK"
 rm -f "$WORK"/result-* "$WORK"/python-* "$WORK"/wheel-* "$WORK"/parts-* \
-      "$WORK"/pytest-*.log "$WORK"/junit-*.xml "$WORK"/job-*.log
+      "$WORK"/pytest-*.log "$WORK"/junit-*.xml "$WORK"/job-*.log "$WORK"/cpu-*
 
 # find_python X.Y: a runnable interpreter of that version (a pyenv shim on
 # PATH may name one it cannot run, so each candidate is tried).
@@ -151,7 +151,10 @@ job_venv() {
   case "$scope" in all*) extra=("numba-cuda-mlir==${MLIR_VERSION:-0.6.0}") ;; esac
   rm -rf "$venv"
   "$exe" -m venv "$venv"
-  if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+  # --no-compile: the tests write the bytecode of what they import (job_test),
+  # a fifth of what pip would compile (all of jax, scipy, numba, matplotlib):
+  # about 12 s of CPU less per venv.
+  if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-compile \
       -c "$WORK/constraints.txt" "$whl[bench,cpu]" "jax==$jax_v" "jaxlib==$jax_v" \
       pytest hypothesis flatbuffers "${extra[@]}" > "$WORK/pip-$jax_v.log" 2>&1; then
     tail -20 "$WORK/pip-$jax_v.log"
@@ -177,7 +180,10 @@ job_test() {
     env=(XLA_FLAGS=--xla_force_host_platform_device_count=2)
     opts=(-rs -m multigpu)
   fi
-  env NUMBA_ENABLE_CUDASIM=1 JAX_PLATFORMS=cpu "${env[@]}" \
+  # Bytecode is written (even where PYTHONDONTWRITEBYTECODE is set, as on
+  # this project's machines): the venv has none (job_venv), and the first
+  # process to import a module compiles it for all the others.
+  env -u PYTHONDONTWRITEBYTECODE NUMBA_ENABLE_CUDASIM=1 JAX_PLATFORMS=cpu "${env[@]}" \
     "$venv/bin/python" -m pytest -q -p no:cacheprovider "${opts[@]}" \
     --junitxml="$WORK/junit-$jax_v-$part.xml" "${files[@]}" "${pytest_args[@]}" \
     > "$WORK/pytest-$jax_v-$part.log" 2>&1
@@ -238,6 +244,12 @@ while read -r est name jax_v part; do
   add_job "$name" "venv-$jax_v" "$est" job_test "$jax_v" "$part"
 done < <(printf '%s\n' "${test_jobs[@]}" | sort -k1,1nr)
 
+# cpu_seconds FILE: user + sys of the children in the output of `times`.
+cpu_seconds() {
+  tail -1 "$1" 2>/dev/null | tr 'ms' '  ' |
+    awk '{ printf "%.0f", $1 * 60 + $2 + $3 * 60 + $4 } END { if (NR == 0) printf "?" }'
+}
+
 # run_jobs: starts each pending job whose dependencies are done, JOBS at a
 # time, in the order of the plan; a job whose dependency failed is skipped.
 run_jobs() {
@@ -259,18 +271,20 @@ run_jobs() {
       fi
       [ "$ready" = 1 ] && [ ${#pid_of[@]} -lt "$JOBS" ] || continue
       echo "== $name: start (at ${SECONDS} s)"
-      ( ${job_cmd[$name]} ) > "$WORK/job-$name.log" 2>&1 &
+      # The CPU time of all the job ran, from `times` as it exits.
+      ( trap 'times > "$WORK/cpu-$name"' EXIT; ${job_cmd[$name]} ) > "$WORK/job-$name.log" 2>&1 &
       pid_of[$!]=$name job_state[$name]=running job_t0[$name]=$SECONDS
     done
     [ ${#pid_of[@]} -gt 0 ] || break
     rc=0; wait -n -p done_pid || rc=$?
     name=${pid_of[$done_pid]}; unset "pid_of[$done_pid]"
+    took="took $((SECONDS - job_t0[$name])) s, $(cpu_seconds "$WORK/cpu-$name") s of CPU"
     if [ "$rc" = 0 ]; then
       job_state[$name]=ok
-      echo "== $name: done (at ${SECONDS} s, took $((SECONDS - job_t0[$name])) s)"
+      echo "== $name: done (at ${SECONDS} s, $took)"
     else
       job_state[$name]=failed st=1
-      echo "== $name: FAILED (at ${SECONDS} s, took $((SECONDS - job_t0[$name])) s)"
+      echo "== $name: FAILED (at ${SECONDS} s, $took)"
       case "$name" in test-*) ;; *) tail -20 "$WORK/job-$name.log" ;; esac
     fi
   done
