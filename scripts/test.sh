@@ -81,6 +81,7 @@ matrix_running=0
 cat "$matrix_log"
 # User + system time of everything this script ran: against the wall time,
 # how busy it kept the cores (other work on the machine shows here too).
-cpu=$(times | tail -1 | tr 'ms' '  ' | awk '{ printf "%.0f", $1 * 60 + $2 + $3 * 60 + $4 }')
+times > build/times.txt  # here, not in a subshell, which would time only itself
+cpu=$(tail -1 build/times.txt | tr 'ms' '  ' | awk '{ printf "%.0f", $1 * 60 + $2 + $3 * 60 + $4 }')
 stamp "done, $cpu s of CPU"
 exit $status
