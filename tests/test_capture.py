@@ -7,7 +7,7 @@ import pytest
 from numba import cuda
 
 import numbax
-from conftest import random_array
+from conftest import SIMULATOR, random_array
 from shared_kernels import affine, add_one
 
 pytestmark = pytest.mark.gpu
@@ -39,7 +39,10 @@ def test_capture_matches_plain_on_fresh_inputs(rng):
 
 
 def test_capture_chain_in_one_program(rng):
-    op = make(True, 4096)
+    # The simulator runs each thread in Python: 256 elements (2 blocks)
+    # show the same (as test_kernel.py's test_chain_in_one_program).
+    n = 256 if SIMULATOR else 4096
+    op = make(True, n)
 
     @jax.jit
     def chain(v):
@@ -48,7 +51,7 @@ def test_capture_chain_in_one_program(rng):
         return v
 
     for _ in range(3):
-        x = random_array(rng, (4096,), np.float32) * 1e-3
+        x = random_array(rng, (n,), np.float32) * 1e-3
         expected = x.astype(np.float64)
         for _ in range(12):
             expected = 2 * expected + 1

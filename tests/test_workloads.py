@@ -97,7 +97,9 @@ def square_k(x, out):
 
 
 def test_two_kernel_pipeline_with_temporary(rng):
-    n = 10_000
+    # The simulator runs each thread in Python: 1,000 elements (4 blocks,
+    # the last one partly used) show the same.
+    n = 1000 if SIMULATOR else 10_000
 
     def pipeline(x, y, out, stream):
         temp = cuda.device_array(x.shape[0], dtype=x.dtype, stream=stream)
