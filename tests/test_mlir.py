@@ -165,7 +165,7 @@ def test_numba_cuda_kernel_accepts_it(mlir_kernels):
     double, _ = mlir_kernels
     op = numbax.numba_cuda_kernel(
         double, jax.ShapeDtypeStruct((8,), jnp.float32), launch_dims=8)
-    assert op._mlir
+    assert op._compiler is mlir_compiler.COMPILER
     assert "double" in repr(op)
     # Same op for the same arguments (interned), as for numba-cuda kernels.
     assert op is numbax.numba_cuda_kernel(

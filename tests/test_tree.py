@@ -80,6 +80,10 @@ def _type_checking_lines(tree: ast.Module) -> set[int]:
 def _imports(module: str, path: Path, *, top_level_only: bool = False):
     """(imported numbax module, line) for each import `module` makes at
     run time (not under TYPE_CHECKING)."""
+    if module in LEAVES:
+        # Import nothing of numbax; _build_info.py is written by the build,
+        # so a fresh checkout has none.
+        return
     tree = ast.parse(path.read_text())
     skip = _type_checking_lines(tree)
     nodes = tree.body if top_level_only else ast.walk(tree)
