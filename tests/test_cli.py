@@ -214,8 +214,9 @@ def test_cli_usage_and_version():
 def test_bench_cpu_smoke_end_to_end(tmp_path):
     """No simulator in the environment: --cpu-smoke switches it on itself."""
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
+    # The moving-buffer phases have their own smoke test in test_bench_cli.
     proc = run(["-m", "numbax", "bench", "--cpu-smoke", "--rounds", "3",
-                "--json", str(out_json), "--plot", str(out_png)])
+                "--no-moving", "--json", str(out_json), "--plot", str(out_png)])
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     record = json.loads(out_json.read_text())
     rows = {r["name"]: r for r in record["results"]}
