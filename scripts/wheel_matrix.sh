@@ -28,8 +28,8 @@
 # for this machine's architecture (scripts/lib/wheel_tag.py), or the row
 # fails.
 #
-# The work is a set of jobs run MATRIX_JOBS at a time (default: the number
-# of cores), each as soon as what it needs is done, the longest first: the
+# The work is a set of jobs run MATRIX_JOBS at a time (default: one more
+# than the number of cores), each as soon as what it needs is done, the longest first: the
 # wheel of each Python (--wheel names the wheel for rows of the Python that
 # built it; --wheel-from X.Y:FILE says another process is building the
 # wheel for Python X.Y and will write its path to FILE, or an empty FILE if
@@ -58,7 +58,10 @@ SUBSET=(tests/test_callable.py tests/test_kernel.py tests/test_custom_kernel.py
         tests/test_sharding.py)
 WORK=${NUMBAX_MATRIX_DIR:-/tmp/numbax-matrix}
 CORES=$(nproc 2>/dev/null || echo 2)
-JOBS=${MATRIX_JOBS:-$CORES}
+# One job more than the cores: a pytest run keeps about 80% of a core busy
+# (it waits for its subprocesses, and the simulator's threads for each
+# other), so two left a fifth of 2 cores idle; a third fills that in.
+JOBS=${MATRIX_JOBS:-$((CORES + 1))}
 PARTS=${MATRIX_PARTS:-$CORES}
 
 wheel="" wheel_from="" rows=() pytest_args=()
