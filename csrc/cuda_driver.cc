@@ -47,6 +47,7 @@ Driver LoadTable(void* lib) {
   Resolve(lib, "cuStreamGetCaptureInfo_v3", d.cuStreamGetCaptureInfo_v3);
   Resolve(lib, "cuStreamGetCaptureInfo_v2", d.cuStreamGetCaptureInfo_v2);
   Resolve(lib, "cuGraphNodeGetType", d.cuGraphNodeGetType);
+  Resolve(lib, "cuGraphGetNodes", d.cuGraphGetNodes);
   Resolve(lib, "cuGraphKernelNodeGetParams_v2", d.cuGraphKernelNodeGetParams);
   Resolve(lib, "cuGraphExecKernelNodeSetParams_v2",
           d.cuGraphExecKernelNodeSetParams);

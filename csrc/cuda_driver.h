@@ -97,6 +97,7 @@ struct Driver {
   CUresult (*cuStreamGetCaptureInfo_v2)(CUstream, int*, uint64_t*, CUgraph*,
                                         const CUgraphNode**, size_t*);
   CUresult (*cuGraphNodeGetType)(CUgraphNode, int*);
+  CUresult (*cuGraphGetNodes)(CUgraph, CUgraphNode*, size_t*);
   CUresult (*cuGraphKernelNodeGetParams)(CUgraphNode, KernelNodeParams*);
   CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode,
                                              const KernelNodeParams*);

@@ -46,18 +46,20 @@ GraphCache::~GraphCache() {
   Clear();
 }
 
-cuda::CUgraphExec GraphCache::Find(int device,
-                                   const std::vector<BufferView>& buffers) {
+bool GraphCache::LaunchFound(const cuda::Driver& driver, int device,
+                             const std::vector<BufferView>& buffers,
+                             cuda::CUstream stream, cuda::CUresult* result) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     if (it->device == device && SameBuffers(it->pointers, buffers)) {
       if (it != entries_.begin()) {
         entries_.splice(entries_.begin(), entries_, it);
       }
-      return entries_.front().exec;
+      *result = driver.cuGraphLaunch(entries_.front().exec, stream);
+      return true;
     }
   }
-  return nullptr;
+  return false;
 }
 
 void GraphCache::Insert(int device, const std::vector<BufferView>& buffers,

@@ -49,8 +49,13 @@ class GraphCache {
   GraphCache(const GraphCache&) = delete;
   GraphCache& operator=(const GraphCache&) = delete;
 
-  // The executable graph recorded for these buffers on this device, or null.
-  cuda::CUgraphExec Find(int device, const std::vector<BufferView>& buffers);
+  // Launches on `stream` the graph recorded for these buffers on this
+  // device, if there is one (`*result` is then the driver's answer). Found
+  // and launched under the lock: another thread's eviction or
+  // clear_caches() must not destroy it in between.
+  bool LaunchFound(const cuda::Driver& driver, int device,
+                   const std::vector<BufferView>& buffers,
+                   cuda::CUstream stream, cuda::CUresult* result);
 
   enum class Replay { kHit, kRebound, kNone };
   // Launches on `stream` the graph for `buffers`: one recorded at these

@@ -79,10 +79,24 @@ bool Rebinding::BoundTo(const std::vector<BufferView>& buffers) const {
 std::string Rebinding::AdoptGraph(const cuda::Driver& driver,
                                   cuda::CUgraph graph) {
   if (!driver.cuGraphKernelNodeGetParams ||
-      !driver.cuGraphExecKernelNodeSetParams) {
+      !driver.cuGraphExecKernelNodeSetParams || !driver.cuGraphGetNodes) {
     return "the CUDA driver cannot update a graph's kernel nodes";
   }
   const std::vector<RecordedLaunch>& launches = last_.launches();
+  // Every node must be a logged launch. A node the log never saw (another
+  // thread launching onto the recording stream while func ran) would keep
+  // its recorded addresses on every re-bind.
+  size_t count = 0;
+  if (cuda::CUresult r = driver.cuGraphGetNodes(graph, nullptr, &count);
+      r != cuda::CUDA_SUCCESS) {
+    return "the graph's nodes cannot be counted: " + cuda::ErrorText(driver, r);
+  }
+  if (count != launches.size()) {
+    return "the recording holds " + std::to_string(count) +
+           " nodes but func launched " + std::to_string(launches.size()) +
+           " kernels through numbax: other work reached the stream while "
+           "func ran";
+  }
   std::vector<Node> nodes(launches.size());
   for (size_t i = 0; i < launches.size(); ++i) {
     const RecordedLaunch& l = launches[i];
@@ -115,6 +129,7 @@ std::string Rebinding::AdoptGraph(const cuda::Driver& driver,
     return "cannot instantiate the graph: " + cuda::ErrorText(driver, r);
   }
   DropGraph();
+  driver_ = &driver;
   graph_ = graph;  // kept: its nodes name the executable graph's nodes
   exec_ = exec;
   nodes_ = std::move(nodes);
@@ -129,12 +144,13 @@ cuda::CUresult Rebinding::Rebind(const cuda::Driver& driver,
   for (size_t i = 0; i < nodes_.size(); ++i) {
     BindWords(launches[i], buffers, &words);
     Node& n = nodes_[i];
-    if (words == n.words) continue;  // its buffers did not move
+    if (n.in_sync && words == n.words) continue;  // its buffers stayed
     // Copied in place: the pointers the driver reads stay valid.
     std::copy(words.begin(), words.end(), n.words.begin());
     cuda::CUresult r =
         driver.cuGraphExecKernelNodeSetParams(exec_, n.node, &n.params);
-    if (r != cuda::CUDA_SUCCESS) {
+    n.in_sync = r == cuda::CUDA_SUCCESS;
+    if (!n.in_sync) {
       bound_.clear();  // partly re-bound: bound to nothing
       return r;
     }
@@ -170,10 +186,11 @@ cuda::CUresult Rebinding::LaunchRebound(const cuda::Driver& driver,
 }
 
 void Rebinding::DropGraph() {
-  const cuda::Driver* d = cuda::Load();
+  const cuda::Driver* d = driver_;
   // A launched graph may still run: the driver defers the release.
   if (exec_ && d && d->cuGraphExecDestroy) d->cuGraphExecDestroy(exec_);
   if (graph_ && d && d->cuGraphDestroy) d->cuGraphDestroy(graph_);
+  driver_ = nullptr;
   exec_ = nullptr;
   graph_ = nullptr;
   nodes_.clear();

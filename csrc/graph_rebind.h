@@ -53,7 +53,9 @@ class Rebinding {
   // handles): instantiates it and keeps both, in place of any graph before.
   // An empty string; else why not, leaving `graph` to the caller: its nodes
   // cannot be updated (the driver lacks the calls, or a node is not the
-  // launch logged for it).
+  // launch logged for it), or it holds work the log did not see (another
+  // thread launched onto the stream during the recording). `driver` must
+  // outlive the Rebinding: it destroys the graph.
   std::string AdoptGraph(const cuda::Driver& driver, cuda::CUgraph graph);
   // Points every kernel node at `buffers` (MayRebind must hold).
   cuda::CUresult Rebind(const cuda::Driver& driver,
@@ -78,6 +80,10 @@ class Rebinding {
     cuda::KernelNodeParams params{};
     std::vector<int64_t> words;
     std::vector<void*> pointers;  // &words[i], as the driver takes them
+    // Whether the executable graph's node holds `words`. Cleared when the
+    // driver refused an update: the node's parameters are then unknown,
+    // so the next re-bind sets them whatever `words` says.
+    bool in_sync = true;
   };
   void DropGraph();
 
@@ -88,6 +94,8 @@ class Rebinding {
   LaunchLog reference_;
   LaunchLog last_;                  // the log of the most recent recording
   std::vector<uint8_t> confirmed_;  // per buffer: may move
+  // The driver that made the graph, which also destroys it.
+  const cuda::Driver* driver_ = nullptr;
   cuda::CUgraph graph_ = nullptr;
   cuda::CUgraphExec exec_ = nullptr;
   std::vector<Node> nodes_;

@@ -166,9 +166,9 @@ ffi::Error LaunchPerSlice(KernelSite& site, const cuda::Driver& driver,
   const LaunchPlan& plan = site.plan();
   const bool may_record = MayRecord(plan, batch, driver, stream);
   if (may_record) {
-    if (cuda::CUgraphExec exec = site.graphs().Find(device, buffers)) {
+    cuda::CUresult r = cuda::CUDA_SUCCESS;
+    if (site.graphs().LaunchFound(driver, device, buffers, stream, &r)) {
       ++GraphStats().slice_replays;
-      cuda::CUresult r = driver.cuGraphLaunch(exec, stream);
       if (r != cuda::CUDA_SUCCESS) return LaunchError(site, driver, r);
       return ffi::Error::Success();
     }

@@ -2,12 +2,14 @@
 the batch on) launches it slice by slice from C++, and replays a CUDA graph
 of those launches for 16 or more slices, keyed by buffer addresses: with
 fresh inputs every call (addresses that move or repeat), with ops made anew
-150 times (host memory bounded), and from 4 threads at once, every result
-is numpy's. GPU only: the simulator records no graphs.
+150 times (host memory bounded), from 4 threads at once, and while another
+thread clears the graph caches, every result is numpy's. GPU only: the
+simulator records no graphs.
 """
 
 import gc
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +18,7 @@ import pytest
 from numba import cuda
 
 import numbax
-from conftest import assert_close, kernel_op
+from conftest import assert_close, in_own_process, kernel_op
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("gpu_only", "x64")]
 
@@ -89,3 +91,42 @@ def test_one_program_from_four_threads():
         t.join(300)
     assert not any(t.is_alive() for t in threads), "a thread hung"
     assert not errors, errors[:2]
+
+
+# A replay must not launch a graph that another thread's clear_caches() (or
+# an eviction) destroyed between finding it and launching it: the cache
+# finds and launches under one lock. Its own process: a launch of a
+# destroyed graph could leave the context broken.
+@in_own_process()
+def test_replays_while_another_thread_clears_the_caches(rng):
+    f = per_slice_program()
+    xs = [rng.standard_normal((32, N)).astype(np.float32) for _ in range(2)]
+    inputs = [jax.device_put(x) for x in xs]
+    numbax.set_graph_cache_size(1)
+    stop = threading.Event()
+    clears = [0]
+
+    def clear():
+        while not stop.is_set():
+            numbax.clear_caches()
+            clears[0] += 1
+            time.sleep(0.0005)  # leaves calls time to record and replay
+
+    clearer = threading.Thread(target=clear)
+    clearer.start()
+    numbax.reset_bridge_counters()
+    try:
+        for k in range(400):
+            # Runs of one input, each output freed before the next call: the
+            # same addresses come back, so graphs are recorded and replayed.
+            which = (k // 10) % 2
+            out = f(inputs[which])
+            if k % 25 == 24:
+                assert_close(out, xs[which] * 2, f"call {k}")
+            del out
+    finally:
+        stop.set()
+        clearer.join(60)
+        numbax.set_graph_cache_size(16)
+    counters = numbax.bridge_counters()
+    assert clears[0] > 0 and counters["slice_graph_replays"] > 0, (clears, counters)
