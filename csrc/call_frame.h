@@ -46,6 +46,23 @@ struct BufferView {
   size_t nbytes = 0;
 };
 
+// The buffers' data addresses, into `out` (its capacity reused).
+inline void AddressesOf(const std::vector<BufferView>& buffers,
+                        std::vector<void*>* out) {
+  out->resize(buffers.size());
+  for (size_t i = 0; i < buffers.size(); ++i) (*out)[i] = buffers[i].data;
+}
+
+// Whether `buffers` lie exactly at `addresses`, in order.
+inline bool AtAddresses(const std::vector<void*>& addresses,
+                        const std::vector<BufferView>& buffers) {
+  if (addresses.size() != buffers.size()) return false;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (addresses[i] != buffers[i].data) return false;
+  }
+  return true;
+}
+
 // Checks one buffer's fields as XLA passed them and fills `out`. `what`
 // names the buffer in errors ("input 2", "output 0").
 ffi::Error DecodeBuffer(ffi::DataType dtype, void* data, const int64_t* dims,

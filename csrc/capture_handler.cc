@@ -80,10 +80,11 @@ ffi::Error RunUnderXlaCapture(const cuda::Driver& driver, void* stream_ptr,
   InterpreterUse use;
   if (!use.admitted()) return site->ShuttingDown();
   GilScope gil;
+  const bool logging = site->fast_launch() && !site->graphs.Refused(device);
   LaunchLog log;
   ffi::Error result = site->Invoke(buffers, Platform::kCuda, device, stream_ptr,
-                                   /*plain=*/false, &log);
-  if (result.success() && site->fast_launch()) {
+                                   /*plain=*/false, logging ? &log : nullptr);
+  if (result.success() && logging) {
     NoteRefusal(*site, site->graphs.Learn(device, std::move(log)));
   }
   return result;
@@ -123,21 +124,17 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
     }
   }
   cuda::CUresult r;
-  switch (site->graphs.Launch(*driver, device, buffers, stream, &r)) {
-    case GraphCache::Replay::kHit:
-      if (r != cuda::CUDA_SUCCESS) {
-        return CaptureError(*site, "replaying the graph failed: " +
-                                       cuda::ErrorText(*driver, r));
-      }
-      return ffi::Error::Success();
-    case GraphCache::Replay::kRebound:
-      if (r != cuda::CUDA_SUCCESS) {
-        return CaptureError(*site, "replaying the re-bound graph failed: " +
-                                       cuda::ErrorText(*driver, r));
-      }
-      return ffi::Error::Success();
-    case GraphCache::Replay::kNone:
-      break;
+  const GraphCache::Replay replay =
+      site->graphs.Launch(*driver, device, buffers, stream, &r);
+  if (replay != GraphCache::Replay::kNone) {
+    if (r != cuda::CUDA_SUCCESS) {
+      return CaptureError(*site,
+                          std::string(replay == GraphCache::Replay::kHit
+                                          ? "replaying the graph"
+                                          : "replaying the re-bound graph") +
+                              " failed: " + cuda::ErrorText(*driver, r));
+    }
+    return ffi::Error::Success();
   }
   ++GraphStats().misses;
   if (!driver->cuStreamBeginCapture || !driver->cuGraphInstantiateWithFlags ||
@@ -174,7 +171,9 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
   // be re-bound to other buffers later (graph_rebind.h). The first
   // recording on this thread's recording stream makes new launch plans
   // (their key holds the stream): its log maps only once they exist, so it
-  // is recorded once more, right away.
+  // is recorded once more, right away. A call site already refused logs
+  // nothing and records once.
+  const bool logging = site->fast_launch() && !site->graphs.Refused(device);
   LaunchLog log;
   cuda::CUgraph graph = nullptr;
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -188,7 +187,7 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
     }
     ffi::Error invoked =
         site->Invoke(buffers, Platform::kCuda, device, recorder,
-                     /*plain=*/false, site->fast_launch() ? &log : nullptr);
+                     /*plain=*/false, logging ? &log : nullptr);
     if (!site->fast_launch()) log.Unmap("fast launches are off for this op");
     cuda::CUresult ended = driver->cuStreamEndCapture(recorder, &graph);
     if (invoked.failure()) {
@@ -206,7 +205,7 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
   }
   // Still new plans on a second recording: func makes new launch
   // configurations per call, which never map.
-  if (log.transient()) log.Unmap(log.why());
+  if (log.transient()) log.MakePermanent();
   // Recording launched nothing: the graph runs for this call too.
   std::string stage, refusal;
   r = site->graphs.AddRecording(*driver, device, buffers, graph, std::move(log),

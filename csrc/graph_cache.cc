@@ -17,15 +17,6 @@ std::set<GraphCache*>& Live() {
   return *s;
 }
 
-bool SameBuffers(const std::vector<void*>& pointers,
-                 const std::vector<BufferView>& buffers) {
-  if (pointers.size() != buffers.size()) return false;
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    if (pointers[i] != buffers[i].data) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 GraphCounters& GraphStats() {
@@ -46,27 +37,32 @@ GraphCache::~GraphCache() {
   Clear();
 }
 
+cuda::CUgraphExec GraphCache::FindLocked(
+    int device, const std::vector<BufferView>& buffers) {
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->device == device && AtAddresses(it->pointers, buffers)) {
+      if (it != entries_.begin()) {
+        entries_.splice(entries_.begin(), entries_, it);
+      }
+      return entries_.front().exec;
+    }
+  }
+  return nullptr;
+}
+
 bool GraphCache::LaunchFound(const cuda::Driver& driver, int device,
                              const std::vector<BufferView>& buffers,
                              cuda::CUstream stream, cuda::CUresult* result) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (it->device == device && SameBuffers(it->pointers, buffers)) {
-      if (it != entries_.begin()) {
-        entries_.splice(entries_.begin(), entries_, it);
-      }
-      *result = driver.cuGraphLaunch(entries_.front().exec, stream);
-      return true;
-    }
-  }
-  return false;
+  cuda::CUgraphExec exec = FindLocked(device, buffers);
+  if (exec) *result = driver.cuGraphLaunch(exec, stream);
+  return exec != nullptr;
 }
 
 void GraphCache::Insert(int device, const std::vector<BufferView>& buffers,
                         cuda::CUgraphExec exec) {
   std::vector<void*> pointers;
-  pointers.reserve(buffers.size());
-  for (const BufferView& b : buffers) pointers.push_back(b.data);
+  AddressesOf(buffers, &pointers);
   std::lock_guard<std::mutex> lock(mutex_);
   InsertLocked(device, std::move(pointers), exec);
 }
@@ -131,15 +127,10 @@ GraphCache::Replay GraphCache::Launch(const cuda::Driver& driver, int device,
     ++GraphStats().rebinds;
     return Replay::kRebound;
   }
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (it->device == device && SameBuffers(it->pointers, buffers)) {
-      if (it != entries_.begin()) {
-        entries_.splice(entries_.begin(), entries_, it);
-      }
-      *result = driver.cuGraphLaunch(entries_.front().exec, stream);
-      ++GraphStats().hits;
-      return Replay::kHit;
-    }
+  if (cuda::CUgraphExec exec = FindLocked(device, buffers)) {
+    *result = driver.cuGraphLaunch(exec, stream);
+    ++GraphStats().hits;
+    return Replay::kHit;
   }
   return Replay::kNone;
 }
@@ -172,7 +163,7 @@ cuda::CUresult GraphCache::AddRecording(const cuda::Driver& driver, int device,
     return r;
   }
   std::vector<void*> pointers;
-  for (const BufferView& b : buffers) pointers.push_back(b.data);
+  AddressesOf(buffers, &pointers);
   InsertLocked(device, std::move(pointers), exec);
   *stage = "launching the graph";
   return driver.cuGraphLaunch(exec, stream);
@@ -197,6 +188,14 @@ std::string GraphCache::Learn(int device, LaunchLog&& log) {
   return LearnLocked(RebindingLocked(device), std::move(log));
 }
 
+bool GraphCache::Refused(int device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& r : rebindings_) {
+    if (r->device() == device) return r->refused();
+  }
+  return false;
+}
+
 bool GraphCache::Warmed(int device) {
   std::lock_guard<std::mutex> lock(mutex_);
   return std::find(warmed_.begin(), warmed_.end(), device) != warmed_.end();
@@ -214,15 +213,12 @@ bool GraphCache::RepeatsLastMiss(int device,
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [where, pointers] : last_miss_) {
     if (where != device) continue;
-    const bool repeat = SameBuffers(pointers, buffers);
-    if (!repeat) {
-      pointers.clear();
-      for (const BufferView& b : buffers) pointers.push_back(b.data);
-    }
+    const bool repeat = AtAddresses(pointers, buffers);
+    if (!repeat) AddressesOf(buffers, &pointers);
     return repeat;
   }
   std::vector<void*> pointers;
-  for (const BufferView& b : buffers) pointers.push_back(b.data);
+  AddressesOf(buffers, &pointers);
   last_miss_.emplace_back(device, std::move(pointers));
   return false;
 }

@@ -91,6 +91,10 @@ class GraphCache {
   void Insert(int device, const std::vector<BufferView>& buffers,
               cuda::CUgraphExec exec);
 
+  // Whether the call site was found not re-bindable on `device`: its
+  // recordings need no launch log.
+  bool Refused(int device);
+
   // Whether `func` already ran once on `device` outside a capture (so its
   // kernels are compiled and loaded there before any capture begins).
   bool Warmed(int device);
@@ -117,6 +121,9 @@ class GraphCache {
     cuda::CUgraphExec exec;
   };
   void DestroyLocked(Entry& e);
+  // The LRU's graph for these buffers (now the most recent), or null.
+  cuda::CUgraphExec FindLocked(int device,
+                               const std::vector<BufferView>& buffers);
   void InsertLocked(int device, std::vector<void*> pointers,
                     cuda::CUgraphExec exec);
   // This call site's re-binding state on `device` (made on first use).

@@ -69,11 +69,7 @@ bool Rebinding::Learn(LaunchLog&& log) {
 }
 
 bool Rebinding::BoundTo(const std::vector<BufferView>& buffers) const {
-  if (bound_.size() != buffers.size()) return false;
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    if (bound_[i] != buffers[i].data) return false;
-  }
-  return true;
+  return AtAddresses(bound_, buffers);
 }
 
 std::string Rebinding::AdoptGraph(const cuda::Driver& driver,
@@ -155,8 +151,7 @@ cuda::CUresult Rebinding::Rebind(const cuda::Driver& driver,
       return r;
     }
   }
-  bound_.resize(buffers.size());
-  for (size_t i = 0; i < buffers.size(); ++i) bound_[i] = buffers[i].data;
+  AddressesOf(buffers, &bound_);
   return cuda::CUDA_SUCCESS;
 }
 

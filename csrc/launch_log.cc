@@ -58,8 +58,7 @@ void LaunchLog::Begin(const cuda::Driver* driver, cuda::CUstream stream,
   driver_ = driver;
   stream_ = stream;
   buffers_ = &buffers;
-  addresses_.clear();
-  for (const BufferView& b : buffers) addresses_.push_back(b.data);
+  AddressesOf(buffers, &addresses_);
   launches_.clear();
   why_.clear();
   permanent_ = false;

@@ -90,6 +90,8 @@ class LaunchLog {
   // configuration first seen on the recording stream), so a recording made
   // right after maps.
   void Unmap(const std::string& why, bool transient = false);
+  // A transient unmap becomes final: recording again would not map either.
+  void MakePermanent() { permanent_ = true; }
 
   bool mapped() const { return why_.empty(); }
   // Unmapped, but only transiently: record again.

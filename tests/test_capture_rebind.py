@@ -332,6 +332,37 @@ def test_unmappable_funcs_are_recorded_again(gpu_only, rng, case):
     assert why
 
 
+def test_refused_op_runs_func_once_per_recording(gpu_only, rng):
+    """A func whose launch configuration is new on every call (a computed
+    grid) never gives a log that maps, so its call site is refused. From
+    then on each new set of addresses runs func once to record it: no log,
+    no second attempt."""
+    n = size(300)
+    runs = [0]
+
+    def grid_grows_each_call(x, out, stream):
+        runs[0] += 1
+        affine[blocks(n) + runs[0], 128, stream](x, out)  # extra blocks idle
+
+    op = jax.jit(numbax.numba_cuda_callable(
+        grid_grows_each_call, outs=jax.ShapeDtypeStruct((n,), F32),
+        capture=True))
+    kept = []
+    for _ in range(3):  # warm-up, then recordings until refused
+        kept.append(fresh(rng, n))
+        op(kept[-1]).block_until_ready()
+    assert "grid_grows_each_call" in rebind_refusals()[-1][0]
+    before, runs_before = counters(), runs[0]
+    for _ in range(8):
+        x = fresh(rng, n)
+        kept.append(x)
+        np.testing.assert_allclose(op(x), 2 * np.asarray(x) + 1, rtol=1e-6)
+    after = counters()
+    recordings = delta(before, after, "graph_misses")
+    assert recordings >= 6, (before, after)
+    assert runs[0] - runs_before == recordings
+
+
 def test_clear_caches_forgets_the_recording(gpu_only, rng):
     n = size(256)
     op = jax.jit(numbax.numba_cuda_callable(
