@@ -628,6 +628,20 @@ def test_kernel_generator_output_mismatch():
         jax.jit(lambda v: op(v, outs=SPEC))(jnp.ones(4))
 
 
+@pytest.mark.skipif(XLACustomKernel is None, reason="no XLACustomKernel")
+def test_kernel_generator_returning_more_outputs_than_declared():
+    """Two results where outs declares one array: before, a JAX
+    TracerArrayConversionError naming neither the op nor the count."""
+    op = XLACustomKernel("errors_matrix_generator_tuple")
+    for platform in ("cpu", "gpu"):
+        op.def_kernel(platform, lambda *, outs: (lambda v: (v * 3, v)),
+                      backend="pair")
+    with pytest.raises(TypeError, match=r"output 0 of .* is a tuple of 2: .*"
+                                        r"not an array: outs declares 1 "
+                                        r"output\(s\): float32\[4\]"):
+        jax.jit(lambda v: op(v, outs=SPEC))(jnp.ones(4))
+
+
 def _custom_op():
     op = numbax.XLACustomKernel(f"test_rel2_{next(_counter)}")
     op.def_numba_cuda_kernel(lambda *, outs: numbax.numba_cuda_kernel(

@@ -29,6 +29,11 @@ def check_outputs(op: XLACustomKernel, result, outs, out_tree,
             f"declares {len(outs)} output(s): {outs_str(outs)}")
     checked = []
     for i, (leaf, (shape, dtype)) in enumerate(zip(leaves, outs)):
+        if isinstance(leaf, (tuple, list, dict)):
+            # Where outs is one array, flattening keeps a container whole.
+            raise TypeError(
+                f"{op!r}: output {i} of {what} is {value_str(leaf)}, not an "
+                f"array: outs declares {len(outs)} output(s): {outs_str(outs)}")
         got = (tuple(np.shape(leaf)), np.dtype(jnp.result_type(leaf)))
         if got != (shape, dtype):
             raise TypeError(
