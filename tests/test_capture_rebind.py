@@ -280,10 +280,14 @@ def test_chain_in_one_program_with_a_fresh_input_each_call(rng):
         run()
     after = counters()
     if not SIMULATOR:
+        assert delta(before, after, "graph_rebind_refusals") == 0, \
+            rebind_refusals()
         # Without re-binding, each call would run func for every op whose
-        # buffers moved (XLA's command buffer or numbax's own graphs).
-        assert delta(before, after, "calls") <= 4, (before, after)
-        assert delta(before, after, "graph_rebind_refusals") == 0
+        # buffers moved (XLA's command buffer or numbax's own graphs): 12
+        # per call. With it, func runs only to confirm a buffer that first
+        # moves late (how many runs are in flight decides which addresses
+        # XLA hands out): at most once per op and buffer, 2 buffers each.
+        assert delta(before, after, "calls") <= 2 * 12, (before, after)
 
 
 def unmappable_ops(n):
