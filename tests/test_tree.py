@@ -183,6 +183,82 @@ def test_module_imports_have_no_circle():
         visit(m)
 
 
+def _family_modules(family: str) -> dict[str, Path]:
+    return {m: p for m, p in MODULES.items()
+            if m.startswith(f"numbax.{family}.") and p.suffix == ".py"}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_family_has_no_import_circle_not_even_type_only(family):
+    # Type-only imports count: a circle under TYPE_CHECKING is still a
+    # family whose modules cannot be read (or typed) one without the other.
+    modules = _family_modules(family)
+    graph = {}
+    for m, p in modules.items():
+        graph[m] = set()
+        package = m.rpartition(".")[0]
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                names = ([f"{package}.{node.module}"] if node.module else
+                         [f"{package}.{a.name}" for a in node.names])
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}"
+                                         for a in node.names]
+            else:
+                continue
+            graph[m] |= {n for n in names if n in modules and n != m}
+    done: set[str] = set()
+    stack: list[str] = []
+
+    def visit(m):
+        if m in stack:
+            raise AssertionError(
+                f"{family}/ has an import circle (type-only imports "
+                "included): " + " -> ".join(stack[stack.index(m):] + [m])
+                + "; let the module that needs the op say so in a Protocol")
+        if m in done:
+            return
+        stack.append(m)
+        for n in sorted(graph[m]):
+            visit(n)
+        stack.pop()
+        done.add(m)
+
+    for m in sorted(graph):
+        visit(m)
+
+
+# The families whose modules keep to their op's public members; kernel/
+# joins once its modules stop reaching into its op.
+OWNING_FAMILIES = ("callable", "custom_kernel")
+
+
+@pytest.mark.parametrize("family", OWNING_FAMILIES)
+def test_no_private_member_of_an_op_is_read_outside_its_module(family):
+    # The op's private members are those its op.py assigns on self; the
+    # family's other modules own their state, and use the op's public one.
+    op_path = PACKAGE / family / "op.py"
+    private = {node.attr for node in ast.walk(ast.parse(op_path.read_text()))
+               if isinstance(node, ast.Attribute)
+               and isinstance(node.value, ast.Name)
+               and node.value.id == "self" and node.attr.startswith("_")
+               and not node.attr.startswith("__")}
+    found = []
+    for m, p in _family_modules(family).items():
+        if p == op_path:
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in private \
+                    and not (isinstance(node.value, ast.Name)
+                             and node.value.id in ("self", "cls")):
+                found.append(f"{p.relative_to(ROOT)}:{node.lineno}: "
+                             f"{ast.unparse(node)}")
+    assert not found, (
+        "modules reaching into their op's private members (give the state "
+        "to the module that uses it, or make what it needs public):\n"
+        + "\n".join(found))
+
+
 def _documented_map() -> dict[str, set[str]]:
     """docs/architecture.md's map: folder -> the modules its row lists."""
     text = (ROOT / "docs" / "architecture.md").read_text()

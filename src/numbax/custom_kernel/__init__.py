@@ -5,6 +5,6 @@ op.py is the public class; op.py's docstring lists what lives beside it.
 
 from .kernels import NUMBA_CUDA
 from .op import XLACustomKernel
-from .rules import is_undefined_primal
+from .differentiation import is_undefined_primal
 
 __all__ = ["XLACustomKernel", "is_undefined_primal", "NUMBA_CUDA"]

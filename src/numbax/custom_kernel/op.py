@@ -24,18 +24,20 @@ See docs/custom_kernel.md for a worked example (a CSR sparse matrix-vector
 product with Numba forward and backward kernels).
 
 This module is the public class: registration and calls. The rest of an op
-lives with its concept: ``kernels.py`` (the kernel a call runs, per
-platform and backend), ``primitive.py`` (the primitive, abstract eval,
-lowering), ``rules.py`` (JVP and transpose, and the checks of their
-results), ``vmap.py`` (everything under ``vmap``), ``sharding.py`` (the
-sharding rule) and ``outs.py`` (the declared outputs, and the checks of
-what kernels and rules return against them).
+lives with its concept, each owning its state in a holder the op keeps
+(public attributes, below): ``kernels.py`` (the kernel a call runs, per
+platform and backend: ``op.kernels``), ``primitive.py`` (the primitive,
+abstract eval, lowering: ``op.primitive``), ``differentiation.py`` (JVP
+and transpose rules, and the checks of their results:
+``op.differentiation``), ``vmap.py`` (everything under ``vmap``:
+``op.batching``), ``sharding.py`` (the sharding rule: ``op.sharding``) and
+``outs.py`` (the declared outputs, and the checks of what kernels and rules
+return against them). None of them imports this module: each says what it
+needs of the op in a ``Protocol``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import threading
 import warnings
 from typing import Any, Callable
@@ -44,19 +46,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import compilers
-from ..trace import checks, shape_fns, sharding_rules
-from . import kernels, primitive, rules, sharding, vmap
-from .kernels import NUMBA_CUDA, USER_PLATFORMS, canonical_platform
+from ..trace import checks, shape_fns
+from . import differentiation, primitive, vmap
+from .kernels import NUMBA_CUDA, KernelTable, canonical_platform
+from .sharding import ShardingRule
 
 _names_lock = threading.Lock()
 _ops_by_name: dict[str, "XLACustomKernel"] = {}
-
-# {id(op): backends} while a user rule of `op` runs: calls of the same op
-# inside the rule (a JVP or transpose that applies the op to a tangent) use
-# the backends of the call being differentiated or batched, not the defaults.
-_inherited_backends: contextvars.ContextVar[dict] = contextvars.ContextVar(
-    "numbax_inherited_backends", default={})
 
 
 class XLACustomKernel:
@@ -119,23 +115,17 @@ class XLACustomKernel:
             _ops_by_name[name] = self
         self.name = name
         self.__doc__ = doc
-        self._lock = threading.RLock()
-        # platform -> {backend: generator}, in registration order.
-        self._kernels: dict[str, dict[str, Callable]] = {
-            p: {} for p in USER_PLATFORMS}
-        self._defaults: dict[str, str] = {}
-        # What the generators returned, kept alive here: a compiled program
-        # names the numbax ops inside by key, and the registry holds their
-        # functions only weakly.
-        self._generated: dict[tuple, Callable] = {}
-        self._jvp_rules: tuple | None = None
-        self._jvp_per_input = False
-        self._transpose_rule: Callable | None = None
-        self._batching_rule: Callable | None = None
-        self._sharding_rule: str | Callable | None = None
-        # (id of what a generator returned, rule) -> that op with the rule,
-        # kept alive here as _generated keeps the generated ops.
-        self._ruled: dict[tuple, Callable] = {}
+        label = repr(self)
+        #: The kernel generators per platform and backend, the defaults,
+        #: and what the generators returned (kernels.KernelTable).
+        self.kernels = KernelTable(label, name)
+        #: The JVP and transpose rules (differentiation.Rules).
+        self.differentiation = differentiation.Rules(label)
+        #: The batching rule (vmap.BatchingRule).
+        self.batching = vmap.BatchingRule(label)
+        #: The sharding rule, and the ops remade with it
+        #: (sharding.ShardingRule).
+        self.sharding = ShardingRule(label)
         if sharding_rule is not None:
             self.def_sharding_rule(sharding_rule)
 
@@ -143,8 +133,8 @@ class XLACustomKernel:
         self.primitive = primitive.create(self)
         vmap.register(self)
         # Until def_jvp_rule/def_transpose_rule, these say which is missing.
-        rules.register_jvp(self)
-        rules.register_transpose(self)
+        differentiation.register_jvp(self)
+        differentiation.register_transpose(self)
 
     def __repr__(self):
         return f"XLACustomKernel({self.name!r})"
@@ -207,32 +197,9 @@ class XLACustomKernel:
           TypeError: ``kernel_generator`` is not callable, or ``backend`` is
             not a non-empty string.
         """
-        platform = canonical_platform(platform, self, "def_kernel")
-        if not callable(kernel_generator):
-            raise TypeError(
-                f"{self!r}: kernel_generator must be callable, got "
-                f"{type(kernel_generator).__name__}: {kernel_generator!r}")
-        if compilers.compiler_of(kernel_generator) is not None:
-            # A kernel is callable too, but calling it with the op's
-            # keyword arguments fails far from here.
-            raise TypeError(
-                f"{self!r}: kernel_generator is a @cuda.jit kernel "
-                f"({type(kernel_generator).__name__}), not a generator; pass "
-                "a function of the static keyword arguments and outs that "
-                "returns numbax.numba_cuda_kernel(kernel, outs, ...) (numba-cuda "
-                "and numba-cuda-mlir kernels alike)")
-        if not isinstance(backend, str) or not backend:
-            raise TypeError(
-                f"{self!r}: backend must be a non-empty string, got {backend!r}")
-        with self._lock:
-            table = self._kernels[platform]
-            table[backend] = kernel_generator
-            # A replaced generator must not keep serving its old kernels.
-            for key in [k for k in self._generated
-                        if k[0] == platform and k[1] == backend]:
-                del self._generated[key]
-            if asdefault or platform not in self._defaults:
-                self._defaults[platform] = backend
+        platform = canonical_platform(platform, repr(self), "def_kernel")
+        self.kernels.register(platform, kernel_generator, backend=backend,
+                              asdefault=asdefault)
         return kernel_generator
 
     def set_default(self, platform: str, backend: str) -> None:
@@ -244,24 +211,18 @@ class XLACustomKernel:
         Raises:
           ValueError: an unknown platform, or no ``backend`` kernel for it.
         """
-        platform = canonical_platform(platform, self, "set_default")
-        with self._lock:
-            available = kernels.candidates(self, platform)
-            if backend not in available:
-                raise ValueError(
-                    f"{self!r}: no '{backend}' kernel for platform "
-                    f"'{platform}'; {kernels.describe(self)}")
-            self._defaults[platform] = backend
+        self.kernels.set_default(
+            canonical_platform(platform, repr(self), "set_default"), backend)
 
     def available_backends(self, platform: str) -> tuple[str, ...]:
         """The backends that can run on ``platform``, in registration order."""
-        return tuple(kernels.candidates(
-            self, canonical_platform(platform, self, "available_backends")))
+        return tuple(self.kernels.candidates(
+            canonical_platform(platform, repr(self), "available_backends")))
 
     def default_backend(self, platform: str) -> str | None:
         """The backend a call uses on ``platform`` by default (None: no kernel)."""
-        return kernels.default(
-            self, canonical_platform(platform, self, "default_backend"))
+        return self.kernels.default(
+            canonical_platform(platform, repr(self), "default_backend"))
 
     def def_jvp_rule(self, *rules: Callable | None,
                      per_input: bool | None = None):
@@ -290,23 +251,7 @@ class XLACustomKernel:
         Raises:
           TypeError: no rules, or a rule that is neither callable nor None.
         """
-        if not rules:
-            raise TypeError(f"{self!r}: def_jvp_rule needs at least one rule")
-        for i, rule in enumerate(rules):
-            if rule is not None and not callable(rule):
-                raise TypeError(
-                    f"{self!r}: JVP rule {i} must be callable or None, got "
-                    f"{type(rule).__name__}")
-        if per_input is None:
-            per_input = len(rules) > 1
-        if not per_input and len(rules) != 1:
-            raise TypeError(
-                f"{self!r}: per_input=False takes exactly one rule, got "
-                f"{len(rules)}")
-        if not per_input and rules[0] is None:
-            raise TypeError(f"{self!r}: the JVP rule for all inputs is None")
-        self._jvp_rules = tuple(rules)
-        self._jvp_per_input = bool(per_input)
+        self.differentiation.define_jvp(rules, per_input)
         return rules[0] if len(rules) == 1 else rules
 
     def def_transpose_rule(self, fn: Callable) -> Callable:
@@ -328,9 +273,7 @@ class XLACustomKernel:
         Raises:
           TypeError: ``fn`` is not callable.
         """
-        if not callable(fn):
-            raise TypeError(f"{self!r}: the transpose rule must be callable")
-        self._transpose_rule = fn
+        self.differentiation.define_transpose(fn)
         return fn
 
     def def_batching_rule(self, fn: Callable) -> Callable:
@@ -349,9 +292,7 @@ class XLACustomKernel:
         Raises:
           TypeError: ``fn`` is not callable.
         """
-        if not callable(fn):
-            raise TypeError(f"{self!r}: the batching rule must be callable")
-        self._batching_rule = fn
+        self.batching.define(fn)
         return fn
 
     def def_sharding_rule(self, rule: str | Callable) -> str | Callable:
@@ -375,14 +316,7 @@ class XLACustomKernel:
         Raises:
           TypeError: ``rule`` is neither a string nor callable.
         """
-        if not isinstance(rule, str) and not callable(rule):
-            raise TypeError(
-                f"{self!r}: the sharding rule must be a str (e.g. "
-                f"'i j, j -> i j') or a function of outs and the static "
-                f"keyword arguments returning one, got {type(rule).__name__}")
-        if isinstance(rule, str):
-            sharding_rules.parse(rule, repr(self))  # syntax, now
-        self._sharding_rule = rule
+        self.sharding.define(rule)
         return rule
 
     # -- calling -----------------------------------------------------------
@@ -431,24 +365,7 @@ class XLACustomKernel:
                     "or array, or pass arrays as inputs") from None
             static.append((key, value))
         # (platform, backend) pairs; None where a platform has no kernel.
-        backends: tuple[tuple[str, str | None], ...]
-        with self._lock:
-            if not any(self._kernels.values()):
-                raise NotImplementedError(
-                    f"{self!r} has no kernels: register one with "
-                    "def_numba_cuda_kernel(...) or def_kernel(...)")
-            if backend is not None:
-                known = {b for p in USER_PLATFORMS
-                         for b in kernels.candidates(self, p)}
-                if backend not in known:
-                    raise ValueError(
-                        f"{self!r}: unknown backend {backend!r}; "
-                        f"{kernels.describe(self)}")
-                backends = tuple((p, backend) for p in USER_PLATFORMS)
-            else:
-                inherited = _inherited_backends.get().get(id(self))
-                backends = inherited if inherited is not None else tuple(
-                    (p, kernels.default(self, p)) for p in USER_PLATFORMS)
+        backends = self.kernels.backends(backend)
         args = [x if isinstance(x, (jax.Array, jax.core.Tracer))
                 else self._as_array(i, x) for i, x in enumerate(inputs)]
         if outs_fn is not None:
@@ -462,9 +379,7 @@ class XLACustomKernel:
                 result, shape_fns.where("outs", structs), op=repr(self))
             checks.check_x64(checks.wide_outputs(specs), repr(self))
         outs_spec = tuple((tuple(s.shape), np.dtype(s.dtype)) for s in specs)
-        if self._sharding_rule is not None:
-            sharding.check_rule(self, args, outs_spec, out_tree,
-                                tuple(static))
+        self.sharding.check(args, outs_spec, out_tree, tuple(static))
         results = self.primitive.bind(
             *args, outs=outs_spec,
             out_tree=out_tree, backends=backends, static=tuple(static))
@@ -483,13 +398,3 @@ class XLACustomKernel:
                 f"{self!r}: input {i} ({type(x).__name__}) is not an array "
                 f"JAX can hold: {exc}") from exc
 
-    @contextlib.contextmanager
-    def _inherit(self, backends):
-        """While a user rule of this op runs (rules.py, vmap.py): its calls
-        of this op use `backends`."""
-        token = _inherited_backends.set(
-            {**_inherited_backends.get(), id(self): backends})
-        try:
-            yield
-        finally:
-            _inherited_backends.reset(token)

@@ -4,22 +4,18 @@ A call's ``outs`` is a pytree of ``jax.ShapeDtypeStruct``; the primitive
 carries it flat, as ``((shape, dtype), ...)`` plus the tree. What a kernel,
 a JVP, transpose or batching rule returns is flattened like it and checked
 leaf by leaf, so that a wrong result is an error naming the op and the rule
-instead of a shape error deep inside JAX.
+instead of a shape error deep inside JAX. The op (``op``) is named in
+messages by its repr.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-if TYPE_CHECKING:
-    from .op import XLACustomKernel
 
-
-def check_outputs(op: XLACustomKernel, result, outs, out_tree,
+def check_outputs(op: object, result, outs, out_tree,
                   what: str) -> list:
     """`result`'s leaves, TypeError naming `what` unless they match outs."""
     leaves = flatten_like(result, out_tree, len(outs), op=op, what=what)
@@ -66,7 +62,7 @@ def _dicts(node) -> list[dict]:
     return found
 
 
-def refuse_flat_for_dict(value, out_tree, n: int, op: XLACustomKernel,
+def refuse_flat_for_dict(value, out_tree, n: int, op: object,
                          described: str) -> None:
     """TypeError if outs (`out_tree`, `n` leaves) has a dict of two or more
     keys, for which the flat tuple/list `value` (`described`) would be
@@ -87,7 +83,7 @@ def refuse_flat_for_dict(value, out_tree, n: int, op: XLACustomKernel,
         f"{{{example}}}, in the structure of outs")
 
 
-def flatten_like(value, out_tree, n: int, *, op: XLACustomKernel,
+def flatten_like(value, out_tree, n: int, *, op: object,
                  what: str) -> list | None:
     """`value`'s leaves in the order of `out_tree`, or None if it doesn't fit.
 

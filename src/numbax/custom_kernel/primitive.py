@@ -1,31 +1,45 @@
 """The JAX primitive behind an XLACustomKernel: abstract eval and lowering.
 
 The primitive's output shapes come from the ``outs`` of each call. Its
-lowering asks the op for the kernel of the call's backend (the generator
-runs once per static arguments and ``outs``) and traces what that returns
-inline, so the program holds numbax's own custom calls, or whatever jnp code
-the kernel is.
+lowering asks the op's kernel table for the kernel of the call's backend
+(the generator runs once per static arguments and ``outs``), made with the
+op's sharding rule, and traces what that returns inline, so the program
+holds numbax's own custom calls, or whatever jnp code the kernel is.
 """
 
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, Protocol
 
 from jax.interpreters import mlir
 
 from ..runtime import compat
-from .kernels import kernel_for
+from .kernels import KernelTable
 from .outs import check_outputs
+from .sharding import ShardingRule
 
-if TYPE_CHECKING:
-    from .op import XLACustomKernel
+
+class Lowered(Protocol):
+    """What this module needs of an XLACustomKernel."""
+    name: str
+    kernels: KernelTable
+    sharding: ShardingRule
 
 # The lowering platforms JAX uses, and the platforms users name for them.
 _LOWERING_PLATFORMS = {"cpu": "cpu", "cuda": "gpu"}
 
 
-def create(op: XLACustomKernel) -> Any:
+def kernel_for(op: Lowered, platform: str, backend: str | None, outs,
+               out_tree, static) -> Callable:
+    """The function a call of `op` runs on `platform`: what the generator of
+    `backend` returned (once per static arguments and outs), made with the
+    call's sharding rule where it is a numbax op."""
+    fn = op.kernels.generate(platform, backend, outs, out_tree, static)
+    return op.sharding.with_rule(fn, outs, out_tree, static)
+
+
+def create(op: Lowered) -> Any:
     """`op`'s primitive, named after it, with its abstract eval and lowering."""
     prim = compat.eager_primitive(op.name)
     prim.def_abstract_eval(_abstract_eval)
@@ -41,7 +55,7 @@ def _abstract_eval(*avals, outs, **params):
     return [compat.shaped_array(shape, dtype) for shape, dtype in outs]
 
 
-def lower(op: XLACustomKernel, ctx, *args, outs, out_tree, backends, static,
+def lower(op: Lowered, ctx, *args, outs, out_tree, backends, static,
           lowering_platform):
     """The op's lowering: the kernel of the call's backend, traced inline."""
     platform = _LOWERING_PLATFORMS.get(lowering_platform)

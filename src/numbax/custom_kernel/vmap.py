@@ -5,13 +5,14 @@ checked against the call's ``outs`` and the batch; where there is none (or
 it returns NotImplemented) and the op's kernel is a ``numba_cuda_kernel``,
 that kernel vmapped, which runs the batch in one launch where that is
 provably the same as one launch per slice; otherwise a loop over the batch,
-one call per slice, which is always correct.
+one call per slice, which is always correct. The op holds its batching
+rule in one :class:`BatchingRule` (``op.batching``).
 """
 
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Any, Callable, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -20,35 +21,59 @@ from jax.interpreters import batching
 
 from ..runtime import ops
 from ..trace.vmap import batch_size, loop_over_batch
-from .kernels import NUMBA_CUDA, kernel_for
+from .differentiation import check_rule_call
+from .kernels import NUMBA_CUDA, KernelTable
 from .outs import (check_outputs, flatten_like, outs_struct,
-                           refuse_flat_for_dict, value_str)
-from .rules import check_rule_call
-
-if TYPE_CHECKING:
-    from .op import XLACustomKernel
+                   refuse_flat_for_dict, value_str)
+from .primitive import kernel_for
+from .sharding import ShardingRule
 
 # jax.default_backend() -> the platform users name in def_kernel.
 _PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu"}
 
 
-def register(op: XLACustomKernel) -> None:
+class BatchingRule:
+    """One XLACustomKernel's batching rule (def_batching_rule), or None.
+    `label` names the op in messages (its repr)."""
+
+    def __init__(self, label: str):
+        self._label = label
+        self.rule: Callable | None = None
+
+    def define(self, fn: Callable) -> None:
+        if not callable(fn):
+            raise TypeError(
+                f"{self._label}: the batching rule must be callable")
+        self.rule = fn
+
+
+class Batched(Protocol):
+    """What this module needs of an XLACustomKernel."""
+    name: str
+    primitive: Any
+    kernels: KernelTable
+    sharding: ShardingRule
+    batching: BatchingRule
+
+
+def register(op: Batched) -> None:
     """Gives `op`'s primitive its batching rule (:func:`batch`)."""
     batching.primitive_batchers[op.primitive] = partial(batch, op)
 
 
-def batch(op: XLACustomKernel, args, axes, *, outs, out_tree, backends,
+def batch(op: Batched, args, axes, *, outs, out_tree, backends,
           static):
     """The primitive's batching rule: the user's, the kernel's, or a loop."""
     params = dict(outs=outs, out_tree=out_tree, backends=backends,
                   static=static)
-    if op._batching_rule is not None:
+    rule = op.batching.rule
+    if rule is not None:
         check_rule_call(
-            op, op._batching_rule, "the batching rule",
+            op, rule, "the batching rule",
             (list(args), list(axes)),
             dict(outs=outs_struct(outs, out_tree), **dict(static)))
-        with op._inherit(backends):
-            result = op._batching_rule(
+        with op.kernels.inheriting(backends):
+            result = rule(
                 list(args), list(axes), outs=outs_struct(outs, out_tree),
                 **dict(static))
         if result is not NotImplemented:
@@ -60,7 +85,7 @@ def batch(op: XLACustomKernel, args, axes, *, outs, out_tree, backends,
     return _loop_batch(op, args, axes, params)
 
 
-def _kernel_batch(op: XLACustomKernel, args, axes, outs, out_tree, backends,
+def _kernel_batch(op: Batched, args, axes, outs, out_tree, backends,
                   static):
     """The default rule when the backend is a numbax kernel: vmap it.
 
@@ -77,7 +102,7 @@ def _kernel_batch(op: XLACustomKernel, args, axes, outs, out_tree, backends,
     # Tracers of an outer vmap are fine where this op has no rule of its
     # own to run at that level: the kernel's batching then flattens every
     # level into one batch (kernel/vmap.py), as the op's default would.
-    outer_vmap_ok = op._batching_rule is None
+    outer_vmap_ok = op.batching.rule is None
     if not all(_plain_value(a, outer_vmap_ok) for a in args):
         return None
     # Not where JAX's platform has no kernel (a numba_cuda-only op on the
@@ -109,7 +134,7 @@ def _kernel_batch(op: XLACustomKernel, args, axes, outs, out_tree, backends,
     return leaves, [0] * len(leaves)
 
 
-def _check_batched(op: XLACustomKernel, result, out_tree, outs, size):
+def _check_batched(op: Batched, result, out_tree, outs, size):
     """The user rule's (outputs, out_axes), checked against outs and the
     batch size; TypeError naming the rule and the output otherwise."""
     n_outs = len(outs)
@@ -192,7 +217,7 @@ def _is_int(x) -> bool:
         x, (bool, np.bool_))
 
 
-def _loop_batch(op: XLACustomKernel, args, axes, params):
+def _loop_batch(op: Batched, args, axes, params):
     """The default batching rule: one call per element of the batch.
 
     Correct for any kernel; unbatched inputs are passed to every call

@@ -4,14 +4,15 @@ Forward mode calls the user's JVP rule(s) and sums the tangents they give
 each output; reverse mode transposes the linear calls of the JVP with the
 user's transpose rule. Every rule is checked before it is called (it must
 take the arguments numbax passes) and after (its results must match the
-call's ``outs`` or inputs), so a wrong rule is an error naming it.
+call's ``outs`` or inputs), so a wrong rule is an error naming it. The op
+holds the rules in one :class:`Rules` (``op.differentiation``).
 """
 
 from __future__ import annotations
 
 import inspect
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -19,24 +20,68 @@ import numpy as np
 from jax.interpreters import ad
 
 from ..runtime import compat
+from .kernels import KernelTable
 from .outs import flatten_like, outs_str, outs_struct, value_str
-
-if TYPE_CHECKING:
-    from .op import XLACustomKernel
 
 #: Whether an argument of a transpose rule is the linear input being
 #: transposed (JAX's ``UndefinedPrimal``; its ``.aval`` has shape and dtype).
 is_undefined_primal = ad.is_undefined_primal
 
 
-def register_jvp(op: XLACustomKernel) -> None:
+class Rules:
+    """One XLACustomKernel's JVP and transpose rules (def_jvp_rule,
+    def_transpose_rule). `label` names the op in messages (its repr)."""
+
+    def __init__(self, label: str):
+        self._label = label
+        self.jvp_rules: tuple | None = None
+        self.jvp_per_input = False
+        self.transpose_rule: Callable | None = None
+
+    def define_jvp(self, rules: tuple, per_input: bool | None) -> None:
+        """Checks and sets the JVP rules (one for all inputs, or one per
+        input with None for a non-differentiable one)."""
+        label = self._label
+        if not rules:
+            raise TypeError(f"{label}: def_jvp_rule needs at least one rule")
+        for i, rule in enumerate(rules):
+            if rule is not None and not callable(rule):
+                raise TypeError(
+                    f"{label}: JVP rule {i} must be callable or None, got "
+                    f"{type(rule).__name__}")
+        if per_input is None:
+            per_input = len(rules) > 1
+        if not per_input and len(rules) != 1:
+            raise TypeError(
+                f"{label}: per_input=False takes exactly one rule, got "
+                f"{len(rules)}")
+        if not per_input and rules[0] is None:
+            raise TypeError(f"{label}: the JVP rule for all inputs is None")
+        self.jvp_rules = tuple(rules)
+        self.jvp_per_input = bool(per_input)
+
+    def define_transpose(self, fn: Callable) -> None:
+        if not callable(fn):
+            raise TypeError(
+                f"{self._label}: the transpose rule must be callable")
+        self.transpose_rule = fn
+
+
+class Differentiable(Protocol):
+    """What this module needs of an XLACustomKernel."""
+    primitive: Any
+    kernels: KernelTable
+    differentiation: Rules
+
+
+def register_jvp(op: Differentiable) -> None:
     """Makes `op`'s primitive differentiable in forward mode. Registered
     when the op is created: until def_jvp_rule gives it a rule, the rule
     says which method is missing (JAX's own refusal names none)."""
     ad.primitive_jvps[op.primitive] = partial(jvp, op)
 
 
-def register_transpose(op: XLACustomKernel) -> None:
+def register_transpose(op: Differentiable) -> None:
     """Makes `op`'s primitive transposable (reverse mode); registered when
     the op is created, as :func:`register_jvp`."""
     ad.primitive_transposes[op.primitive] = partial(transpose, op)
@@ -54,7 +99,7 @@ def _complex_into_real(got, want) -> bool:
                 and not jnp.issubdtype(want, jnp.complexfloating))
 
 
-def check_rule_call(op: XLACustomKernel, rule, what: str, args,
+def check_rule_call(op: object, rule, what: str, args,
                     kwargs) -> None:
     """TypeError naming the op and the rule if `rule` cannot take the
     arguments numbax passes (instead of a bare TypeError from inside)."""
@@ -73,24 +118,24 @@ def check_rule_call(op: XLACustomKernel, rule, what: str, args,
             f"docs/custom_kernel.md gives each rule's signature") from None
 
 
-def jvp(op: XLACustomKernel, primals, tangents, *, outs, out_tree, backends,
+def jvp(op: Differentiable, primals, tangents, *, outs, out_tree, backends,
         static):
     """The primitive's JVP: the user's rule(s), their tangents summed."""
     primal_out = op.primitive.bind(*primals, outs=outs, out_tree=out_tree,
                                    backends=backends, static=static)
     kwargs = dict(static)
     structs = outs_struct(outs, out_tree)
-    if op._jvp_rules is None:
+    if op.differentiation.jvp_rules is None:
         raise NotImplementedError(
             f"{op!r} has no JVP rule, so jax.jvp and jax.grad cannot "
             "differentiate it: define one with op.def_jvp_rule(...) (and "
             "op.def_transpose_rule(...) for reverse mode: jax.grad, "
             "jax.vjp), as docs/custom_kernel.md shows; or wrap the inputs in "
             "jax.lax.stop_gradient where no derivative flows through the op")
-    rules = op._jvp_rules
+    rules = op.differentiation.jvp_rules
     contributions: list[tuple[int | None, Any]] = []
-    with op._inherit(backends):
-        if op._jvp_per_input:
+    with op.kernels.inheriting(backends):
+        if op.differentiation.jvp_per_input:
             if len(rules) != len(primals):
                 raise TypeError(
                     f"{op!r} was called with {len(primals)} inputs but "
@@ -162,7 +207,7 @@ def jvp(op: XLACustomKernel, primals, tangents, *, outs, out_tree, backends,
     return primal_out, tangent_out
 
 
-def transpose(op: XLACustomKernel, cts, *args, outs, out_tree, backends,
+def transpose(op: Differentiable, cts, *args, outs, out_tree, backends,
               static):
     """The primitive's transpose: the user's rule, its cotangents checked."""
     if all(type(ct) is ad.Zero for ct in cts):
@@ -170,7 +215,7 @@ def transpose(op: XLACustomKernel, cts, *args, outs, out_tree, backends,
     cts = [None if _is_float0(ct) else ad.instantiate_zeros(ct)
            for ct in cts]
     ct_tree = jax.tree_util.tree_unflatten(out_tree, cts)
-    rule = op._transpose_rule
+    rule = op.differentiation.transpose_rule
     if rule is None:
         raise NotImplementedError(
             f"{op!r} has no transpose rule, so reverse-mode differentiation "
@@ -181,7 +226,7 @@ def transpose(op: XLACustomKernel, cts, *args, outs, out_tree, backends,
     check_rule_call(op, rule, "the transpose rule",
                     (ct_tree, *args),
                     dict(outs=outs_struct(outs, out_tree), **dict(static)))
-    with op._inherit(backends):
+    with op.kernels.inheriting(backends):
         result = rule(ct_tree, *args, outs=outs_struct(outs, out_tree),
                       **dict(static))
     if not isinstance(result, (tuple, list)) or len(result) != len(args):
