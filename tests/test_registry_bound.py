@@ -5,11 +5,15 @@ registry entry; a long-running service with varying shapes made them grow
 without bound (200 batch sizes: 200 entries, which no clear_caches freed).
 numbax keeps the most recently used MAX_ENTRIES and rebuilds an evicted
 one from its key when a program needs it again; numbax.clear_caches()
-drops them all.
+drops them all. An XLACustomKernel keeps what its generator returned (one
+op per static value or shape) the same way: the most recently used
+MAX_GENERATED, an evicted one released once no compiled program holds it.
 """
 
+import gc
 import sys
 import threading
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +22,7 @@ import pytest
 from numba import cuda
 
 import numbax
+from numbax.custom_kernel import kernels as custom_kernels
 from numbax.kernel import simulator
 from numbax.runtime import registry
 
@@ -99,6 +104,79 @@ def test_clear_caches_drops_every_entry_and_ops_still_run():
         np.asarray(f(jnp.ones((2, N), jnp.float32))), 2.0)
     np.testing.assert_array_equal(
         np.asarray(op(jnp.ones(N, jnp.float32))), 2.0)
+
+
+def _scaling_op(name, made):
+    """An XLACustomKernel whose generator makes a kernel per factor (a
+    closure, as generators' kernels usually are), noting each op it returns
+    in `made` as (factor, weak reference)."""
+    op = numbax.XLACustomKernel(name)
+
+    @op.def_numba_cuda_kernel
+    def _(*, factor, outs):
+        @cuda.jit
+        def scale(x, out):
+            i = cuda.grid(1)
+            if i < out.shape[0]:
+                out[i] = x[i] * factor
+
+        fn = numbax.numba_cuda_kernel(scale, outs, launch_dims=N)
+        made.append((factor, weakref.ref(fn)))
+        return fn
+
+    return op
+
+
+def test_custom_kernel_keeps_at_most_max_generated_ops(monkeypatch, rng):
+    monkeypatch.setattr(custom_kernels, "MAX_GENERATED", 3, raising=False)
+    made: list = []
+    op = _scaling_op("registry_bound.scale", made)
+    spec = jax.ShapeDtypeStruct((N,), jnp.float32)
+    x = rng.standard_normal(N).astype(np.float32)
+    for factor in range(1, 9):
+        np.testing.assert_allclose(
+            np.asarray(op(x, outs=spec, factor=float(factor))), x * factor,
+            rtol=1e-6)
+    assert [f for f, _ in made] == [float(f) for f in range(1, 9)]
+    # The evicted ones live only in JAX's compiled programs (an eager call
+    # is one too): once those go, they are released; the kept ones stay.
+    jax.clear_caches()
+    gc.collect()
+    assert [f for f, ref in made if ref() is not None] == [6.0, 7.0, 8.0]
+    assert [fn() for _, fn in made[5:]] == op.kernels.kept()
+    # An evicted factor is generated again, and right; a kept one is not.
+    y = rng.standard_normal(N).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(op(y, outs=spec, factor=1.0)), y,
+                               rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(jax.jit(lambda v: op(v, outs=spec, factor=8.0))(y)),
+        y * 8, rtol=1e-6)
+    assert [f for f, _ in made][8:] == [1.0]
+    assert len(op.kernels.kept()) == 3
+
+
+def test_custom_kernel_program_runs_after_its_op_was_evicted(
+        monkeypatch, rng):
+    # A program compiled before its generated op was evicted keeps running
+    # what it was compiled with; a new trace finds the op again while it
+    # lives, else its generator makes it again: right either way.
+    monkeypatch.setattr(custom_kernels, "MAX_GENERATED", 2, raising=False)
+    made: list = []
+    op = _scaling_op("registry_bound.scale_held", made)
+    spec = jax.ShapeDtypeStruct((N,), jnp.float32)
+    x = rng.standard_normal(N).astype(np.float32)
+    held = jax.jit(lambda v: op(v, outs=spec, factor=3.0))
+    np.testing.assert_allclose(np.asarray(held(x)), x * 3, rtol=1e-6)
+    for factor in (4.0, 5.0, 6.0):
+        jax.jit(lambda v, f=factor: op(v, outs=spec, factor=f))(x)
+    kept = op.kernels.kept()
+    assert len(kept) == 2 and all(made[0][1]() is not fn for fn in kept)
+    gc.collect()
+    np.testing.assert_allclose(np.asarray(held(x + 1)), (x + 1) * 3,
+                               rtol=1e-6)
+    again = jax.jit(lambda v: op(v, outs=spec, factor=3.0))
+    np.testing.assert_allclose(np.asarray(again(x - 1)), (x - 1) * 3,
+                               rtol=1e-6)
 
 
 @cuda.jit

@@ -4,8 +4,9 @@ Kernel generators are registered per platform (``cpu``, ``gpu``) and
 backend name (``numba_cuda``, ...); a call picks the backend given, or the
 platform's default. The generator runs once per static arguments and
 ``outs`` (:meth:`KernelTable.generate`), and what it returns is kept in the
-table. The op holds one :class:`KernelTable` (``op.kernels``), which owns
-all of this under its lock.
+table: the most recently used MAX_GENERATED, each one evicted released once
+no compiled program holds it. The op holds one :class:`KernelTable`
+(``op.kernels``), which owns all of this under its lock.
 
 A new platform kernel (``def_numba_kernel`` for the CPU, say) is one more
 ``def_*`` method on the op that calls ``op.kernels.register(platform,
@@ -19,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
+import weakref
+from collections import OrderedDict
 from typing import Any, Callable, Iterator
 
 from .. import compilers
@@ -34,6 +37,13 @@ NUMBA_CUDA = "numba_cuda"
 # primitive.py).
 USER_PLATFORMS = ("cpu", "gpu")
 PLATFORM_ALIASES = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu"}
+
+# What a generator returned (one per platform, backend, static arguments
+# and outs) that each op keeps alive, most recently used last. Each holds a
+# compiled kernel (on the GPU), and an op called with ever new static values
+# or shapes would grow without bound; an evicted one is released once no
+# compiled program holds it, and generated again when a call needs it.
+MAX_GENERATED = 256
 
 # {id(table): backends} while a user rule of an op runs: calls of the same
 # op inside the rule (a JVP or transpose that applies the op to a tangent)
@@ -76,10 +86,15 @@ class KernelTable:
         self._generators: dict[str, dict[str, Callable]] = {
             p: {} for p in USER_PLATFORMS}
         self._defaults: dict[str, str] = {}
-        # What the generators returned, kept alive here: a compiled program
-        # names the numbax ops inside by key, and the registry holds their
-        # functions only weakly.
-        self._generated: dict[tuple, Callable] = {}
+        # What the generators returned, the most recently used
+        # MAX_GENERATED kept alive here: a program being compiled names the
+        # numbax ops inside by key, and the registry holds their functions
+        # only weakly (a compiled one holds its ops itself).
+        self._generated: OrderedDict[tuple, Callable] = OrderedDict()
+        # All of them while they live (an evicted one a compiled program
+        # still holds): found again rather than generated twice.
+        self._alive: weakref.WeakValueDictionary[tuple, Callable] = \
+            weakref.WeakValueDictionary()
 
     # -- registration ------------------------------------------------------
 
@@ -107,9 +122,10 @@ class KernelTable:
         with self._lock:
             self._generators[platform][backend] = generator
             # A replaced generator must not keep serving its old kernels.
-            for key in [k for k in self._generated
-                        if k[0] == platform and k[1] == backend]:
-                del self._generated[key]
+            for table in (self._generated, self._alive):
+                for key in [k for k in list(table.keys())
+                            if k[0] == platform and k[1] == backend]:
+                    table.pop(key, None)
             if asdefault or platform not in self._defaults:
                 self._defaults[platform] = backend
 
@@ -224,9 +240,9 @@ class KernelTable:
             # different kernels.
             key = (source_platform, backend,
                    tuple((k, type(v), v) for k, v in static), outs, out_tree)
-            fn = self._generated.get(key)
+            fn = self._known(key)
             if fn is not None:
-                return fn
+                return self._keep(key, fn)
         try:
             fn = generator(**dict(static), outs=outs_struct(outs, out_tree))
         except Exception as exc:
@@ -257,4 +273,30 @@ class KernelTable:
                 getattr(fn, "_profile_tag", "") is None:
             fn._profile_tag = self._name
         with self._lock:
-            return self._generated.setdefault(key, fn)
+            # Another thread may have generated it meanwhile: one wins.
+            known = self._known(key)
+            return self._keep(key, fn if known is None else known)
+
+    def _known(self, key: tuple) -> Callable | None:
+        """What the generator returned for `key`, if it is kept or alive."""
+        fn = self._generated.get(key)
+        return self._alive.get(key) if fn is None else fn
+
+    def _keep(self, key: tuple, fn: Callable) -> Callable:
+        """Keeps `fn` as the most recently used (with the lock held),
+        releasing the least recently used beyond MAX_GENERATED."""
+        self._generated[key] = fn
+        self._generated.move_to_end(key)
+        try:
+            self._alive[key] = fn
+        except TypeError:  # not weak-referenceable: kept while in the LRU
+            pass
+        while len(self._generated) > max(1, MAX_GENERATED):
+            self._generated.popitem(last=False)
+        return fn
+
+    def kept(self) -> list[Callable]:
+        """What the generators returned that the table keeps alive, least
+        recently used first (at most MAX_GENERATED)."""
+        with self._lock:
+            return list(self._generated.values())
