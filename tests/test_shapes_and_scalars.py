@@ -194,6 +194,44 @@ def test_custom_kernel_outs_from_the_inputs(rng):
     assert seen == [((4,), 2.0), ((40,), 2.0)]
 
 
+def test_custom_kernel_outs_function_runs_once_per_signature(rng):
+    # As for kernels and callables: eager calls, retraces and vmap of the
+    # same shapes, dtypes and static arguments call outs once.
+    ck = numbax.XLACustomKernel("numbax_test_outs_once")
+
+    @ck.def_numba_cuda_kernel
+    def _(*, alpha, outs):
+        op = numbax.numba_cuda_kernel(scale_into, outs,
+                                      launch_dims=outs.shape[0])
+        return lambda x: op(x, alpha)
+
+    seen = []
+
+    def outs(x, *, alpha):
+        seen.append((x.shape, np.dtype(x.dtype).name, alpha))
+        return jax.ShapeDtypeStruct(x.shape, x.dtype)
+
+    x = rng.standard_normal(8).astype(np.float32)
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(ck(x, outs=outs, alpha=2.0)),
+                                   2 * x, rtol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(jax.jit(lambda v: ck(v, outs=outs, alpha=2.0))(x)),
+            2 * x, rtol=1e-6)
+    xs = rng.standard_normal((3, 8)).astype(np.float32)
+    np.testing.assert_allclose(
+        np.asarray(jax.vmap(lambda v: ck(v, outs=outs, alpha=2.0))(xs)),
+        2 * xs, rtol=1e-6)
+    assert seen == [((8,), "float32", 2.0)]
+    # A new signature (shape, static value or its type) calls it again.
+    ck(x[:4], outs=outs, alpha=2.0)
+    ck(x, outs=outs, alpha=3.0)
+    ck(x, outs=outs, alpha=3)
+    assert seen[1:] == [((4,), "float32", 2.0), ((8,), "float32", 3.0),
+                        ((8,), "float32", 3)]
+    assert type(seen[-1][2]) is int
+
+
 def test_fixed_form_keys_unchanged_and_functions_spelled_fn():
     x = jnp.ones(8, F32)
     fixed = numbax.numba_cuda_kernel(

@@ -46,6 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..runtime import registry
 from ..trace import checks, shape_fns
 from . import differentiation, primitive, vmap
 from .kernels import NUMBA_CUDA, KernelTable, canonical_platform
@@ -126,6 +127,9 @@ class XLACustomKernel:
         #: The sharding rule, and the ops remade with it
         #: (sharding.ShardingRule).
         self.sharding = ShardingRule(label)
+        # What outs functions returned, per (function, signature, static
+        # arguments): each runs once per signature (shapes_and_scalars.md).
+        self._outs_calls = shape_fns.Memo()
         if sharding_rule is not None:
             self.def_sharding_rule(sharding_rule)
 
@@ -369,14 +373,7 @@ class XLACustomKernel:
         args = [x if isinstance(x, (jax.Array, jax.core.Tracer))
                 else self._as_array(i, x) for i, x in enumerate(inputs)]
         if outs_fn is not None:
-            # outs as a function of the inputs (as ShapeDtypeStructs) and
-            # the static keyword arguments, evaluated when traced.
-            structs = shape_fns.arguments(args, ())
-            result = shape_fns.evaluate(
-                lambda *a: outs_fn(*a, **static_kwargs), "outs", structs,
-                repr(self))
-            specs, out_tree = checks.normalize_outs(
-                result, shape_fns.where("outs", structs), op=repr(self))
+            specs, out_tree = self._outs_from(outs_fn, args, static)
             checks.check_x64(checks.wide_outputs(specs), repr(self))
         outs_spec = tuple((tuple(s.shape), np.dtype(s.dtype)) for s in specs)
         self.sharding.check(args, outs_spec, out_tree, tuple(static))
@@ -384,6 +381,27 @@ class XLACustomKernel:
             *args, outs=outs_spec,
             out_tree=out_tree, backends=backends, static=tuple(static))
         return jax.tree_util.tree_unflatten(out_tree, list(results))
+
+    def _outs_from(self, fn: Callable, args, static):
+        """(specs, tree): outs as a function of the inputs (as
+        ShapeDtypeStructs) and the static keyword arguments, evaluated when
+        a call is traced, once per function and signature."""
+        # Types too: 1 and 1.0 are equal but may give different outs.
+        key = (id(fn), shape_fns.signature(args, ()),
+               tuple((k, type(v), v) for k, v in static))
+        known = self._outs_calls.get(key)
+        # The function is held weakly where it can be; its id may be
+        # reused once it is gone.
+        if known is not None and known[0]() is fn:
+            return known[1]
+        structs = shape_fns.arguments(args, ())
+        kwargs = dict(static)
+        result = shape_fns.evaluate(lambda *a: fn(*a, **kwargs), "outs",
+                                    structs, repr(self))
+        resolved = checks.normalize_outs(
+            result, shape_fns.where("outs", structs), op=repr(self))
+        self._outs_calls.put(key, (registry.weak_ref_to(fn), resolved))
+        return resolved
 
     def _as_array(self, i: int, x):
         if x is None or isinstance(x, dict):
