@@ -485,6 +485,43 @@ def test_traced_zero_d_arrays_offer_both_fixes():
         jax.jit(lambda x, a: op(x, a))(jnp.ones(4, F32), 2.0)
 
 
+def test_custom_kernel_scalar_input_names_the_op_and_static_keywords(rng):
+    # A scalar given to an XLACustomKernel is an input of its primitive (a
+    # 0-d array, which a jnp backend takes as it is); the numbax kernel its
+    # generator returns cannot take one, and the message names this op and
+    # the static keyword argument, not the inner kernel and "pass a Python
+    # scalar" (which the user did).
+    ck = numbax.XLACustomKernel("numbax_test_scalar_input")
+
+    @ck.def_numba_cuda_kernel
+    def _(*, outs):
+        return numbax.numba_cuda_kernel(scale_into, outs, launch_dims=4)
+
+    ck.def_kernel("cpu", lambda *, outs: lambda x, a: x * a, backend="jnp")
+    spec = jax.ShapeDtypeStruct((4,), F32)
+    x = rng.standard_normal(4).astype(np.float32)
+    calls = {
+        "eager": lambda: ck(x, 2.0, outs=spec, backend="numba_cuda"),
+        "jit": lambda: jax.jit(lambda v, a: ck(
+            v, a, outs=spec, backend="numba_cuda"))(x, 2.0),
+        "vmap": lambda: jax.vmap(lambda v: ck(
+            v, 2.0, outs=spec, backend="numba_cuda"))(np.stack([x, x])),
+    }
+    for how, call in calls.items():
+        with pytest.raises(ValueError) as info:
+            call()
+        message = str(info.value)
+        assert message.startswith(
+            "XLACustomKernel('numbax_test_scalar_input'): input 1 is 0-d"), \
+            (how, message)
+        assert "static keyword argument, op(x, outs=..., alpha=2.0)" in \
+            message and "1-element array" in message, (how, message)
+        assert "pass a Python or NumPy scalar" not in message, how
+    # A jnp backend still takes the scalar as the 0-d array it is.
+    np.testing.assert_allclose(
+        np.asarray(ck(x, 2.0, outs=spec, backend="jnp")), 2 * x, rtol=1e-6)
+
+
 def test_scalars_numba_cannot_pass_are_refused_clearly():
     op = numbax.numba_cuda_kernel(scale_into, like, launch_dims=4)
     with pytest.raises(TypeError, match=r"input 1 is a scalar Numba cannot "

@@ -14,7 +14,7 @@ from typing import Any, Callable, Protocol
 
 from jax.interpreters import mlir
 
-from ..runtime import compat
+from ..runtime import compat, ops
 from .kernels import KernelTable
 from .outs import check_outputs
 from .sharding import ShardingRule
@@ -66,6 +66,8 @@ def lower(op: Lowered, ctx, *args, outs, out_tree, backends, static,
             "simulator, on the CPU")
     backend = dict(backends)[platform]
     fn = kernel_for(op, platform, backend, outs, out_tree, static)
+    if isinstance(fn, ops.Op):
+        _refuse_scalar_inputs(op, fn, backend, ctx.avals_in)
 
     def body(*xs):
         result = fn(*xs)
@@ -81,3 +83,24 @@ def lower(op: Lowered, ctx, *args, outs, out_tree, backends, static,
     if getattr(fn, "_profile_tag", None) != op.name:
         ctx = ctx.replace(name_stack=ctx.name_stack.extend(op.name))
     return mlir.lower_fun(body, multiple_results=True)(ctx, *args)
+
+
+def _refuse_scalar_inputs(op: Lowered, fn, backend: str, avals) -> None:
+    """ValueError naming the op and the static keyword way for a 0-d input
+    (a Python scalar the op made an array, or a 0-d array) of a numbax op,
+    whose inputs are buffers of at least one dimension: its own message
+    names the inner kernel and says "pass a Python scalar", which the user
+    did."""
+    for i, aval in enumerate(avals):
+        if len(getattr(aval, "shape", (0,))) == 0:
+            raise ValueError(
+                f"{op!r}: input {i} is 0-d (a Python scalar or a 0-d "
+                f"array), but the '{backend}' kernel its generator returned "
+                f"({fn!r}) takes arrays of at least one dimension. Pass a "
+                "value known when tracing as a static keyword argument, "
+                "op(x, outs=..., alpha=2.0): the kernel generator receives "
+                "it (generator(*, alpha, outs)) and may pass it on by value "
+                "(return lambda x: kernel_op(x, alpha)), and every rule "
+                "receives it too; pass a value known only when the program "
+                "runs as a 1-element array, jnp.reshape(value, (1,)), and "
+                "read a[0] in the kernel")

@@ -105,6 +105,10 @@ def _kernel_batch(op: Batched, args, axes, outs, out_tree, backends,
     outer_vmap_ok = op.batching.rule is None
     if not all(_plain_value(a, outer_vmap_ok) for a in args):
         return None
+    # A 0-d slice: the loop's lowering refuses it, naming this op (a
+    # kernel vmapped here would name only itself).
+    if any(np.ndim(a) - (ax is not None) == 0 for a, ax in zip(args, axes)):
+        return None
     # Not where JAX's platform has no kernel (a numba_cuda-only op on the
     # CPU without the simulator): vmapping the GPU's kernel there failed
     # inside Numba (CudaSupportError); the loop's lowering raises what the
