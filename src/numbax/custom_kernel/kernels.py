@@ -8,11 +8,15 @@ table: the most recently used MAX_GENERATED, each one evicted released once
 no compiled program holds it. The op holds one :class:`KernelTable`
 (``op.kernels``), which owns all of this under its lock.
 
-A new platform kernel (``def_numba_kernel`` for the CPU, say) is one more
-``def_*`` method on the op that calls ``op.kernels.register(platform,
-generator, backend=...)``; a platform users name that JAX lowers under
-another name also needs an entry in ``PLATFORM_ALIASES`` (what users may
-say) and in primitive.py's ``_LOWERING_PLATFORMS``.
+A new kind of platform kernel (``def_numba_kernel`` for the CPU, say) is
+one more ``def_*`` method on the op, as ``def_numba_cuda_kernel`` is:
+``return self.def_kernel("cpu", generator, backend=NAME,
+asdefault=asdefault)``, with ``NAME`` a constant here beside ``NUMBA_CUDA``.
+A kernel that also serves another platform (as the ``numba_cuda`` one
+serves the CPU under the simulator) says so in :meth:`KernelTable.candidates`;
+a new platform (one JAX lowers under another name) also needs
+``USER_PLATFORMS``, ``PLATFORM_ALIASES`` and primitive.py's
+``_LOWERING_PLATFORMS``.
 """
 
 from __future__ import annotations
