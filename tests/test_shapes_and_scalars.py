@@ -194,6 +194,7 @@ def test_custom_kernel_outs_from_the_inputs(rng):
     assert seen == [((4,), 2.0), ((40,), 2.0)]
 
 
+@pytest.mark.gpu
 def test_custom_kernel_outs_function_runs_once_per_signature(rng):
     # As for kernels and callables: eager calls, retraces and vmap of the
     # same shapes, dtypes and static arguments call outs once.
