@@ -71,6 +71,25 @@ def test_scratch_not_shape_dtype_struct():
         numbax.numba_cuda_callable(noop, SPEC, scratch=5)
 
 
+@pytest.mark.parametrize("empty", [[], (), {}], ids=["list", "tuple", "dict"])
+@pytest.mark.parametrize("form", ["fixed", "function"])
+def test_empty_scratch_means_no_scratch_buffer(rng, empty, form):
+    # None means no scratch buffer, and so does an empty sequence: a
+    # scratch function that builds its list of buffers returns [] for a
+    # call that needs none (was: a TypeError that did not say so).
+    from conftest import poison
+
+    def launch(x, out, stream):  # no scratch parameter
+        affine[1, 64, stream](x, out)
+    scratch = empty if form == "fixed" else (lambda x: empty)
+    spec = jax.ShapeDtypeStruct((40,), F32)
+    op = numbax.numba_cuda_callable(launch, spec, scratch=scratch)
+    x = rng.standard_normal(40).astype(np.float32)
+    poison((40,), np.float32)
+    np.testing.assert_allclose(np.asarray(jax.jit(op)(x)), 2 * x + 1,
+                               rtol=1e-6)
+
+
 def test_non_static_output_shape():
     class Spec:
         shape, dtype = (object(),), np.float32

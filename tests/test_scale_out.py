@@ -204,6 +204,27 @@ def test_wrong_rules_are_refused_at_trace_time_naming_the_op(rule, match):
     assert "launch" in str(info.value)  # the op's function
 
 
+def test_a_rule_that_leaves_out_the_scratch_buffer_says_scratch():
+    # The rule names the outputs, then the scratch buffers: one that
+    # names only the output was refused as "the op has 2 outputs".
+    def launch(m, v, out, tmp, stream):  # never called: only traced
+        raise AssertionError("not called")
+    spec = jax.ShapeDtypeStruct((8,), F32)
+    op = numbax.numba_cuda_callable(launch, spec, scratch=spec,
+                                    sharding_rule="i j, j -> i")
+    m, v = jnp.zeros((8, 3)), jnp.zeros(3)
+    with pytest.raises(ValueError, match=r"numba_cuda_callable\(.*launch\)"
+                       r".*names 1 result.s., but the op has 1 output.s. and 1 "
+                       r"scratch buffer.s., and the rule must name all 2: "
+                       r"after '->' come the outputs, then the scratch "
+                       r"buffers.*'i j, j -> i, s0'"):
+        jax.jit(op).lower(m, v)
+    # The example the message gives is a rule that works.
+    fixed = numbax.numba_cuda_callable(launch, spec, scratch=spec,
+                                       sharding_rule="i j, j -> i, s0")
+    assert "numbax_callable_batch" in jax.jit(fixed).lower(m, v).as_text()
+
+
 def test_kernel_rule_errors_name_the_kernel():
     op = numbax.numba_cuda_kernel(
         row_scale, jax.ShapeDtypeStruct((8, 3), F32), launch_dims=8,

@@ -86,8 +86,7 @@ class NumbaCudaCallable(ops.Op):
         self.scratch_specs: list | None = (
             [] if self._scratch_fn is None else None)
         if scratch is not None and self._scratch_fn is None:
-            self.scratch_specs, _ = checks.normalize_outs(
-                scratch, "scratch", op=op)
+            self.scratch_specs = checks.normalize_scratch(scratch, op=op)
         self._calls = shape_fns.Memo()
         self.has_side_effect = bool(has_side_effect)
         # What XLA calls: func itself, or func checked for writes to its
@@ -164,8 +163,8 @@ class NumbaCudaCallable(ops.Op):
                                         self.out_tree, args, op)
         if self._scratch_fn is not None:
             result = shape_fns.evaluate(self._scratch_fn, "scratch", args, op)
-            scratch = [] if result is None else checks.normalize_outs(
-                result, shape_fns.where("scratch", args), op=op)[0]
+            scratch = checks.normalize_scratch(
+                result, shape_fns.where("scratch", args), op=op)
         else:
             scratch = self.scratch_specs
         return outs, scratch, tree, checks.wide_outputs(outs)
@@ -414,7 +413,8 @@ def numba_cuda_callable(
       input_output_aliases: ``{input index: output index}``, passed to
         ``jax.ffi.ffi_call`` unchanged (after checking shapes and dtypes).
       scratch: optional ShapeDtypeStruct(s): temporary buffers XLA allocates
-        for the call, passed to ``func`` after the outputs.
+        for the call, passed to ``func`` after the outputs (None or an empty
+        sequence: none).
       capture: record ``func``'s launches into a CUDA graph and replay it
         without Python. XLA records it into its command buffers where it
         can; elsewhere numbax captures and caches a graph per device and set

@@ -196,6 +196,22 @@ def normalize_outs(outs: Any, what: str = "outs", op: str | None = None):
     return specs, tree
 
 
+def normalize_scratch(scratch: Any, what: str = "scratch",
+                      op: str | None = None) -> list:
+    """A callable's scratch buffers as a flat list of ShapeDtypeStruct.
+
+    None and an empty sequence or pytree (``[]``, ``()``, ``{}``) both mean
+    no scratch buffer: a scratch function that builds its list of buffers
+    naturally returns ``[]`` for a call that needs none, as a fixed
+    ``scratch=[]`` says the same thing."""
+    if scratch is None or (
+            not is_shape_dtype(scratch) and
+            isinstance(scratch, (list, tuple, dict)) and
+            not jax.tree_util.tree_leaves(scratch, is_leaf=is_shape_dtype)):
+        return []
+    return normalize_outs(scratch, what, op=op)[0]
+
+
 def as_input_arrays(args: Sequence[Any], op: str,
                     shapes: bool = False, positions=None) -> list:
     """JAX arrays for the call's inputs, checked (no copy of JAX arrays).

@@ -115,17 +115,48 @@ def parse(text, op: str) -> Rule:
     return Rule(side(lhs), side(rhs))
 
 
+def _with_whole_scratch(rule: Rule, out_shapes: Sequence,
+                        n_scratch: int) -> Rule:
+    """`rule` with a mapping of factors of their own for each scratch buffer
+    it leaves out (an example for the message below)."""
+    used = rule.factors()
+    extra = []
+    for k, shape in enumerate(out_shapes[len(out_shapes) - n_scratch:]):
+        names = []
+        for d in range(len(shape)):
+            name = f"s{k}" if len(shape) == 1 else f"s{k}_{d}"
+            while name in used:
+                name += "_"
+            names.append(name)
+        extra.append(tuple(names))
+    return Rule(rule.operands, rule.results + tuple(extra))
+
+
 def check(rule: Rule, in_shapes: Sequence, out_shapes: Sequence, op: str, *,
-          results_what: str = "outputs") -> None:
+          n_scratch: int = 0) -> None:
     """ValueError naming `op` where `rule` does not fit the call's arrays:
     counts, ranks, a factor of two extents, or a factor named twice in one
-    array."""
+    array. The last `n_scratch` of `out_shapes` are a callable's scratch
+    buffers, which the rule names after its outputs."""
     if len(rule.operands) != len(in_shapes):
         raise _err(op, rule, f"names {len(rule.operands)} input(s), but the "
                    f"call has {len(in_shapes)}")
+    if n_scratch and len(rule.results) != len(out_shapes):
+        n_out = len(out_shapes) - n_scratch
+        example = ""
+        if len(rule.results) == n_out:
+            whole = _with_whole_scratch(rule, out_shapes, n_scratch)
+            example = f" (e.g. {str(whole)!r})"
+        raise _err(op, rule, f"names {len(rule.results)} result(s), but the "
+                   f"op has {n_out} output(s) and {n_scratch} scratch "
+                   f"buffer(s), and the rule must name all {len(out_shapes)}: "
+                   "after '->' come the outputs, then the scratch buffers, "
+                   "in order. Give each scratch buffer factors of its own to "
+                   "keep it whole on every device" + example + ", or lead it "
+                   "with the split factors to split it with them")
     if len(rule.results) != len(out_shapes):
         raise _err(op, rule, f"names {len(rule.results)} result(s), but the "
-                   f"op has {len(out_shapes)} {results_what}")
+                   f"op has {len(out_shapes)} outputs")
     sizes: dict = {}
     arrays = ([(f"input {i}", m, s) for i, (m, s) in
                enumerate(zip(rule.operands, in_shapes))] +
@@ -207,7 +238,7 @@ def split(rule: Rule, in_shapes: Sequence, out_shapes: Sequence, op: str, *,
     `internal`: a rule numbax made (jax.vmap's), not the user's: its
     split may name no input (every input broadcast, all slices alike).
     """
-    check(rule, in_shapes, out_shapes, op)
+    check(rule, in_shapes, out_shapes, op, n_scratch=n_free_results)
     main = rule.results[:len(rule.results) - n_free_results] \
         if n_free_results else rule.results
     prefix: tuple = ()
