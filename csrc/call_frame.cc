@@ -219,4 +219,65 @@ ffi::Error DropUnitAxes(const std::vector<int64_t>& lead,
   return ffi::Error::Success();
 }
 
+ffi::Error SliceCount(const std::vector<BufferView>& buffers,
+                      const std::vector<int64_t>& sliced, size_t first_output,
+                      int64_t* batch) {
+  if (sliced.size() != buffers.size()) {
+    return ffi::Error::InvalidArgument(
+        "expected " + std::to_string(sliced.size()) + " buffers, got " +
+        std::to_string(buffers.size()));
+  }
+  size_t lead = buffers.size();
+  for (size_t i = first_output; i < buffers.size() && lead == buffers.size();
+       ++i) {
+    if (sliced[i]) lead = i;
+  }
+  for (size_t i = 0; i < buffers.size() && lead == buffers.size(); ++i) {
+    if (sliced[i]) lead = i;
+  }
+  if (lead == buffers.size()) {
+    *batch = 1;  // nothing sliced: one call with every buffer whole
+    return ffi::Error::Success();
+  }
+  if (buffers[lead].rank < 1) {
+    return ffi::Error::InvalidArgument(
+        "buffer " + std::to_string(lead) +
+        " is 0-d, so it has no axis of slices for a sequential vmap");
+  }
+  *batch = buffers[lead].dims[0];
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (!sliced[i]) continue;
+    if (buffers[i].rank < 1 || buffers[i].dims[0] != *batch) {
+      return ffi::Error::InvalidArgument(
+          "buffer " + std::to_string(i) + " (rank " +
+          std::to_string(buffers[i].rank) + ") does not hold " +
+          std::to_string(*batch) +
+          " slices along axis 0 for a sequential vmap");
+    }
+  }
+  return ffi::Error::Success();
+}
+
+void SelectSlice(const std::vector<BufferView>& buffers,
+                 const std::vector<int64_t>& sliced, int64_t batch, int64_t s,
+                 std::vector<BufferView>* out, std::vector<int64_t>* offsets) {
+  out->resize(buffers.size());
+  offsets->assign(buffers.size(), 0);
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const BufferView& b = buffers[i];
+    BufferView& v = (*out)[i];
+    v = b;
+    if (!sliced[i]) continue;
+    // Every slice holds the same bytes: the buffer's divided by the batch.
+    const size_t slice_bytes = b.nbytes / static_cast<size_t>(batch);
+    const int64_t offset = s * static_cast<int64_t>(slice_bytes);
+    v.data = b.data == nullptr ? nullptr : static_cast<char*>(b.data) + offset;
+    v.dims = b.dims + 1;
+    v.rank = b.rank - 1;
+    v.element_count = b.element_count / batch;
+    v.nbytes = slice_bytes;
+    (*offsets)[i] = offset;
+  }
+}
+
 }  // namespace numbax

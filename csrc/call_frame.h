@@ -91,4 +91,25 @@ ffi::Error DropUnitAxes(const std::vector<int64_t>& lead,
                         const std::vector<int64_t>& trail,
                         std::vector<BufferView>* buffers);
 
+// jax.vmap of a callable with vmap_method='sequential' (callable/vmap.py):
+// one call holds the whole batch (its shard, in a partitioned program), and
+// func runs once per slice. `sliced[i]` is 1 where buffer i holds one slice
+// per batch element along axis 0, 0 where every slice gets it whole (an
+// unbatched input, a scratch buffer). The batch is axis 0 of the first
+// sliced buffer at or after `first_output` (outputs are always sliced),
+// else of the first sliced one; every sliced buffer must hold that many.
+// Fails naming the buffer otherwise, or when `sliced` does not hold one
+// flag per buffer.
+ffi::Error SliceCount(const std::vector<BufferView>& buffers,
+                      const std::vector<int64_t>& sliced, size_t first_output,
+                      int64_t* batch);
+
+// Views of slice `s` of the sliced buffers (axis 0 dropped, data advanced
+// to the slice), the others whole, into `out`; `offsets` gets each view's
+// byte offset into its buffer. Views only: dims point into the buffers'
+// own. `batch` > 0, as SliceCount found it.
+void SelectSlice(const std::vector<BufferView>& buffers,
+                 const std::vector<int64_t>& sliced, int64_t batch, int64_t s,
+                 std::vector<BufferView>* out, std::vector<int64_t>* offsets);
+
 }  // namespace numbax

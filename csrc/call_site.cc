@@ -111,6 +111,7 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
   const char* name = nullptr;   // borrowed from `resolved`; None: no name
   PyObject* lead = nullptr;     // borrowed from `resolved`
   PyObject* trail = nullptr;    // borrowed from `resolved`
+  PyObject* sliced = nullptr;   // borrowed from `resolved`
   if (!Hooks().resolve) {
     error = ffi::Error::Internal(
         "numbax: the Python package was not imported in this process; "
@@ -121,12 +122,14 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
         platform == Platform::kCuda ? "cuda" : "cpu");
     if (!resolved) {
       error = ffi::Error::InvalidArgument(TakePythonError());
-    } else if (!PyArg_ParseTuple(resolved, "OLLL|pOzOO", &func_, &num_inputs_,
-                                 &num_outputs_, &num_scratch_, &fast, &aliases,
-                                 &name, &lead, &trail) ||
+    } else if (!PyArg_ParseTuple(resolved, "OLLL|pOzOOO", &func_,
+                                 &num_inputs_, &num_outputs_, &num_scratch_,
+                                 &fast, &aliases, &name, &lead, &trail,
+                                 &sliced) ||
                !ReadAliases(aliases, &aliases_) ||
                !ReadUnits(lead, &lead_units_) ||
-               !ReadUnits(trail, &trail_units_)) {
+               !ReadUnits(trail, &trail_units_) ||
+               !ReadUnits(sliced, &sliced_)) {
       error = ffi::Error::Internal("numbax: bad resolve result: " +
                                    TakePythonError());
       func_ = nullptr;
@@ -144,13 +147,23 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
       error = ffi::Error::Internal(
           "numbax: bad resolve result: unit axes need one count per buffer");
       func_ = nullptr;
+    } else if (!sliced_.empty() &&
+               static_cast<int64_t>(sliced_.size()) !=
+                   num_inputs_ + num_outputs_ + num_scratch_) {
+      error = ffi::Error::Internal(
+          "numbax: bad resolve result: sliced buffers need one flag per "
+          "buffer");
+      func_ = nullptr;
     } else {
       fast_launch_ = fast != 0;
       name_ = name != nullptr && *name != '\0' ? std::string(name) : key_;
       Py_INCREF(func_);
-      slots_.resize(
-          static_cast<size_t>(num_inputs_ + num_outputs_ + num_scratch_));
-      for (auto& slot : slots_) slot.reserve(kArraysPerSlot);
+      const size_t n =
+          static_cast<size_t>(num_inputs_ + num_outputs_ + num_scratch_);
+      // A sequential vmap's slices have slots of their own (SlotOf),
+      // reserved as they fill.
+      slots_.resize(sliced_.empty() ? n : n * kCachedSlices);
+      for (size_t i = 0; i < n; ++i) slots_[i].reserve(kArraysPerSlot);
     }
   }
   Py_XDECREF(resolved);
@@ -201,9 +214,9 @@ bool BindStream(PyObject* array, PyObject* stream) {
 
 }  // namespace
 
-PyObject* CallSite::ArrayFor(size_t slot_index, const BufferView& view,
-                             Platform platform, int device, bool writable,
-                             PyObject* stream) {
+PyObject* CallSite::ArrayFor(size_t slot_index, size_t buffer,
+                             const BufferView& view, Platform platform,
+                             int device, bool writable, PyObject* stream) {
   auto& slot = slots_[slot_index];
   // On CUDA the stream is part of the key: an array is bound to one stream
   // for good, so a call on another stream (another thread's capture, say)
@@ -225,8 +238,8 @@ PyObject* CallSite::ArrayFor(size_t slot_index, const BufferView& view,
   const auto ptr =
       static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(view.data));
   // The simulator's inputs are read-only views (a write raises, naming the
-  // input); the slot index names it.
-  const int read_only_input = writable ? -1 : static_cast<int>(slot_index);
+  // input); the buffer index names it.
+  const int read_only_input = writable ? -1 : static_cast<int>(buffer);
   PyObject* made = platform == Platform::kCuda
                        ? PyObject_CallFunction(Hooks().device_array, "KOsi",
                                                ptr, shape, dtype, device)
@@ -264,12 +277,14 @@ PyObject* CallSite::ArrayFor(size_t slot_index, const BufferView& view,
 }
 
 ffi::Error CallSite::CheckNothingKept(PyObject* const* args, size_t n,
-                                      Platform platform) {
+                                      Platform platform, int64_t slice) {
   // Only this call holds its arrays now (no other thread runs this site):
   // otherwise the counts include the other calls' references.
   if (active_calls_ != 1) return ffi::Error::Success();
-  for (size_t i = 0; i < n && i < slots_.size(); ++i) {
-    auto& slot = slots_[i];
+  for (size_t i = 0; i < n; ++i) {
+    const size_t slot_index = SlotOf(i, slice);
+    if (slot_index >= slots_.size()) break;
+    auto& slot = slots_[slot_index];
     for (size_t j = 0; j < slot.size(); ++j) {
       CachedArray& c = slot[j];
       if (c.array != args[i]) continue;
@@ -337,14 +352,54 @@ ffi::Error CallSite::ShuttingDown() const {
 ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
                             Platform platform, int device, void* stream,
                             bool plain, LaunchLog* log) {
-  ++Counters().calls;
-  if (buffers.size() != slots_.size()) {
+  const size_t expected =
+      static_cast<size_t>(num_inputs_ + num_outputs_ + num_scratch_);
+  if (buffers.size() != expected) {
+    ++Counters().calls;
     ++Counters().errors;
     return ffi::Error::InvalidArgument(
         OpMessage(OpKind::kCallable, key_,
-                  "expected " + std::to_string(slots_.size()) +
-                      " buffers, got " + std::to_string(buffers.size())));
+                  "expected " + std::to_string(expected) + " buffers, got " +
+                      std::to_string(buffers.size())));
   }
+  if (sliced_.empty()) {
+    return CallFunc(buffers, 0, platform, device, stream, plain, log,
+                    /*log_open=*/false);
+  }
+  int64_t batch = 0;
+  if (ffi::Error err = SliceCount(buffers, sliced_,
+                                  static_cast<size_t>(num_inputs_), &batch);
+      err.failure()) {
+    ++Counters().errors;
+    return ffi::Error::InvalidArgument(
+        OpMessage(OpKind::kCallable, key_, err.message()));
+  }
+  // One log for every slice, against the whole buffers: a recording
+  // replays (and re-binds) the whole batch's launches at once.
+  if (log) {
+    log->Begin(cuda::Load(), static_cast<cuda::CUstream>(stream), buffers);
+  }
+  thread_local std::vector<BufferView> views;
+  thread_local std::vector<int64_t> offsets;
+  for (int64_t s = 0; s < batch; ++s) {
+    SelectSlice(buffers, sliced_, batch, s, &views, &offsets);
+    const size_t logged = log ? log->launches().size() : 0;
+    // Calls do not nest on a thread (the call guard refuses JAX work in
+    // func, as CallFunc's own thread_local argv assumes).
+    ffi::Error err = CallFunc(views, s, platform, device, stream, plain, log,
+                              /*log_open=*/true);
+    if (log) log->ShiftPatches(logged, offsets);
+    if (err.failure()) return err;
+  }
+  if (log) log->End();
+  return ffi::Error::Success();
+}
+
+ffi::Error CallSite::CallFunc(const std::vector<BufferView>& buffers,
+                              int64_t slice, Platform platform, int device,
+                              void* stream, bool plain, LaunchLog* log,
+                              bool log_open) {
+  ++Counters().calls;
   // argv[0] is scratch space that vectorcall may use (ARGUMENTS_OFFSET).
   // Every argument is held by a strong reference for the call: func may
   // release the GIL (Numba does, around driver calls), and another thread
@@ -384,8 +439,8 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
         if (buffers[o].data == buffers[i].data) writable = true;
       }
     }
-    PyObject* array =
-        ArrayFor(i, buffers[i], platform, device, writable, stream_object);
+    PyObject* array = ArrayFor(SlotOf(i, slice), i, buffers[i], platform,
+                               device, writable, stream_object);
     if (!array) {
       ++Counters().errors;
       return ffi::Error::Internal(
@@ -421,7 +476,7 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
   active.enabled = fast_launch_;
   active.cached_plans = plain;
   active.log = log;
-  if (log) {
+  if (log && !log_open) {
     log->Begin(cuda::Load(), static_cast<cuda::CUstream>(stream), buffers);
   }
   PyObject* result;
@@ -431,7 +486,7 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
         func_, argv.data() + 1,
         (buffers.size() + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
   }
-  if (log) log->End();
+  if (log && !log_open) log->End();
   if (!guard.Exit()) {
     Py_XDECREF(result);
     PyErr_Clear();
@@ -455,7 +510,7 @@ ffi::Error CallSite::Invoke(const std::vector<BufferView>& buffers,
         "arrays it is given and return None"));
   }
   if (ffi::Error kept =
-          CheckNothingKept(argv.data() + 1, buffers.size(), platform);
+          CheckNothingKept(argv.data() + 1, buffers.size(), platform, slice);
       kept.failure()) {
     ++Counters().errors;
     return kept;

@@ -110,9 +110,21 @@ class CallSite {
   // early would warm up or record nothing, and replay that later. `log`:
   // func's launches are being captured on `stream`; they are logged there
   // (launch_log.h).
+  //
+  // A sequential vmap's call (sliced(): one flag per buffer) calls func
+  // once per slice of the batch, in order, each time with views of slice s
+  // of the sliced buffers and the others whole (call_frame.h, SelectSlice):
+  // what an XLA loop of one call per slice did, inside one custom call
+  // that XLA's batch partitioner can split. `log` then covers every
+  // slice's launches, patched against the whole buffers.
   ::xla::ffi::Error Invoke(const std::vector<BufferView>& buffers,
                            Platform platform, int device, void* stream,
                            bool plain, LaunchLog* log = nullptr);
+
+  // Per buffer, 1 where func gets one slice of it per call (a sequential
+  // vmap's batched buffers), 0 where it gets it whole; empty for a call
+  // that is not a sequential vmap.
+  const std::vector<int64_t>& sliced() const { return sliced_; }
 
   // Drops every cached array (tests, and numbax.clear_caches()).
   void ClearCache();
@@ -149,12 +161,34 @@ class CallSite {
   // run device work (a 2-D transpose, copy_to_host, copy_to_device, slice
   // assignment) use the array's own stream, and on the default one they
   // would not be ordered with XLA's.
-  PyObject* ArrayFor(size_t slot, const BufferView& view, Platform platform,
-                     int device, bool writable, PyObject* stream);
+  // `buffer` is the buffer's index among the call's (naming it), `slot`
+  // its cache slot (SlotOf).
+  PyObject* ArrayFor(size_t slot, size_t buffer, const BufferView& view,
+                     Platform platform, int device, bool writable,
+                     PyObject* stream);
   // After func returned: the error naming the first argument func kept a
   // reference to (and drops that array from the cache), or success.
+  // `slice`: the slice func got (SlotOf), 0 outside a sequential vmap.
   ::xla::ffi::Error CheckNothingKept(PyObject* const* args, size_t n,
-                                     Platform platform);
+                                     Platform platform, int64_t slice);
+  // func called once with `views` (the whole buffers, or slice `slice` of
+  // a sequential vmap's), the arrays from the cache slots of that slice.
+  // `log`: logged (begun and ended around the call) unless `log_open`
+  // (the caller began it, for every slice at once).
+  ::xla::ffi::Error CallFunc(const std::vector<BufferView>& views,
+                             int64_t slice, Platform platform, int device,
+                             void* stream, bool plain, LaunchLog* log,
+                             bool log_open);
+  // The cache slot of buffer `buffer` for slice `slice`: each of the first
+  // kCachedSlices slices of a sliced buffer has slots of its own (its
+  // address differs per slice), later slices share the last; a whole
+  // buffer's slot is its index, whatever the slice.
+  size_t SlotOf(size_t buffer, int64_t slice) const {
+    if (sliced_.empty() || !sliced_[buffer] || slice <= 0) return buffer;
+    const int64_t group = slice < kCachedSlices ? slice : kCachedSlices - 1;
+    return static_cast<size_t>(group) * sliced_.size() + buffer;
+  }
+  static constexpr int64_t kCachedSlices = 64;
 
   std::string key_;
   std::string name_;
@@ -169,6 +203,8 @@ class CallSite {
   // arrays; empty when the key's call added none.
   std::vector<int64_t> lead_units_;
   std::vector<int64_t> trail_units_;
+  // A sequential vmap's sliced buffers (sliced()); empty otherwise.
+  std::vector<int64_t> sliced_;
   std::vector<std::vector<CachedArray>> slots_;
   int active_calls_ = 0;  // Invoke calls running func now (under the GIL)
 };

@@ -53,6 +53,17 @@ void AddArrayPatches(ArrayAbi abi, size_t first, int slot, const void* data,
   }
 }
 
+void LaunchLog::ShiftPatches(size_t first,
+                             const std::vector<int64_t>& offsets) {
+  for (size_t l = first; l < launches_.size(); ++l) {
+    for (AddressPatch& p : launches_[l].patches) {
+      if (p.slot >= 0 && static_cast<size_t>(p.slot) < offsets.size()) {
+        p.offset += offsets[static_cast<size_t>(p.slot)];
+      }
+    }
+  }
+}
+
 void LaunchLog::Begin(const cuda::Driver* driver, cuda::CUstream stream,
                       const std::vector<BufferView>& buffers) {
   driver_ = driver;

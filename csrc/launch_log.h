@@ -85,6 +85,12 @@ class LaunchLog {
   // last logged launch.
   void End();
 
+  // func ran on slices of the buffers (a sequential vmap, call_frame.h
+  // SelectSlice) and its launches were patched against the slices: moves
+  // the patches of launches [first, ...) to the whole buffers, buffer i's
+  // by offsets[i] bytes (an ambiguous patch stays so).
+  void ShiftPatches(size_t first, const std::vector<int64_t>& offsets);
+
   // Marks the log unmapped (the first reason is kept). `transient`: only
   // because numbax recorded a launch plan during this call (a launch
   // configuration first seen on the recording stream), so a recording made

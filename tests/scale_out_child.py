@@ -100,6 +100,14 @@ def affine_z(x, out):
         out[i] = 2 * x[i] + 1
 
 
+@cuda.jit
+def copy_1d(x, out):
+    """out = x."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = x[i]
+
+
 # -- helpers -------------------------------------------------------------------
 
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%(\S+) = .*? ([a-z][\w\-]*)\((.*)$")
@@ -310,6 +318,52 @@ def main():
         (put(mb, rows), put(v, whole)), mb @ v)
     results["vmap_custom_kernel"] = run(
         jax.vmap(lambda a: xk(a, v, outs=outs1)), (put(mb, rows),), mb @ v)
+
+    # vmap_method='sequential': one call for the batch, whose handler calls
+    # func once per slice; each device calls it on its own slices, in order.
+    # The second input holds each slice's index, which func reads on the
+    # host (simulator) to record the order it saw the slices in.
+    order = []
+
+    def seq_func(a, k, out, tmp, stream):
+        note("callable_sequential", a.shape)
+        with seen_lock:
+            order.append(int(k.copy_to_host()[0]))
+        affine[1, 32, stream](a, tmp)  # through the scratch buffer
+        copy_1d[1, 32, stream](tmp, out)
+    spec7 = jax.ShapeDtypeStruct((7,), F32)
+    ks = np.arange(16, dtype=np.float32)[:, None]
+    for capture in (False, True):
+        name = "vmap_callable_sequential" + ("_capture" if capture else "")
+        c_seq = numbax.numba_cuda_callable(
+            seq_func, spec7, scratch=spec7, vmap_method="sequential",
+            capture=capture, name=f"seq_{int(capture)}")
+        order.clear()
+        results[name] = run(jax.vmap(c_seq), (put(xb, rows), put(ks, rows)),
+                            2 * xb + 1)
+        results[name]["order"] = list(order)  # of the run, not the compile
+    xn3 = rng.standard_normal((8, 3, 7)).astype(np.float32)
+    kn = np.arange(24, dtype=np.float32).reshape(8, 3, 1)
+    order.clear()
+    results["vmap_callable_sequential_nested"] = run(
+        jax.vmap(jax.vmap(c_seq)), (put(xn3, rows), put(kn, rows)),
+        2 * xn3 + 1)
+    results["vmap_callable_sequential_nested"]["order"] = list(order)
+
+    def seq_mv(a, b, out, grid, stream):
+        note("callable_sequential_mv", a.shape)
+        matvec[(a.shape[0] + 31) // 32, 32, stream](a, b, out, grid)
+    c_seq_mv = numbax.numba_cuda_callable(seq_mv, outs1,
+                                          vmap_method="sequential")
+    results["vmap_callable_sequential_broadcast_input"] = run(
+        jax.vmap(c_seq_mv, in_axes=(0, None)), (put(mb, rows), put(v, whole)),
+        mb @ v)
+    c_seq_plain = numbax.numba_cuda_callable(
+        lambda a, k, out, tmp, stream: seq_func(a, k, out, tmp, stream),
+        spec7, scratch=spec7, vmap_method="sequential")
+    results["vmap_callable_sequential_uneven"] = run(
+        lambda a, k: jax.vmap(c_seq_plain)(a[:10], k[:10]),
+        (put(xb, rows), put(ks, rows)), 2 * xb[:10] + 1)
 
     # jax.export: the annotations are in the serialised module; the
     # deserialised program splits the same way. (Shardy only: jax 0.10

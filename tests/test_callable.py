@@ -207,6 +207,104 @@ def test_vmap_methods(rng, method):
     np.testing.assert_allclose(out, x.sum(-1), rtol=1e-5)
 
 
+# -- vmap_method='sequential': one custom call, func once per slice ----------
+
+def _sequential_op(seen, capture=False, **kw):
+    """out = 2 x + 2 through a scratch buffer; `seen` gets, per func call,
+    the shapes func saw and the slice's index (k[0], read on the host:
+    plain mode only)."""
+    from shared_kernels import add_one, affine
+
+    def launch(x, k, out, tmp, stream):
+        if not capture:
+            seen.append((tuple(x.shape), tuple(k.shape), tuple(out.shape),
+                         tuple(tmp.shape), int(k.copy_to_host()[0])))
+        launch_1d(affine, x.shape[0], stream, x, tmp)
+        launch_1d(add_one, x.shape[0], stream, tmp, out)
+    spec = jax.ShapeDtypeStruct((33,), F32)
+    return numbax.numba_cuda_callable(launch, spec, scratch=spec,
+                                      vmap_method="sequential",
+                                      capture=capture, **kw)
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_sequential_vmap_runs_func_per_slice_in_one_call(rng, capture):
+    from conftest import poison
+    seen = []
+    op = _sequential_op(seen, capture)
+    f = jax.jit(jax.vmap(op))
+    k = np.arange(5, dtype=np.int32)[:, None]
+    text = f.lower(jnp.zeros((5, 33), F32), k).compile().as_text()
+    # One custom call holds the batch: no XLA loop around per-slice calls.
+    assert text.count("custom-call(") == 1 and " while(" not in text, text
+    # Fresh inputs each time: a captured batch is replayed, and re-bound to
+    # new buffers, with every slice's launches.
+    for _ in range(4):
+        x = rng.standard_normal((5, 33)).astype(np.float32)
+        poison((5, 33), np.float32)
+        np.testing.assert_allclose(np.asarray(f(x, k)), 2 * x + 2, rtol=1e-6)
+    if not capture:
+        # func saw one slice at a time, in order; the scratch buffer whole.
+        assert seen == [((33,), (1,), (33,), (33,), s)
+                        for _ in range(4) for s in range(5)]
+
+
+def test_sequential_vmap_nested_runs_slices_outer_major(rng):
+    from conftest import poison
+    seen = []
+    op = _sequential_op(seen)
+    x = rng.standard_normal((3, 4, 33)).astype(np.float32)
+    k = np.arange(12, dtype=np.int32).reshape(3, 4, 1)
+    poison((3, 4, 33), np.float32)
+    got = jax.jit(jax.vmap(jax.vmap(op)))(x, k)
+    np.testing.assert_allclose(np.asarray(got), 2 * x + 2, rtol=1e-6)
+    assert [s[-1] for s in seen] == list(range(12))
+    assert {s[:4] for s in seen} == {((33,), (1,), (33,), (33,))}
+    # Batched at the outer level only: each outer slice's k serves its 4
+    # inner slices (k is whole inside, sliced outside).
+    seen.clear()
+    kk = np.arange(3, dtype=np.int32)[:, None]
+    got = jax.jit(jax.vmap(jax.vmap(op, in_axes=(0, None))))(x, kk)
+    np.testing.assert_allclose(np.asarray(got), 2 * x + 2, rtol=1e-6)
+    assert [s[-1] for s in seen] == [o for o in range(3) for _ in range(4)]
+
+
+def test_sequential_vmap_more_slices_than_the_array_cache_holds(rng):
+    # 70 slices: the first 63 have cache slots of their own, the rest share
+    # one (CallSite::SlotOf); every call still gets its own slice's arrays.
+    seen = []
+    op = _sequential_op(seen)
+    f = jax.jit(jax.vmap(op))
+    k = np.arange(70, dtype=np.int32)[:, None]
+    for _ in range(2):
+        x = rng.standard_normal((70, 33)).astype(np.float32)
+        np.testing.assert_allclose(np.asarray(f(x, k)), 2 * x + 2, rtol=1e-6)
+    assert [s[-1] for s in seen] == list(range(70)) * 2
+
+
+def test_sequential_vmap_of_an_unbatched_aliased_input(rng):
+    # Written in place: each slice writes its own copy of the input.
+    from shared_kernels import matrix_add
+
+    def launch(a, b, out, stream):  # out is a's buffer: out = a + b
+        matrix_add[(1, 1), (8, 64), stream](a, b, out)
+    spec = jax.ShapeDtypeStruct((8, 33), F32)
+    op = numbax.numba_cuda_callable(launch, spec, vmap_method="sequential",
+                                    input_output_aliases={0: 0})
+    a = rng.standard_normal((8, 33)).astype(np.float32)
+    b = rng.standard_normal((3, 8, 33)).astype(np.float32)
+    got = jax.jit(jax.vmap(op, in_axes=(None, 0)))(a, b)
+    np.testing.assert_allclose(np.asarray(got), a + b, rtol=1e-6)
+
+
+def test_sequential_vmap_of_an_empty_batch_never_calls_func():
+    seen = []
+    op = _sequential_op(seen)
+    got = jax.jit(jax.vmap(op))(jnp.zeros((0, 33), F32),
+                                jnp.zeros((0, 1), jnp.int32))
+    assert got.shape == (0, 33) and seen == []
+
+
 def test_vmap_without_method_raises(rng):
     fn = numbax.numba_cuda_callable(
         rows_sum_op, outs=jax.ShapeDtypeStruct((4,), F32))

@@ -282,6 +282,24 @@ def test_kept_output_is_reported_naming_it():
         jax.block_until_ready(op(jnp.ones(8, F32)))
 
 
+def test_kept_slice_of_a_sequential_vmap_is_reported_naming_it():
+    # A sequential vmap's func gets slices from the cache slots of its
+    # slice (CallSite::SlotOf): a kept one is found there, named by its
+    # place among func's arguments.
+    kept = []
+
+    def keeps(x, out, stream):
+        affine[1, 8, stream](x, out)
+        if len(kept) < 1:
+            kept.append(out)
+
+    op = numbax.numba_cuda_callable(keeps, f32_spec(),
+                                    vmap_method="sequential")
+    with kept_reported("func kept a reference to its "
+                       "output 0 \\(argument 1\\)"):
+        jax.block_until_ready(jax.jit(jax.vmap(op))(jnp.ones((3, 8), F32)))
+
+
 def test_kept_view_of_input_is_reported_naming_it():
     kept = []
 

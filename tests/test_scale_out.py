@@ -80,6 +80,12 @@ EVEN = {
     "vmap_callable": 2,
     "vmap_callable_expand_dims": 2,
     "vmap_custom_kernel": 2,
+    # vmap_method='sequential' (was: an XLA loop, gathered onto every
+    # device, the result replicated): one call per device, over its slices.
+    "vmap_callable_sequential": 2,
+    "vmap_callable_sequential_capture": 2,
+    "vmap_callable_sequential_nested": 1,
+    "vmap_callable_sequential_broadcast_input": 2,
 }
 
 
@@ -114,8 +120,30 @@ def test_callables_see_their_shards(report):
     assert report["vmap_callable_expand_dims"]["seen"] == [[2, N, 5]]
 
 
+@pytest.mark.parametrize("check", ["vmap_callable_sequential",
+                                   "vmap_callable_sequential_capture",
+                                   "vmap_callable_sequential_nested"])
+def test_sequential_slices_stay_on_their_shard_in_order(report, check):
+    r = report[check]
+    # One func call per slice, each seeing one slice (16 slices; nested:
+    # 8 x 3), where the XLA loop ran every slice on every device.
+    n = 24 if check.endswith("nested") else 16
+    assert r["seen"] == [[7]] and r["calls"] == n, r
+    # Each device calls func on its own shard's slices (consecutive
+    # indices, outer-major when nested), one at a time and in order.
+    per_shard = n // 8
+    assert sorted(r["order"]) == list(range(n)), r
+    for shard in range(8):
+        mine = [k for k in r["order"] if k // per_shard == shard]
+        assert mine == sorted(mine), (shard, r["order"])
+    # An unbatched input stays whole on every device: each slice gets it.
+    b = report["vmap_callable_sequential_broadcast_input"]
+    assert b["seen"] == [[N, 5]] and b["calls"] == 16, b
+
+
 @pytest.mark.parametrize("check", ["kernel_rule_uneven",
-                                   "vmap_kernel_uneven"])
+                                   "vmap_kernel_uneven",
+                                   "vmap_callable_sequential_uneven"])
 def test_uneven_shards(report, check):
     r = report[check]
     assert r["ok"], r

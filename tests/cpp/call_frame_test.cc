@@ -692,3 +692,79 @@ TEST(DropUnitAxes, CountsMustMatchTheBuffers) {
 }
 
 }  // namespace units
+
+// A sequential vmap's call (src/numbax/callable/vmap.py): func runs once per
+// slice, on views of slice s of the sliced buffers and the others whole.
+namespace slices {
+
+BufferView View(void* data, const int64_t* dims, int64_t rank,
+                int64_t elements) {
+  BufferView v;
+  v.data = data;
+  v.dtype = ffi::DataType::F32;
+  v.dims = dims;
+  v.rank = rank;
+  v.element_count = elements;
+  v.nbytes = static_cast<size_t>(elements) * 4;
+  return v;
+}
+
+TEST(SliceCount, TheBatchIsAxis0OfTheFirstSlicedOutput) {
+  const int64_t x[] = {5, 3};  // input, sliced
+  const int64_t w[] = {7};     // input, whole
+  const int64_t out[] = {5, 3};
+  const int64_t tmp[] = {3};  // scratch, whole
+  std::vector<BufferView> buffers = {
+      View(FakeDevicePtr(1), x, 2, 15), View(FakeDevicePtr(2), w, 1, 7),
+      View(FakeDevicePtr(3), out, 2, 15), View(FakeDevicePtr(4), tmp, 1, 3)};
+  int64_t batch = -1;
+  ASSERT_TRUE(numbax::SliceCount(buffers, {1, 0, 1, 0}, 2, &batch).success());
+  EXPECT_EQ(batch, 5);
+  // Nothing sliced: one call with every buffer whole.
+  ASSERT_TRUE(numbax::SliceCount(buffers, {0, 0, 0, 0}, 2, &batch).success());
+  EXPECT_EQ(batch, 1);
+}
+
+TEST(SliceCount, EverySlicedBufferMustHoldTheBatch) {
+  const int64_t five[] = {5, 3};
+  const int64_t four[] = {4, 3};
+  std::vector<BufferView> buffers = {View(FakeDevicePtr(1), four, 2, 12),
+                                     View(FakeDevicePtr(2), five, 2, 15)};
+  int64_t batch = 0;
+  ffi::Error err = numbax::SliceCount(buffers, {1, 1}, 1, &batch);
+  ASSERT_TRUE(err.failure());
+  EXPECT_NE(err.message().find("buffer 0"), std::string::npos);
+  EXPECT_NE(err.message().find("5 slices"), std::string::npos);
+  // A 0-d sliced buffer has no axis of slices.
+  std::vector<BufferView> scalar = {View(FakeDevicePtr(1), nullptr, 0, 1)};
+  EXPECT_TRUE(numbax::SliceCount(scalar, {1}, 0, &batch).failure());
+  // One flag per buffer.
+  EXPECT_TRUE(numbax::SliceCount(buffers, {1}, 1, &batch).failure());
+}
+
+TEST(SelectSlice, SlicedBuffersAdvanceWholeOnesStay) {
+  const int64_t x[] = {4, 2, 3};  // 4 slices of 2 x 3 float32 (24 bytes)
+  const int64_t w[] = {6};
+  auto* base = static_cast<char*>(FakeDevicePtr(1));
+  std::vector<BufferView> buffers = {View(base, x, 3, 24),
+                                     View(FakeDevicePtr(2), w, 1, 6)};
+  std::vector<BufferView> views;
+  std::vector<int64_t> offsets;
+  numbax::SelectSlice(buffers, {1, 0}, 4, 3, &views, &offsets);
+  ASSERT_EQ(views.size(), 2u);
+  EXPECT_EQ(views[0].data, base + 3 * 24);
+  EXPECT_EQ(views[0].dims, x + 1);  // the buffer's own extents, no copy
+  EXPECT_EQ(views[0].rank, 2);
+  EXPECT_EQ(views[0].element_count, 6);
+  EXPECT_EQ(views[0].nbytes, 24u);
+  EXPECT_EQ(views[1].data, FakeDevicePtr(2));
+  EXPECT_EQ(views[1].rank, 1);
+  EXPECT_EQ(views[1].nbytes, 24u);
+  EXPECT_EQ(offsets, (std::vector<int64_t>{72, 0}));
+  // Slice 0 starts at the buffer.
+  numbax::SelectSlice(buffers, {1, 0}, 4, 0, &views, &offsets);
+  EXPECT_EQ(views[0].data, base);
+  EXPECT_EQ(offsets, (std::vector<int64_t>{0, 0}));
+}
+
+}  // namespace slices

@@ -196,4 +196,37 @@ TEST(Rebinding, UnmappedLogRefuses) {
   EXPECT_NE(r.why().find("Numba"), std::string::npos);
 }
 
+TEST(LaunchLog, ShiftPatchesMovesASlicesPatchesToTheWholeBuffer) {
+  // A sequential vmap: func ran on slice 2 of buffer 0 (16-byte slices at
+  // 0x1020) and on buffer 1 whole; its launch was patched against the
+  // slice views and moves to the whole buffers.
+  const auto whole = Buffers({0x1000, 0x2000});
+  auto slice = Buffers({0x1020, 0x2000}, 0x10);
+  LaunchLog log;
+  log.Begin(nullptr, nullptr, whole);
+  LogOneLaunch(&log, whole, 1);  // slice 0's launch: nothing to move
+  const size_t first = log.launches().size();
+  std::vector<AddressPatch> patches;
+  numbax::AddArrayPatches(ArrayAbi::kNumba, 0, 0, At(0x1024), slice, &patches);
+  numbax::AddArrayPatches(ArrayAbi::kNumba, 5, 1, At(0x2000), slice, &patches);
+  std::vector<int64_t> words = {0, 0, 4, 4, 0x1024, 0, 0, 0, 0, 0x2000};
+  log.AfterLaunch(kFunction, false, kGrid, kBlock, 0, false, words, patches);
+  log.ShiftPatches(first, {0x20, 0});
+  log.End();
+  ASSERT_TRUE(log.mapped()) << log.why();
+  ASSERT_EQ(log.launches().size(), 2u);
+  EXPECT_EQ(log.launches()[0].patches[0].offset, 0);  // before `first`
+  const auto& moved = log.launches()[1].patches;
+  ASSERT_EQ(moved.size(), 2u);
+  EXPECT_EQ(moved[0].slot, 0);
+  EXPECT_EQ(moved[0].offset, 0x24);  // 4 bytes into slice 2
+  EXPECT_EQ(moved[1].slot, 1);
+  EXPECT_EQ(moved[1].offset, 0);
+  // Re-bound to buffers at new addresses, the word lands in slice 2 there.
+  std::vector<int64_t> bound;
+  numbax::BindWords(log.launches()[1], Buffers({0x5000, 0x6000}), &bound);
+  EXPECT_EQ(bound[4], 0x5024);
+  EXPECT_EQ(bound[9], 0x6000);
+}
+
 }  // namespace

@@ -250,8 +250,11 @@ class NumbaCudaCallable(ops.Op):
         aliases = dict(keys.parse_aliases(fields))
         # A split call's key (registry.with_lead) names its unit axes.
         units = keys.parse_units(fields)
-        return self._entry(key, len(avals), len(outs), len(scratch), scalars,
-                           aliases, bf16, units if any(units) else ())
+        entry = self._entry(key, len(avals), len(outs), len(scratch), scalars,
+                            aliases, bf16, units if any(units) else ())
+        # A sequential vmap's key names its sliced buffers (vmap.py).
+        entry.slices = keys.parse_slices(fields)
+        return entry
 
     def with_sharding_rule(self, rule: str) -> Any:
         # outs and scratch as the op was given them: a shape function stays

@@ -50,7 +50,7 @@ def bind(target: str, inputs, result_specs, *, key: str, aliases,
 @numbax_callable_batch_p.def_effectful_abstract_eval
 def _abstract_eval(*avals, target, op_key, out_shapes, aliases, vmap_method,
                    rule, vmap_only, n_scratch, has_side_effect=False,
-                   op_label=None, profile_name=None):
+                   op_label=None, profile_name=None, slices=None):
     # The same effect ffi_call gives has_side_effect=True: XLA then neither
     # merges two identical calls nor drops one whose result is unused.
     effect = compat.ffi_effect() if has_side_effect else None
@@ -60,7 +60,8 @@ def _abstract_eval(*avals, target, op_key, out_shapes, aliases, vmap_method,
 
 def _lower(ctx, *args, target, op_key, out_shapes, aliases, vmap_method,
            rule, vmap_only, n_scratch, has_side_effect=False, op_label=None,
-           profile_name=None):
+           profile_name=None, slices=None):
+    # `slices`: a sequential vmap's call (vmap.py), whose key names them.
     split = sharding_rules.split_for(
         ctx, rule, vmap_only, op_label or f"numbax op '{op_key}'",
         n_free_results=n_scratch, aliases=aliases)

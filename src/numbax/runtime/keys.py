@@ -109,6 +109,23 @@ def parse_units(fields: dict) -> tuple[tuple, tuple]:
     return out[0], out[1]
 
 
+def slices_spec(sliced) -> str:
+    """';slices=1.0.1' for a key's call part: per buffer (inputs, outputs,
+    scratch), 1 where a sequential vmap's call hands func one slice of it
+    at a time, 0 where func gets it whole (callable/vmap.py)."""
+    return ";slices=" + ".".join(str(int(bool(f))) for f in sliced)
+
+
+def parse_slices(fields: dict) -> tuple:
+    """The per-buffer flags of a call spec's slices field (() for none)."""
+    text = fields.get("slices", "")
+    if not text:
+        return ()
+    if any(f not in ("0", "1") for f in text.split(".")):
+        raise ValueError(f"malformed slices spec {text!r}")
+    return tuple(int(f) for f in text.split("."))
+
+
 def spec_fields(text: str) -> dict:
     """{'in': ..., 'batch': ...} from 'in=...;batch=...'."""
     out = {}

@@ -55,6 +55,10 @@ class CallableEntry:
     # the start and at the end (sharding_rules.Split), which C++ drops
     # before func sees the arrays; () when the key's call added none.
     units: tuple = ()
+    # A sequential vmap's call (callable/vmap.py): per buffer, 1 where C++
+    # hands func one slice at a time (func runs once per slice), 0 where
+    # func gets the buffer whole; () for any other call.
+    slices: tuple = ()
     # The op's name in profiles (profile_names.py): each call is an NVTX range
     # with this name. Empty: C++ names the range after the key.
     name: str = ""
@@ -208,6 +212,29 @@ def with_lead(key: str, lead_spec: str) -> str:
             if known is None or not _alive(known):
                 _store(derived, dataclasses.replace(entry, key=derived,
                                                     units=units))
+    return derived
+
+
+def with_slices(key: str, sliced) -> str:
+    """The key of a sequential vmap's call of `key`'s op (callable/vmap.py):
+    the same entry, but C++ calls func once per slice of the buffers
+    `sliced` flags (keys.slices_spec). A key that already names slices (a
+    vmap of a vmap) gets the new flags instead."""
+    parsed = keys.split_key(key)
+    if parsed is None:
+        return key
+    group_key, call, mark = parsed
+    call = ";".join(p for p in call.split(";") if not p.startswith("slices="))
+    flags = tuple(int(bool(f)) for f in sliced)
+    derived = (f"{group_key}/{call}{keys.slices_spec(flags)}" +
+               (f"/{mark}" if mark else ""))
+    with _lock:
+        entry = _entries.get(key)
+        if entry is not None and isinstance(entry, CallableEntry):
+            known = _entries.get(derived)
+            if known is None or not _alive(known):
+                _store(derived, dataclasses.replace(entry, key=derived,
+                                                    slices=flags))
     return derived
 
 
@@ -489,7 +516,8 @@ def _resolve_callable(key: str, platform: str):
         func = _one_simulated_launch_at_a_time(func)
     return (func, entry.num_inputs, entry.num_outputs, entry.num_scratch,
             entry.fast_launch and env.fast_launch_enabled(), entry.aliases,
-            entry.name or None, *(entry.units or ((), ())))
+            entry.name or None, *(entry.units or ((), ())),
+            entry.slices or None)
 
 
 # Numba's simulator runs one kernel launch at a time in the whole process

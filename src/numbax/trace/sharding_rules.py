@@ -345,11 +345,14 @@ def unshared_rule(in_shapes: Sequence, out_shapes: Sequence) -> Rule:
               for i, s in enumerate(out_shapes)))
 
 
-def vmapped(rule: Rule, batched: Sequence) -> Rule:
+def vmapped(rule: Rule, batched: Sequence,
+            results: Sequence[bool] | None = None) -> Rule:
     """`rule` under jax.vmap: the vmapped axis, a new factor, leads every
     result and every input in `batched`; the other inputs (broadcast ones
     with a leading axis of 1, or unbatched ones without) get a factor of
-    their own for it, or none (`batched[i]` None: no leading axis)."""
+    their own for it, or none (`batched[i]` None: no leading axis).
+    `results`: which results have the vmapped axis (default: all; a
+    sequential vmap's scratch buffers have none)."""
     used = rule.factors()
     n = 0
     while f"vmap{n}" in used:
@@ -364,7 +367,10 @@ def vmapped(rule: Rule, batched: Sequence) -> Rule:
         else:
             name = f"{v}_in{i}"
             operands.append((name,) + m)
-    return Rule(tuple(operands), tuple((v,) + m for m in rule.results))
+    if results is None:
+        results = [True] * len(rule.results)
+    return Rule(tuple(operands), tuple((v,) + m if r else m
+                                       for m, r in zip(rule.results, results)))
 
 
 def launch_ties(launch_dims, split_: Split, op: str) -> tuple[int, ...]:
