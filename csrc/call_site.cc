@@ -122,10 +122,9 @@ ffi::Error CallSite::Resolve(std::string_view key, Platform platform) {
         platform == Platform::kCuda ? "cuda" : "cpu");
     if (!resolved) {
       error = ffi::Error::InvalidArgument(TakePythonError());
-    } else if (!PyArg_ParseTuple(resolved, "OLLL|pOzOOO", &func_,
-                                 &num_inputs_, &num_outputs_, &num_scratch_,
-                                 &fast, &aliases, &name, &lead, &trail,
-                                 &sliced) ||
+    } else if (!PyArg_ParseTuple(resolved, "OLLL|pOzOOO", &func_, &num_inputs_,
+                                 &num_outputs_, &num_scratch_, &fast, &aliases,
+                                 &name, &lead, &trail, &sliced) ||
                !ReadAliases(aliases, &aliases_) ||
                !ReadUnits(lead, &lead_units_) ||
                !ReadUnits(trail, &trail_units_) ||

@@ -305,6 +305,28 @@ def test_sequential_vmap_of_an_empty_batch_never_calls_func():
     assert got.shape == (0, 33) and seen == []
 
 
+def test_sequential_vmap_key_names_its_slices_for_other_processes(rng):
+    # A process that never traced the program (jax.export, a compilation
+    # cache) builds the entry from the key alone: the key says which
+    # buffers func gets slice by slice (inputs x and k, the output; the
+    # scratch buffer whole).
+    import re
+
+    from numbax.runtime import keys
+    op = _sequential_op([], name="numbax_test_sequential_key")
+    exp = jax.export.export(
+        jax.jit(jax.vmap(op)),
+        disabled_checks=numbax.export_disabled_checks())(
+        jax.ShapeDtypeStruct((5, 33), F32),
+        jax.ShapeDtypeStruct((5, 1), jnp.int32))
+    key = re.search(r'key = "([^"]*;slices=[^"]*)"', exp.mlir_module())[1]
+    assert op.entry_for_call(key, keys.split_key(key)[1],
+                             "cpu").slices == (1, 1, 1, 0)
+    x = rng.standard_normal((5, 33)).astype(np.float32)
+    got = exp.call(x, np.arange(5, dtype=np.int32)[:, None])
+    np.testing.assert_allclose(np.asarray(got), 2 * x + 2, rtol=1e-6)
+
+
 def test_vmap_without_method_raises(rng):
     fn = numbax.numba_cuda_callable(
         rows_sum_op, outs=jax.ShapeDtypeStruct((4,), F32))

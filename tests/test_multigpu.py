@@ -210,6 +210,52 @@ def test_sharded_jit(devices, variant):
     assert not failures, failures
 
 
+@pytest.mark.parametrize("capture", [False, True])
+def test_sequential_vmap_keeps_each_slice_on_its_shard(devices, capture):
+    """jax.vmap of a vmap_method='sequential' callable over a batch sharded
+    across the devices: no collective, the result sharded like the input,
+    and every slice run (func once per slice) by the device that holds it
+    (was: an XLA loop, gathered onto every device)."""
+    ndev = len(devices)
+    batch, rows, cols = 2 * ndev, 256, 8
+    specs = (jax.ShapeDtypeStruct((rows, cols), F32),
+             jax.ShapeDtypeStruct((rows,), I32))
+    op = numbax.numba_cuda_callable(rows_tagged, specs,
+                                    vmap_method="sequential", capture=capture)
+    sharding = NamedSharding(Mesh(np.array(devices), ("x",)), P("x"))
+    fn = jax.jit(jax.vmap(op))
+    m0 = jax.device_put(np.zeros((batch, rows, cols), np.float32), sharding)
+    s0 = jax.device_put(np.zeros((batch, rows), np.float32), sharding)
+    text = fn.lower(m0, s0).compile().as_text()
+    found = sorted({k for k in COLLECTIVES if k in text})
+    assert not found, f"collectives in the compiled program: {found}"
+    seed = int.from_bytes(os.urandom(4), "little")
+    rng = np.random.default_rng(seed)
+    failures = Failures()
+    for it in range(JIT_REPEATS):
+        m = rng.standard_normal((batch, rows, cols)).astype(np.float32)
+        s = rng.standard_normal((batch, rows)).astype(np.float32)
+        with calls_lock:
+            calls.clear()
+        out, dev = fn(jax.device_put(m, sharding), jax.device_put(s, sharding))
+        want = m * s[:, :, None] + np.arange(cols, dtype=np.float32)
+        failures.close(f"seed {seed} iteration {it}", np.asarray(out), want)
+        for d, idx, val in shard_values(dev):
+            if not np.all(val == TAG + hardware_id(d)):
+                failures.add(f"iteration {it}: slices {idx[0]} on {d} ran on "
+                             f"devices {sorted(set((val - TAG).tolist()))}")
+        if str(out.sharding.spec) not in ("P('x',)", "P('x')"):
+            failures.add(f"result sharded as {out.sharding.spec}")
+        with calls_lock:
+            seen = list(calls)
+        # A capture=True func runs only while a graph is recorded.
+        if not capture and (len(seen) != batch or
+                            {shape for _, shape in seen} != {(rows, cols)}):
+            failures.add(f"iteration {it}: func calls {seen}, expected one "
+                         f"per slice ({batch}) of shape {(rows, cols)}")
+    assert not failures, failures
+
+
 # ---------------------------------------------------------------------------
 # Threads
 

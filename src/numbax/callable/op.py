@@ -412,7 +412,10 @@ def numba_cuda_callable(
       func: the Python function described above.
       outs: a ``jax.ShapeDtypeStruct`` or a sequence/pytree of them; the
         result has the same structure.
-      vmap_method: passed to ``jax.ffi.ffi_call`` unchanged.
+      vmap_method: how ``jax.vmap`` batches the op, with the meaning
+        ``jax.ffi.ffi_call`` gives it; ``'sequential'`` calls ``func`` once
+        per slice, in order, from one custom call that XLA may split along
+        the batch across devices (docs/quickstart.md, "Batching").
       input_output_aliases: ``{input index: output index}``, passed to
         ``jax.ffi.ffi_call`` unchanged (after checking shapes and dtypes).
       scratch: optional ShapeDtypeStruct(s): temporary buffers XLA allocates
