@@ -163,7 +163,7 @@ class NumbaCudaCallable(ops.Op):
                                         self.out_tree, args, op)
         if self._scratch_fn is not None:
             result = shape_fns.evaluate(self._scratch_fn, "scratch", args, op)
-            scratch = checks.normalize_scratch(
+            scratch: list | None = checks.normalize_scratch(
                 result, shape_fns.where("scratch", args), op=op)
         else:
             scratch = self.scratch_specs
