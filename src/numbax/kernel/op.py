@@ -160,8 +160,11 @@ class NumbaCudaKernel(ops.Op):
         aliases = self.input_output_aliases
         if isinstance(aliases, dict):
             aliases = tuple(sorted(aliases.items(), key=repr))
+        # keys.dtype_name, not .str: seven float8 types share '<V1', and
+        # an op of one returned for another read every value wrongly.
         outs = self._outs_fn if self._outs_fn is not None else tuple(
-            (tuple(s.shape), np.dtype(s.dtype).str) for s in self.out_specs)
+            (tuple(s.shape), keys.dtype_name(s.dtype))
+            for s in self.out_specs)
         identity = (
             self.kernel, outs, self.out_tree, self.launch_dims, self.grid,
             self.block, self.threads_per_block, self.shared_mem,
