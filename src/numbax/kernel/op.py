@@ -403,6 +403,9 @@ class NumbaCudaKernel(ops.Op):
         # A rule that does not fit this call is refused now, naming the op.
         sharding.check_rule(self, [tuple(x.shape) for x in inputs],
                             call.out_shapes)
+        use = self.use_name()  # an XLACustomKernel's, for this call only
+        if use is not None:
+            call = dataclasses.replace(call, name=use)
         outs = numbax_kernel_p.bind(
             *inputs, op=self, out_shapes=call.outs, batch=0,
             broadcast=tuple(False for _ in inputs), call=call)

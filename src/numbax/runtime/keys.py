@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import quote, unquote
 
 import numpy as np
 
@@ -130,6 +131,21 @@ def parse_units(fields: dict) -> tuple[tuple, tuple]:
         except ValueError:
             raise ValueError(f"malformed {name} spec {text!r}") from None
     return out[0], out[1]
+
+
+def profile_spec(name: str | None) -> str:
+    """';prof=<name>' for a call named after its use rather than its op (an
+    XLACustomKernel's, ops.Op.use_name), '' for none: the same op's calls
+    under two names are two entries, each with its NVTX name, and a process
+    that resolves the key names the range as the tracing one did. Quoted:
+    a name may hold the characters that separate a key's parts and fields."""
+    return f";prof={quote(name, safe='')}" if name else ""
+
+
+def parse_profile(fields: dict) -> str | None:
+    """The use's name a call spec's 'prof' field spells, or None."""
+    text = fields.get("prof", "")
+    return unquote(text) if text else None
 
 
 def spec_fields(text: str) -> dict:
