@@ -5,6 +5,8 @@ export of two kernels sharing a name=, and jax.vmap of a callable made
 without vmap_method each name the op instead of numbax's shared primitive.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -58,6 +60,28 @@ def test_blank_name_is_refused_not_silently_dropped(blank):
              "numba_cuda_callable")):
         with pytest.raises(ValueError, match=rf"{label}: name=.* is blank.*"
                            r"non-empty name, or leave name=None"):
+            make()
+
+
+@pytest.mark.parametrize("name", ["a\x00b", "\x00", "trailing\x00"])
+def test_name_with_a_nul_is_refused_when_the_op_is_made(name):
+    # Accepted before, then every call failed at run time ("embedded null
+    # character" from the registry's resolve) naming no op.
+    fixed = name.replace("\x00", "")
+    for make, label in (
+            (lambda: numbax.numba_cuda_kernel(double, SPEC, launch_dims=8,
+                                              name=name),
+             r"numba_cuda_kernel\(test_op_names\.double\)"),
+            (lambda: numbax.numba_cuda_callable(launch_double, SPEC,
+                                                name=name),
+             r"numba_cuda_callable\(test_op_names\.launch_double\)"),
+            (lambda: numbax.XLACustomKernel(name),
+             r"XLACustomKernel\('.*'\)")):
+        with pytest.raises(ValueError, match=(
+                rf"^{label}: name=.* holds a NUL character \(at index "
+                rf"{name.index(chr(0))}\), .* every call would fail at run "
+                rf"time; give a name without it, e\.g\. "
+                rf"name={re.escape(repr(fixed))}$")):
             make()
 
 

@@ -506,7 +506,8 @@ def numba_cuda_callable(
             "a batching numbax's partitionable call implements); use "
             "'expand_dims', 'broadcast_all' or 'sequential'")
     checks.check_bool(fast_launch, "fast_launch", "numba_cuda_callable")
-    checks.check_name(name, "numba_cuda_callable")
+    checks.check_name(name, "numba_cuda_callable",
+                      f"numba_cuda_callable({keys.base_name(func)})")
     if sharding_rule is not None and batch_partitionable:
         raise ValueError(
             "numba_cuda_callable: give sharding_rule or "

@@ -545,7 +545,9 @@ def numba_cuda_kernel(
         grid=grid, block=block, launch_dims=launch_dims,
         threads_per_block=threads_per_block, shared_mem=shared_mem,
         vmap_method=vmap_method)
-    checks.check_name(name, "numba_cuda_kernel")
+    checks.check_name(name, "numba_cuda_kernel", (
+        f"numba_cuda_kernel("
+        f"{keys.base_name(getattr(kernel, 'py_func', kernel))})"))
     checks.check_bool(batch_partitionable, "batch_partitionable",
                        "numba_cuda_kernel")
     if sharding_rule is not None and batch_partitionable:
