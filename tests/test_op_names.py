@@ -164,6 +164,23 @@ def test_vmap_of_callable_without_vmap_method_names_op_and_option():
     np.testing.assert_allclose(np.asarray(op(x)), 2 * np.arange(8))
 
 
+def test_vmap_of_a_named_callable_without_vmap_method_names_its_name():
+    # Issue 43, M: a lambda's qualified name (__main__.<lambda>) says
+    # nothing; the message names the op's name= too.
+    op = numbax.numba_cuda_callable(
+        lambda x, out, stream: launch_double(x, out, stream), SPEC,
+        name="op_names.named_lambda")
+    xs = jnp.ones((3, 8), jnp.float32)
+    for f in (jax.vmap(op), jax.vmap(jax.jit(op)), jax.jit(jax.vmap(op))):
+        with pytest.raises(NotImplementedError, match=(
+                r"^numba_cuda_callable\(test_op_names\.test_vmap_of_a_named"
+                r"\w*\.<locals>\.<lambda>, name='op_names\.named_lambda'\) "
+                r"was created without vmap_method.*vmap_method=")):
+            f(xs)
+    x = jnp.arange(8, dtype=jnp.float32)
+    np.testing.assert_allclose(np.asarray(jax.jit(op)(x)), 2 * np.arange(8))
+
+
 # Before: each traced call of a callable made without vmap_method was
 # wrapped in a jax.custom_batching.custom_vmap only to give the message
 # above, which put a custom_vmap_call around every call in the jaxpr (more

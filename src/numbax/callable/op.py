@@ -72,7 +72,9 @@ class NumbaCudaCallable(ops.Op):
                  scratch, capture, name, batch_partitionable=False,
                  has_side_effect=False, fast_launch=True, sharding_rule=None):
         self.func = func  # strong: the registry refers to it weakly
-        self._label = op = f"numba_cuda_callable({keys.base_name(func)})"
+        # The name= too, where given: a lambda's qualified name says nothing.
+        self._label = op = f"numba_cuda_callable({keys.base_name(func)}" + (
+            f", name={name!r})" if name is not None else ")")
         # outs= and scratch= may be functions of the call's arguments
         # (shape_fns.py): resolved per signature when a call is traced.
         self._outs_fn = outs if shape_fns.is_function(outs) else None
