@@ -8,6 +8,8 @@ output aliased to a poisoned input: an element a kernel leaves unwritten
 keeps the poison). Sub-byte types stay refused, naming the fix.
 """
 
+import os
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -201,3 +203,189 @@ def test_kernel_with_an_explicit_uint8_signature_takes_float8(rng):
     x = fp8_bits(rng, N, "float8_e5m2")
     got = jax.jit(op)(x, poisoned(N, "float8_e5m2"))
     np.testing.assert_array_equal(bits_of(got), bits_of(x) ^ 0x80)
+
+
+# --- One op per float8 type (issue 43, A) ------------------------------------
+# Seven of the eight float8 types share np.dtype(...).str ('<V1'), which the
+# op's interning key once spelled its outputs with: the op made for one type
+# was returned for another, and its results, typed as the first, read every
+# value in the other format (1.0 came back as 2.0).
+
+@cuda.jit
+def copy_1d(x, poison, out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = x[i]
+
+
+def copy_op(name, n=N):
+    """A copy of `n` elements of float8 type `name`, made without name=:
+    ops of equal configuration are one object, and only the dtype tells
+    these apart."""
+    return numbax.numba_cuda_kernel(
+        copy_1d, jax.ShapeDtypeStruct((n,), getattr(ml_dtypes, name)),
+        launch_dims=n, input_output_aliases={1: 0})
+
+
+def finite_values(rng, name, n=N):
+    """Random finite values of type `name` (every finite code can occur)."""
+    x = fp8_bits(rng, n, name)
+    finite = np.isfinite(x.astype(np.float32))
+    return np.where(finite, x, np.zeros((), x.dtype)).astype(x.dtype)
+
+
+def test_e4m3fnuz_after_e4m3fn_is_another_op_and_round_trips(rng):
+    # The issue's repro: the fnuz op made after the fn op.
+    fn = copy_op("float8_e4m3fn")
+    fnuz = copy_op("float8_e4m3fnuz")
+    assert fnuz is not fn and fnuz != fn
+    assert copy_op("float8_e4m3fnuz") is fnuz  # still interned per type
+    for name, op in (("float8_e4m3fn", fn), ("float8_e4m3fnuz", fnuz)):
+        dtype = np.dtype(getattr(ml_dtypes, name))
+        x = finite_values(rng, name)
+        got = jax.jit(op)(x, poisoned(N, name))
+        assert got.dtype == dtype, name
+        np.testing.assert_array_equal(bits_of(got), bits_of(x))
+        # The values, as ml_dtypes reads them: 1.0 stays 1.0.
+        np.testing.assert_array_equal(np.asarray(got).astype(np.float32),
+                                      x.astype(np.float32))
+    one = np.ones(N, ml_dtypes.float8_e4m3fnuz)
+    got = jax.jit(fnuz)(one, poisoned(N, "float8_e4m3fnuz"))
+    np.testing.assert_array_equal(np.asarray(got).astype(np.float32), 1.0)
+
+
+def test_every_float8_type_gets_its_own_op(rng):
+    ops = {name: copy_op(name) for name in FLOAT8}
+    assert len({id(op) for op in ops.values()}) == len(FLOAT8)
+    for name, op in ops.items():
+        x = finite_values(rng, name)
+        got = jax.jit(op)(x, poisoned(N, name))
+        assert got.dtype == np.dtype(getattr(ml_dtypes, name)), name
+        np.testing.assert_array_equal(np.asarray(got).astype(np.float32),
+                                      x.astype(np.float32), err_msg=name)
+
+
+def test_custom_kernel_with_two_float8_types_runs_both(rng):
+    # Through an XLACustomKernel the merged op returned e4m3fn outputs for
+    # e4m3fnuz outs: a false TypeError ("output 0 ... is float8_e4m3fn").
+    ck = numbax.XLACustomKernel("test_float8_ck_copy")
+    ck.def_numba_cuda_kernel(lambda *, outs: numbax.numba_cuda_kernel(
+        copy_1d, outs, launch_dims=outs.shape[0],
+        input_output_aliases={1: 0}))
+    for name in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+                 "float8_e5m2fnuz"):
+        if name not in FLOAT8:
+            continue
+        dtype = getattr(ml_dtypes, name)
+        x = finite_values(rng, name)
+        got = jax.jit(lambda a, p: ck(
+            a, p, outs=jax.ShapeDtypeStruct((N,), dtype)))(
+                x, poisoned(N, name))
+        assert got.dtype == np.dtype(dtype), name
+        np.testing.assert_array_equal(np.asarray(got).astype(np.float32),
+                                      x.astype(np.float32), err_msg=name)
+
+
+def _all_dtypes():
+    """Every numpy and ml_dtypes dtype numbax might meet: those it accepts
+    (bool, ints, floats, complex, bfloat16, float8) and those it refuses by
+    name (int4 and the other sub-byte types, complex32...)."""
+    found = {}
+    for t in set(np.sctypeDict.values()):
+        dt = np.dtype(t)
+        if dt.kind in "biufc":
+            found[dt] = None
+    for name in dir(ml_dtypes):
+        t = getattr(ml_dtypes, name)
+        if isinstance(t, type) and not name.startswith("_"):
+            try:
+                found[np.dtype(t)] = None
+            except TypeError:  # finfo, iinfo
+                continue
+    return list(found)
+
+
+def test_distinct_dtypes_have_distinct_spellings_that_read_back():
+    dtypes = _all_dtypes()
+    names = {d.name for d in dtypes}
+    assert {"bfloat16", "int4", "uint4", "bool", "complex64"} <= names
+    assert set(FLOAT8) <= names
+    spelled = {}
+    for d in dtypes:
+        text = keys.dtype_name(d)
+        assert text not in spelled or spelled[text] == d, (
+            f"{d} and {spelled[text]} are both spelled {text!r}")
+        spelled[text] = d
+        assert keys.dtype_from_name(text) == d, text
+    # The same aval spelled in a key's call part reads back as itself.
+    avals = [((2, 3), d) for d in dtypes]
+    assert keys.parse_avals(keys.avals_text(avals)) == avals
+    # Byte order tells two dtypes apart where the name does not.
+    assert keys.dtype_name(np.dtype(">f4")) != keys.dtype_name(np.float32)
+
+
+def test_float8_keys_read_back_in_a_fresh_process():
+    # A process that imported neither ml_dtypes nor jax.numpy reads the
+    # spellings back (a deserialised program's keys).
+    from conftest import run_child
+    avals = [((4, 2), np.dtype(getattr(ml_dtypes, n))) for n in FLOAT8]
+    avals += [((3,), np.dtype(ml_dtypes.bfloat16)), ((1,), np.dtype(bool))]
+    text = keys.avals_text(avals)
+    proc = run_child(f"""
+        from numbax.runtime import keys
+        print("READ", ";".join(repr(d) for _, d in keys.parse_avals({text!r})))
+    """)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("READ "))
+    assert line[5:] == ";".join(repr(d) for _, d in avals)
+
+
+def test_float8_program_exported_runs_in_a_fresh_process(tmp_path, rng):
+    # Every float8 op of one program, exported; a fresh process creates the
+    # same ops (in the same order, where one merged the next) and runs it.
+    from jax import export
+    from conftest import run_child
+    n = 16
+    ops = [copy_op(name, n) for name in FLOAT8]
+    xs = [finite_values(rng, name, n) for name in FLOAT8]
+    polls = [poisoned(n, name) for name in FLOAT8]
+
+    def program(xs, polls):
+        return [op(x, p) for op, x, p in zip(ops, xs, polls)]
+
+    exp = export.export(jax.jit(program),
+                        disabled_checks=numbax.export_disabled_checks())(
+        xs, polls)
+    (tmp_path / "program.bin").write_bytes(exp.serialize())
+    np.savez(tmp_path / "data.npz",
+             **{f"x{i}": bits_of(x) for i, x in enumerate(xs)})
+    proc = run_child(f"""
+        import os, sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import jax
+        import ml_dtypes
+        import numpy as np
+        from jax import export
+        from numbax.runtime import registry
+        if registry.BACKEND_REGISTRATION != "backend hook":
+            jax.devices()
+        import test_float8 as t
+        names = {FLOAT8!r}
+        ops = [t.copy_op(name, {n}) for name in names]
+        exp = export.deserialize(bytearray(
+            open({str(tmp_path / "program.bin")!r}, "rb").read()))
+        data = np.load({str(tmp_path / "data.npz")!r})
+        xs = [data[f"x{{i}}"].view(getattr(ml_dtypes, name))
+              for i, name in enumerate(names)]
+        polls = [t.poisoned({n}, name) for name in names]
+        out = exp.call(xs, polls)
+        for name, x, o in zip(names, xs, out):
+            o = np.asarray(o)
+            ok = (o.dtype == x.dtype and np.array_equal(
+                o.view(np.uint8), x.view(np.uint8)))
+            print("CHECK", name, o.dtype.name, ok)
+    """)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    checks = [l.split() for l in proc.stdout.splitlines()
+              if l.startswith("CHECK ")]
+    assert [c[1:] for c in checks] == [[n, n, "True"] for n in FLOAT8]

@@ -142,6 +142,47 @@ def test_vmap_fold_checks_aliases_and_accepts_what_a_call_accepts():
     assert copy_op().vmap_fold([0.0] * N).folds
 
 
+@cuda.jit
+def scaled_copy(x, scale, out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = scale * x[i]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("args", [(1.0,), (np.float32(2.5),), (3, True)],
+                         ids=["float", "np.float32", "int-bool"])
+def test_vmap_fold_of_scalars_alone_is_refused_naming_the_op(args):
+    # Issue 43, L: the third pass refused vmap_fold(1.5) (a 0-d input);
+    # since scalars go by value it answered folds=True on the simulator,
+    # where jax.vmap has nothing to batch (its test had been moved to a
+    # 0-d JAX array, and the GPU test of the same case is skipped in the
+    # simulator).
+    op = copy_op() if len(args) == 1 else numbax.numba_cuda_kernel(
+        scaled_copy, jax.ShapeDtypeStruct((N,), jnp.float32), launch_dims=N)
+    with pytest.raises(TypeError, match=(
+            r"^numbax\.numba_cuda_kernel\(test_kernel_vmap_fold\.\w+\): "
+            r"vmap_fold: every input is a scalar \(.*\), and jax\.vmap "
+            r"batches arrays only .* pass the call's unbatched array inputs")):
+        op.vmap_fold(*args)
+
+
+@pytest.mark.gpu
+def test_vmap_fold_with_a_scalar_beside_an_array_still_answers(rng):
+    op = numbax.numba_cuda_kernel(
+        scaled_copy, jax.ShapeDtypeStruct((N,), jnp.float32), launch_dims=N)
+    x = random_array(rng, (N,), np.float32)
+    decision = op.vmap_fold(x, 2.0)
+    assert decision.folds, decision
+    assert op.vmap_fold(jax.ShapeDtypeStruct((N,), jnp.float32), 2.0).folds
+    # And a list still answers as the call takes it (the third pass's
+    # contract: vmap_fold answers as a call does).
+    assert copy_op().vmap_fold([1.0] * N).folds
+    xs = random_array(rng, (3, N), np.float32)
+    np.testing.assert_allclose(
+        np.asarray(jax.vmap(lambda v: op(v, 2.0))(xs)), 2 * xs, rtol=1e-6)
+
+
 # -- the readers: PTX and linked code ---------------------------------------
 
 @pytest.mark.gpu

@@ -5,6 +5,8 @@ export of two kernels sharing a name=, and jax.vmap of a callable made
 without vmap_method each name the op instead of numbax's shared primitive.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -58,6 +60,28 @@ def test_blank_name_is_refused_not_silently_dropped(blank):
              "numba_cuda_callable")):
         with pytest.raises(ValueError, match=rf"{label}: name=.* is blank.*"
                            r"non-empty name, or leave name=None"):
+            make()
+
+
+@pytest.mark.parametrize("name", ["a\x00b", "\x00", "trailing\x00"])
+def test_name_with_a_nul_is_refused_when_the_op_is_made(name):
+    # Accepted before, then every call failed at run time ("embedded null
+    # character" from the registry's resolve) naming no op.
+    fixed = name.replace("\x00", "")
+    for make, label in (
+            (lambda: numbax.numba_cuda_kernel(double, SPEC, launch_dims=8,
+                                              name=name),
+             r"numba_cuda_kernel\(test_op_names\.double\)"),
+            (lambda: numbax.numba_cuda_callable(launch_double, SPEC,
+                                                name=name),
+             r"numba_cuda_callable\(test_op_names\.launch_double\)"),
+            (lambda: numbax.XLACustomKernel(name),
+             r"XLACustomKernel\('.*'\)")):
+        with pytest.raises(ValueError, match=(
+                rf"^{label}: name=.* holds a NUL character \(at index "
+                rf"{name.index(chr(0))}\), .* every call would fail at run "
+                rf"time; give a name without it, e\.g\. "
+                rf"name={re.escape(repr(fixed))}$")):
             make()
 
 
@@ -138,6 +162,23 @@ def test_vmap_of_callable_without_vmap_method_names_op_and_option():
     x = jnp.arange(8, dtype=jnp.float32)
     np.testing.assert_allclose(np.asarray(jax.jit(op)(x)), 2 * np.arange(8))
     np.testing.assert_allclose(np.asarray(op(x)), 2 * np.arange(8))
+
+
+def test_vmap_of_a_named_callable_without_vmap_method_names_its_name():
+    # Issue 43, M: a lambda's qualified name (__main__.<lambda>) says
+    # nothing; the message names the op's name= too.
+    op = numbax.numba_cuda_callable(
+        lambda x, out, stream: launch_double(x, out, stream), SPEC,
+        name="op_names.named_lambda")
+    xs = jnp.ones((3, 8), jnp.float32)
+    for f in (jax.vmap(op), jax.vmap(jax.jit(op)), jax.jit(jax.vmap(op))):
+        with pytest.raises(NotImplementedError, match=(
+                r"^numba_cuda_callable\(test_op_names\.test_vmap_of_a_named"
+                r"\w*\.<locals>\.<lambda>, name='op_names\.named_lambda'\) "
+                r"was created without vmap_method.*vmap_method=")):
+            f(xs)
+    x = jnp.arange(8, dtype=jnp.float32)
+    np.testing.assert_allclose(np.asarray(jax.jit(op)(x)), 2 * np.arange(8))
 
 
 # Before: each traced call of a callable made without vmap_method was

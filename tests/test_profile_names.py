@@ -212,3 +212,98 @@ def test_launch_plan_carries_the_name():
 def test_no_nvtx_tool_here():
     # The test processes run under no profiler: ranges cost nothing.
     assert _core.nvtx_attached() is False
+
+
+# --- A name belongs to the use (issue 43, B) ---------------------------------
+# Interned kernel ops (or one callable op a generator returns) are shared by
+# every XLACustomKernel whose generator returns them and by plain calls: the
+# first XLACustomKernel's name once stuck to the op, and every later use was
+# profiled (HLO and NVTX) under it.
+
+def _keys(f, *args):
+    """The numbax keys of jax.jit(f)'s custom calls, in program order."""
+    return re.findall(r'key = "([^"]*)"', jax.jit(f).lower(*args).as_text())
+
+
+def _nvtx_name(key):
+    """The name C++ pushes an NVTX range with for `key`'s calls."""
+    if numbax.simulator_enabled() or key.split("/")[1].startswith("callable"):
+        platform = "cpu" if numbax.simulator_enabled() else "cuda"
+        return registry._resolve_callable(key, platform)[6]
+    return registry._resolve_kernel(key).name
+
+
+def _two_custom_kernels(prefix, make):
+    """Two XLACustomKernels whose generators both return `make(outs)`."""
+    cks = [numbax.XLACustomKernel(f"test_profile_names.{prefix}_{i}")
+           for i in (1, 2)]
+    for ck in cks:
+        ck.def_numba_cuda_kernel(lambda *, outs: make(outs))
+    return cks
+
+
+@pytest.mark.parametrize("kind", ["kernel", "callable"])
+def test_an_op_shared_by_two_custom_kernels_is_named_per_use(kind):
+    if kind == "kernel":
+        plain = numbax.numba_cuda_kernel(double, SPEC, launch_dims=N)
+
+        def make(outs):
+            # A new op each time, interned: the same object as `plain`.
+            return numbax.numba_cuda_kernel(double, outs, launch_dims=N)
+        qualname = "double"
+    else:
+        plain = numbax.numba_cuda_callable(launch_double, SPEC)
+
+        def make(outs):
+            return plain
+        qualname = "launch_double"
+    first, second = _two_custom_kernels(f"shared_{kind}", make)
+    v = x()
+    # Each alone first, the plain use traced last (it once took the first
+    # XLACustomKernel's name), then all three in one program, where JAX's
+    # lowering cache would merge equal equations.
+    assert_named(lambda v: first(v, outs=SPEC), [v], first.name)
+    assert_named(lambda v: second(v, outs=SPEC), [v], second.name)
+    assert_named(plain, [v], qualname)
+    assert plain.profile_name == qualname
+
+    def together(v):
+        return (first(v, outs=SPEC), second(v, outs=SPEC), plain(v),
+                jax.vmap(lambda w: second(w, outs=SPEC))(
+                    jnp.stack([v, v + 1])))
+    _, compiled = hlo_texts(together, v)
+    # Each custom call's op_name ends with its use's name (the vmapped one
+    # under vmap's scopes, a loop's for the callable).
+    names = sorted(op_name.rsplit("/", 1)[-1]
+                   for _, op_name in custom_calls(compiled))
+    assert names == sorted([first.name, second.name, qualname,
+                            second.name]), compiled
+    # The NVTX range of each call (the registry entry of its key) too.
+    keys = _keys(together, v)
+    assert sorted(_nvtx_name(k) for k in keys) == sorted(
+        [first.name, second.name, qualname, second.name]), keys
+    got = [np.asarray(r) for r in jax.jit(together)(v)]
+    want = 2 * np.asarray(v)
+    for r in got[:3]:
+        np.testing.assert_allclose(r, want)
+    np.testing.assert_allclose(got[3], [want, want + 2])
+
+
+def test_a_use_name_in_a_key_reads_back():
+    # The name is quoted in the key's call part: a process that resolves
+    # the key (a deserialised program) names the range as the tracer did.
+    from numbax.kernel import calls
+    from numbax.runtime import keys
+    odd = "ck/with;odd=chars,a:b%2F and spaces"
+    assert keys.parse_profile(keys.spec_fields(
+        "in=float32[4]" + keys.profile_spec(odd))) == odd
+    assert keys.profile_spec(None) == ""
+    ck = numbax.XLACustomKernel(odd)
+    op = numbax.numba_cuda_kernel(double, SPEC, launch_dims=N)
+    ck.def_numba_cuda_kernel(lambda *, outs: op)
+    (key,) = _keys(lambda v: ck(v, outs=SPEC), x())
+    call_part = keys.split_key(key)[1]
+    assert calls.parse(op, call_part)[4].name == odd
+    assert _nvtx_name(key) == odd
+    (plain_key,) = _keys(op, x())
+    assert "prof=" not in plain_key and _nvtx_name(plain_key) == "double"

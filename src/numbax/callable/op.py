@@ -72,7 +72,9 @@ class NumbaCudaCallable(ops.Op):
                  scratch, capture, name, batch_partitionable=False,
                  has_side_effect=False, fast_launch=True, sharding_rule=None):
         self.func = func  # strong: the registry refers to it weakly
-        self._label = op = f"numba_cuda_callable({keys.base_name(func)})"
+        # The name= too, where given: a lambda's qualified name says nothing.
+        self._label = op = f"numba_cuda_callable({keys.base_name(func)}" + (
+            f", name={name!r})" if name is not None else ")")
         # outs= and scratch= may be functions of the call's arguments
         # (shape_fns.py): resolved per signature when a call is traced.
         self._outs_fn = outs if shape_fns.is_function(outs) else None
@@ -189,7 +191,7 @@ class NumbaCudaCallable(ops.Op):
         return func
 
     def _entry(self, key, n_in, n_out, n_scratch, scalars, aliases, bf16,
-               units=()):
+               units=(), name=None):
         if scalars or (self._check_inputs and not self._fixed()):
             target = _CalledRef(self, n_out + n_scratch, scalars)
         else:
@@ -199,9 +201,10 @@ class NumbaCudaCallable(ops.Op):
             key, target, n_in, n_out, n_scratch, bfloat16=bf16,
             fast_launch=self.fast_launch,
             aliases=tuple(sorted((aliases or {}).items())),
-            name=self.profile_name, units=units)
+            name=name or self.profile_name, units=units)
 
-    def _call_spec(self, inputs, aliases, outs, scratch, scalars) -> str:
+    def _call_spec(self, inputs, aliases, outs, scratch, scalars,
+                   name=None) -> str:
         aval = lambda s: (tuple(s.shape), np.dtype(s.dtype))  # noqa: E731
         call = "in=" + keys.avals_text(map(aval, inputs))
         call += keys.alias_spec(aliases)
@@ -212,21 +215,23 @@ class NumbaCudaCallable(ops.Op):
         if self._scratch_fn is not None:
             call += ";scratch=" + keys.avals_text(map(aval, scratch))
         call += scalar_args.scalars_spec(scalars)
+        # A use's own name (an XLACustomKernel's, ops.Op.use_name).
+        call += keys.profile_spec(name)
         assert "/" not in call, call  # "/" separates a key's parts
         return call
 
     def _key(self, inputs, aliases=None, outs=None, scratch=None,
-             scalars=()) -> str:
+             scalars=(), name=None) -> str:
         outs = self.out_specs if outs is None else outs
         scratch = self.scratch_specs if scratch is None else scratch
-        call = self._call_spec(inputs, aliases, outs, scratch, scalars)
+        call = self._call_spec(inputs, aliases, outs, scratch, scalars, name)
         n_in = len(inputs)
         specs = list(inputs) + list(outs) + list(scratch)
         bf16 = numba_bridge.has_bfloat16(s.dtype for s in specs)
 
         def entry(key):
             return self._entry(key, n_in, len(outs), len(scratch), scalars,
-                               aliases, bf16)
+                               aliases, bf16, name=name)
         return registry.program_key(self.func, self._group, call, entry)
 
     def entry_for_call(self, key, call, platform):
@@ -251,7 +256,8 @@ class NumbaCudaCallable(ops.Op):
         # A split call's key (registry.with_lead) names its unit axes.
         units = keys.parse_units(fields)
         entry = self._entry(key, len(avals), len(outs), len(scratch), scalars,
-                            aliases, bf16, units if any(units) else ())
+                            aliases, bf16, units if any(units) else (),
+                            name=keys.parse_profile(fields))
         # A sequential vmap's key names its sliced buffers (vmap.py).
         entry.slices = keys.parse_slices(fields)
         return entry
@@ -291,7 +297,9 @@ class NumbaCudaCallable(ops.Op):
                 checks.arg_layout(len(args), len(out_specs),
                                    len(scratch_specs), stream=True))
             self._arities_checked.add(nargs)
-        key = self._key(inputs, aliases, out_specs, scratch_specs, scalars)
+        use = self.use_name()  # an XLACustomKernel's, for this call only
+        key = self._key(inputs, aliases, out_specs, scratch_specs, scalars,
+                        use)
         target = (targets.CAPTURE_TARGET if self.capture
                   else targets.CALLABLE_TARGET)
         results_specs = list(out_specs) + list(scratch_specs)
@@ -321,7 +329,7 @@ class NumbaCudaCallable(ops.Op):
         # (ffi_call's refusal names neither), and otherwise makes the
         # batched call one XLA may split along the vmapped axis.
         tracing = any(isinstance(x, jax.core.Tracer) for x in inputs)
-        profile_name = self.profile_name
+        profile_name = use or self.profile_name
 
         def bind(*xs):
             results = primitive.bind(
@@ -506,7 +514,8 @@ def numba_cuda_callable(
             "a batching numbax's partitionable call implements); use "
             "'expand_dims', 'broadcast_all' or 'sequential'")
     checks.check_bool(fast_launch, "fast_launch", "numba_cuda_callable")
-    checks.check_name(name, "numba_cuda_callable")
+    checks.check_name(name, "numba_cuda_callable",
+                      f"numba_cuda_callable({keys.base_name(func)})")
     if sharding_rule is not None and batch_partitionable:
         raise ValueError(
             "numba_cuda_callable: give sharding_rule or "

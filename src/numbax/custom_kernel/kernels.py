@@ -79,7 +79,8 @@ class KernelTable:
     backend, each platform's default, and what the generators returned.
 
     `label` names the op in messages (its repr), `name` is the op's name
-    (the profile name of the numbax ops its generators return).
+    (the profile name of its calls of the numbax ops its generators return:
+    primitive.py names each call so, never the op, which may be shared).
     """
 
     def __init__(self, label: str, name: str):
@@ -271,11 +272,6 @@ class KernelTable:
                 f"{label}: the kernel generator of backend '{backend}' "
                 f"returned {type(fn).__name__}, not a function of the inputs "
                 "(e.g. numbax.numba_cuda_kernel(...))")
-        # A numbax op made without name= takes this op's name in profiles
-        # (HLO and NVTX): its kernel is usually a closure of the generator.
-        if getattr(fn, "name", "") is None and \
-                getattr(fn, "_profile_tag", "") is None:
-            fn._profile_tag = self._name
         with self._lock:
             # Another thread may have generated it meanwhile: one wins.
             known = self._known(key)

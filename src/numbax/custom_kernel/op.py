@@ -105,6 +105,9 @@ class XLACustomKernel:
         if not isinstance(name, str) or not name:
             raise TypeError(
                 f"XLACustomKernel: name must be a non-empty string, got {name!r}")
+        # Its name names the calls of the ops its generators return, in
+        # their keys and NVTX ranges (ops.named_use).
+        checks.check_no_nul(name, f"XLACustomKernel({name!r})")
         with _names_lock:
             if name in _ops_by_name:
                 warnings.warn(

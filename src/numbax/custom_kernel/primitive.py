@@ -9,6 +9,7 @@ holds numbax's own custom calls, or whatever jnp code the kernel is.
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 from typing import Any, Callable, Protocol
 
@@ -69,18 +70,23 @@ def lower(op: Lowered, ctx, *args, outs, out_tree, backends, static,
     if isinstance(fn, ops.Op):
         _refuse_scalar_inputs(op, fn, backend, ctx.avals_in)
 
+    # The returned op is traced and lowered inline: it emits numbax's own
+    # custom calls (or whatever jnp code it is) into this program. A numbax
+    # op without name= of its own is named after this op in this use only
+    # (ops.named_use: the op may be shared, by another XLACustomKernel or a
+    # plain call); anything else is scoped under this op's name: HLO's
+    # op_name reads jit(f)/<name>/<inner op> (profile_names.py).
+    named = isinstance(fn, ops.Op) and fn.name is None
+
     def body(*xs):
-        result = fn(*xs)
+        with (ops.named_use(fn, op.name) if named
+              else contextlib.nullcontext()):
+            result = fn(*xs)
         return check_outputs(
             op, result, outs, out_tree,
             f"the '{backend}' kernel (platform '{platform}')")
 
-    # The returned op is traced and lowered inline: it emits numbax's own
-    # custom calls (or whatever jnp code it is) into this program. A numbax
-    # op the generator made is named after this op already (kernel_for);
-    # anything else is scoped under its name: HLO's op_name reads
-    # jit(f)/<name>/<inner op> (profile_names.py).
-    if getattr(fn, "_profile_tag", None) != op.name:
+    if not named:
         ctx = ctx.replace(name_stack=ctx.name_stack.extend(op.name))
     return mlir.lower_fun(body, multiple_results=True)(ctx, *args)
 

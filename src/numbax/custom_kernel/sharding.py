@@ -112,9 +112,6 @@ class ShardingRule:
         if known is not None:
             return known
         ruled = fn.with_sharding_rule(str(rule))
-        # Named in profiles as the op it was made from.
-        if ruled._profile_tag is None:
-            ruled._profile_tag = fn._profile_tag
         with self._lock:
             return self._ruled.setdefault(fn, {}).setdefault(str(rule),
                                                              ruled)

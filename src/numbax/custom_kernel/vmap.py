@@ -11,6 +11,7 @@ rule in one :class:`BatchingRule` (``op.batching``).
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 from typing import Any, Callable, Protocol
 
@@ -130,7 +131,9 @@ def _kernel_batch(op: Batched, args, axes, outs, out_tree, backends,
     fn = fns.pop()
     if not (isinstance(fn, ops.Op) and fn.vmap_launches_batch):
         return None
-    result = jax.vmap(fn, in_axes=tuple(axes))(*args)
+    with ops.named_use(fn, op.name) if fn.name is None else \
+            contextlib.nullcontext():
+        result = jax.vmap(fn, in_axes=tuple(axes))(*args)
     leaves = check_outputs(
         op, result, tuple(((batch_size(args, axes),) + tuple(s), d)
                           for s, d in outs), out_tree,

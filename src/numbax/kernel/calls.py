@@ -51,6 +51,7 @@ def spec(op, avals, batch, broadcast, fold: str = "", aliases: tuple = (),
             spec += (f";grid={'x'.join(map(str, call.grid))}"
                      f";block={'x'.join(map(str, call.block))}")
         spec += scalar_args.scalars_spec(call.scalars)
+        spec += keys.profile_spec(call.name)
     # The leading unit axes of a call XLA may split (a program of
     # several devices, or an op with a rule): C++ drops them first.
     spec += lead
@@ -86,5 +87,6 @@ def parse(op, call: str):
     else:
         grid, block, _ = op._launch()
     return (avals, batch, broadcast, keys.parse_aliases(fields),
-            Call(outs, tuple(grid), tuple(block), scalars),
+            Call(outs, tuple(grid), tuple(block), scalars,
+                 keys.parse_profile(fields)),
             keys.parse_units(fields))

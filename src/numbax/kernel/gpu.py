@@ -59,7 +59,8 @@ def entry(op, key, avals, batch, broadcast, aliases=(),
                    len(avals), fold_axis, vmap.MAX_SLICES_PER_LAUNCH, aliases,
                    units, sharding.grid_from(op, avals, batch,
                                              call.out_shapes),
-                   num_outputs=call.num_outputs, scalars=params)
+                   num_outputs=call.num_outputs, scalars=params,
+                   name=call.name)
     return registry.KernelEntry(key, plan, op_ref)
 
 

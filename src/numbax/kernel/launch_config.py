@@ -149,6 +149,10 @@ class Call:
     grid: tuple  # 3 ints
     block: tuple  # 3 ints
     scalars: tuple = ()  # scalar_args.Scalar, by position
+    # The call's name in profiles where it is not the op's own (an
+    # XLACustomKernel's, ops.Op.use_name): a parameter, so that JAX's
+    # lowering cache never gives one use's custom call the other's name.
+    name: str | None = None
 
     @property
     def empty(self) -> bool:

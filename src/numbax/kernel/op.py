@@ -49,6 +49,20 @@ def _rule_with_shape_fns_error(op: str, batch_partitionable: bool):
         "take shape functions (docs/errors.md)")
 
 
+def _check_fold_args(op: str, args) -> None:
+    """Refuses (TypeError naming the op) vmap_fold of scalars alone, which
+    jax.vmap cannot batch (it maps arrays; a scalar goes by value to every
+    slice): since scalars are passed by value, vmap_fold(1.0) gave a verdict
+    (the third reliability pass refused it, as a 0-d input)."""
+    if args and all(scalar_args.is_scalar(a) for a in args):
+        kinds = ", ".join(type(a).__name__ for a in args)
+        raise TypeError(
+            f"{op}: vmap_fold: every input is a scalar ({kinds}), and "
+            "jax.vmap batches arrays only (a scalar is passed by value to "
+            "every slice): pass the call's unbatched array inputs, as "
+            "arrays or jax.ShapeDtypeStructs, with its scalars beside them")
+
+
 class NumbaCudaKernel(ops.Op):
     """The function of JAX arrays returned by :func:`numba_cuda_kernel`."""
 
@@ -142,6 +156,7 @@ class NumbaCudaKernel(ops.Op):
         ``axis`` (the grid axis indexing the slice) and ``reason``. On a
         GPU this compiles the kernel for those types, as a call would.
         """
+        _check_fold_args(self._label, args)
         # The checks a call runs: what a call refuses gets no verdict.
         inputs, call, _ = self._checked_call(args, shapes=True)
         avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in inputs]
@@ -160,8 +175,11 @@ class NumbaCudaKernel(ops.Op):
         aliases = self.input_output_aliases
         if isinstance(aliases, dict):
             aliases = tuple(sorted(aliases.items(), key=repr))
+        # keys.dtype_name, not .str: seven float8 types share '<V1', and
+        # an op of one returned for another read every value wrongly.
         outs = self._outs_fn if self._outs_fn is not None else tuple(
-            (tuple(s.shape), np.dtype(s.dtype).str) for s in self.out_specs)
+            (tuple(s.shape), keys.dtype_name(s.dtype))
+            for s in self.out_specs)
         identity = (
             self.kernel, outs, self.out_tree, self.launch_dims, self.grid,
             self.block, self.threads_per_block, self.shared_mem,
@@ -400,6 +418,9 @@ class NumbaCudaKernel(ops.Op):
         # A rule that does not fit this call is refused now, naming the op.
         sharding.check_rule(self, [tuple(x.shape) for x in inputs],
                             call.out_shapes)
+        use = self.use_name()  # an XLACustomKernel's, for this call only
+        if use is not None:
+            call = dataclasses.replace(call, name=use)
         outs = numbax_kernel_p.bind(
             *inputs, op=self, out_shapes=call.outs, batch=0,
             broadcast=tuple(False for _ in inputs), call=call)
@@ -539,7 +560,9 @@ def numba_cuda_kernel(
         grid=grid, block=block, launch_dims=launch_dims,
         threads_per_block=threads_per_block, shared_mem=shared_mem,
         vmap_method=vmap_method)
-    checks.check_name(name, "numba_cuda_kernel")
+    checks.check_name(name, "numba_cuda_kernel", (
+        f"numba_cuda_kernel("
+        f"{keys.base_name(getattr(kernel, 'py_func', kernel))})"))
     checks.check_bool(batch_partitionable, "batch_partitionable",
                        "numba_cuda_kernel")
     if sharding_rule is not None and batch_partitionable:

@@ -17,12 +17,13 @@ from .. import _core
 def builder(op_ref, compiled, grid, block, empty, batch, broadcast, n_in,
             fold_axis, max_slices, aliases=(), units=((), ()),
             grid_from=(-1, -1, -1), *, num_outputs: int,
-            scalars=()) -> Callable[[], Any]:
+            scalars=(), name: str | None = None) -> Callable[[], Any]:
     """`plan()`: the LaunchPlan of one call of the op `op_ref` refers to,
     built when XLA instantiates a program (registry._resolve_kernel), with
     `compiled`'s function in every visible device's primary context.
     `scalars`: (position, NumPy kind, bytes) per scalar parameter
-    (scalar_args.parameter), packed by C++ once, here."""
+    (scalar_args.parameter), packed by C++ once, here. `name`: the call's
+    name in profiles where not the op's (launch_config.Call.name)."""
 
     def plan():
         from numba import cuda
@@ -49,6 +50,6 @@ def builder(op_ref, compiled, grid, block, empty, batch, broadcast, n_in,
             max_slices=max_slices, abi=compiler.abi,
             aliases=list(aliases), scalars=list(scalars),
             lead_units=list(units[0]), trail_units=list(units[1]),
-            grid_from=list(grid_from), name=op.profile_name)
+            grid_from=list(grid_from), name=name or op.profile_name)
 
     return plan

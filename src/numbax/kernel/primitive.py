@@ -43,13 +43,15 @@ def _lower(ctx, *args, op, out_shapes, batch, broadcast, call, platform):
             and keys.is_ambiguous(key)):
         raise registry.ambiguous_export_error(op._label, key, op.name)
     aliases = op.input_output_aliases or {}
+    name = (call.name if call is not None else None) or op.profile_name
     if split is not None:
         return sharding_rules.lower_split(
             ctx, args, target=targets.BATCH_TARGETS[target], split=split,
             key=key, aliases=tuple(dict(aliases).items()),
-            profile_name=op.profile_name)
-    # The custom call is named after the op in HLO (profile_names.py).
-    with profile_names.location(ctx, op.profile_name):
+            profile_name=name)
+    # The custom call is named after the op, or its use, in HLO
+    # (profile_names.py).
+    with profile_names.location(ctx, name):
         return jax.ffi.ffi_lowering(
             target,
             operand_output_aliases=dict(aliases),

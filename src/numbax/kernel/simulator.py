@@ -114,7 +114,7 @@ def key(op, avals, out_shapes, batch, broadcast, call: Call | None = None,
             key, LauncherRef(op, (avals, out_shapes, batch, broadcast,
                                   aliases, call, ties), made),
             n_in, call.num_outputs, 0, aliases=aliases,
-            name=op.profile_name, units=units)
+            name=call.name or op.profile_name, units=units)
     return calls.program_key(op, avals, batch, broadcast, call, split,
                             make_entry)
 
@@ -127,7 +127,8 @@ def entry(op, key, avals, batch, broadcast, aliases, call: Call, units):
             avals, call.out_avals(batch), batch, broadcast, aliases, call,
             sharding.grid_from(op, avals, batch, call.out_shapes))),
         len(avals), call.num_outputs, 0, aliases=aliases,
-        name=op.profile_name, units=units if any(units) else ())
+        name=call.name or op.profile_name,
+        units=units if any(units) else ())
 
 
 def make_launcher(kernel, shared_mem, py_func, n_in, grid, block, empty, batch,

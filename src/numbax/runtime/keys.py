@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import quote, unquote
 
 import numpy as np
-
-from . import numba_bridge
 
 # Marks the keys of ambiguous groups (registry.py): a process that did not
 # trace such a key refuses it instead of guessing which function it meant.
@@ -30,19 +29,44 @@ def base_name(obj: Any) -> str:
     return f"{module}.{qualname}"
 
 
+def dtype_name(dtype: Any) -> str:
+    """The one spelling of a dtype in numbax's keys and identities.
+
+    Its name ('float32', 'bfloat16', 'float8_e4m3fnuz', 'int4'), which
+    differs for every two distinct dtypes numbax accepts, and which
+    :func:`dtype_from_name` reads back in any process that imported
+    ml_dtypes. Never ``.str`` ('<V1' for seven of the eight float8 types and
+    int4 alike) nor ``.char`` ('E' for bfloat16 and uint1). A dtype the
+    name alone does not tell apart (non-native byte order, a structured or
+    subarray dtype: refused before any key is made) is spelled so that it
+    stays distinct, though no key can hold it.
+    """
+    dt = np.dtype(dtype)
+    if dt.fields is not None or dt.subdtype is not None:
+        return str(dt)
+    if not dt.isnative:
+        return f"{dt.byteorder}{dt.name}"
+    return dt.name
+
+
 def dtype_from_name(name: str) -> np.dtype:
+    """The dtype :func:`dtype_name` spells `name`."""
     import ml_dtypes
-    # bfloat16 and the float8 types: ml_dtypes', whatever numpy's own
-    # registry of names holds.
-    if (name == "bfloat16" or name in numba_bridge.FLOAT8_NAMES) and \
-            hasattr(ml_dtypes, name):
-        return np.dtype(getattr(ml_dtypes, name))
+    # ml_dtypes' own types (bfloat16, the float8 and sub-byte types) by
+    # their type, whatever numpy's registry of names holds.
+    if not name.startswith("_"):
+        own = getattr(ml_dtypes, name, None)
+        if isinstance(own, type):
+            try:
+                return np.dtype(own)
+            except TypeError:  # finfo, iinfo: not dtypes
+                pass
     return np.dtype(name)
 
 
 def avals_text(avals) -> str:
     """'float32[64],int32[16x4]' for [(shape, dtype), ...]."""
-    return ",".join(f"{np.dtype(d).name}[{'x'.join(str(int(n)) for n in s)}]"
+    return ",".join(f"{dtype_name(d)}[{'x'.join(str(int(n)) for n in s)}]"
                     for s, d in avals)
 
 
@@ -124,6 +148,21 @@ def parse_slices(fields: dict) -> tuple:
     if any(f not in ("0", "1") for f in text.split(".")):
         raise ValueError(f"malformed slices spec {text!r}")
     return tuple(int(f) for f in text.split("."))
+
+
+def profile_spec(name: str | None) -> str:
+    """';prof=<name>' for a call named after its use rather than its op (an
+    XLACustomKernel's, ops.Op.use_name), '' for none: the same op's calls
+    under two names are two entries, each with its NVTX name, and a process
+    that resolves the key names the range as the tracing one did. Quoted:
+    a name may hold the characters that separate a key's parts and fields."""
+    return f";prof={quote(name, safe='')}" if name else ""
+
+
+def parse_profile(fields: dict) -> str | None:
+    """The use's name a call spec's 'prof' field spells, or None."""
+    text = fields.get("prof", "")
+    return unquote(text) if text else None
 
 
 def spec_fields(text: str) -> dict:

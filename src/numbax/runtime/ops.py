@@ -10,7 +10,9 @@ sharding rule and vmaps it.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import contextvars
+from typing import Any, Iterator
 
 
 def qualified_name(obj: Any) -> str:
@@ -21,14 +23,32 @@ def qualified_name(obj: Any) -> str:
             or type(obj).__qualname__)
 
 
+# (op, name) while an XLACustomKernel traces the op its generator returned:
+# that use of the op is named after the XLACustomKernel (use_name).
+_use: contextvars.ContextVar[tuple[Any, str] | None] = contextvars.ContextVar(
+    "numbax_op_use", default=None)
+
+
+@contextlib.contextmanager
+def named_use(op: Any, name: str) -> Iterator[None]:
+    """While it lasts, the calls of `op` traced (on this thread) are named
+    `name` in profiles, where `op` has no ``name=`` of its own: an
+    XLACustomKernel names the op its generator returned so (custom_kernel/
+    primitive.py, vmap.py). The name belongs to the use, not to the op: the
+    same op, interned and shared by two XLACustomKernels or used plainly
+    too, is named after each in its own calls."""
+    token = _use.set((op, name))
+    try:
+        yield
+    finally:
+        _use.reset(token)
+
+
 class Op:
     """The base of every numbax op class."""
 
     #: The op's ``name=`` (None: its function's module and qualified name).
     name: str | None = None
-    #: Set by an XLACustomKernel for the ops its generators return (made
-    #: without ``name=``): their profile name is the custom kernel's.
-    _profile_tag: str | None = None
     #: The op's own sharding rule (a sharding_rules.Rule), or None.
     sharding_rule: Any = None
     batch_partitionable: bool = False
@@ -53,7 +73,18 @@ class Op:
         (JAX's profiler, TensorBoard, XLA dumps) and, on a GPU, each call is
         an NVTX range with this name (docs/profiling.md,
         trace/profile_names.py)."""
-        return self.name or self._profile_tag or qualified_name(self._function)
+        return self.name or qualified_name(self._function)
+
+    def use_name(self) -> str | None:
+        """The name of the call being traced where it is not the op's own
+        :attr:`profile_name`: the XLACustomKernel's whose generator returned
+        this op (:func:`named_use`), for an op without ``name=``; else None.
+        A call spells it in its key (keys.profile_spec), so that its
+        registry entry, and the NVTX range C++ pushes, carry it too."""
+        use = _use.get()
+        if use is None or use[0] is not self or self.name is not None:
+            return None
+        return use[1]
 
     def entry_for_call(self, key: str, call: str, platform: str) -> Any:
         """The registry entry of `key`, a key this process did not trace (a

@@ -323,9 +323,11 @@ def check_vmap_method(vmap_method, op: str, *, kernel: bool = False) -> None:
             f"{', '.join(repr(m) for m in methods)}; got {vmap_method!r}")
 
 
-def check_name(name, op: str) -> None:
+def check_name(name, op: str, label: str | None = None) -> None:
     """The ``name=`` of an op: None, or a non-empty str (it becomes the
-    identity part of the op's key, which another process matches by text)."""
+    identity part of the op's key, which another process matches by text)
+    without a NUL character. `label` names the op where `op` (the function
+    that makes it) does not say which."""
     if name is None:
         return
     if not isinstance(name, str):
@@ -337,6 +339,20 @@ def check_name(name, op: str) -> None:
             f"{op}: name={name!r} is blank, which would silently mean no "
             "name (the function's module and qualified name); give a "
             "non-empty name, or leave name=None")
+    check_no_nul(name, label or op)
+
+
+def check_no_nul(name: str, op: str) -> None:
+    """Refuses a name holding a NUL character, when the op is made: C++
+    reads the name (the op's key, its NVTX range) as a C string, so every
+    call would fail at run time with an error naming no op."""
+    at = name.find("\0")
+    if at >= 0:
+        raise ValueError(
+            f"{op}: name={name!r} holds a NUL character (at index {at}), "
+            "which numbax's C++ side (the op's key and NVTX range) cannot "
+            "carry: every call would fail at run time; give a name without "
+            f"it, e.g. name={name.replace(chr(0), '')!r}")
 
 
 def not_differentiable(op: str, what: str) -> ValueError:

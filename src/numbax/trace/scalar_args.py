@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from ..runtime import keys
+
 # Python scalar types and the names keys give them. NumPy scalars are
 # spelled "np.<dtype name>".
 _PY_KINDS = {bool: "bool", int: "int", float: "float", complex: "complex"}
@@ -65,7 +67,7 @@ def encode(value) -> str:
     kind = _PY_KINDS.get(type(value))
     if kind is None:
         dtype = np.dtype(type(value))
-        kind = f"np.{dtype.name}"
+        kind = f"np.{keys.dtype_name(dtype)}"
         if (dtype.kind == "f" and dtype.itemsize > 8) or (
                 dtype.kind == "c" and dtype.itemsize > 16):
             raise TypeError(f"{dtype.name} scalars are not supported")
@@ -89,7 +91,7 @@ def decode(text: str):
     if not sep:
         raise ValueError(f"malformed scalar spec {text!r}")
     if kind.startswith("np."):
-        dtype = np.dtype(kind[3:])
+        dtype = keys.dtype_from_name(kind[3:])
         if dtype.kind not in "biufc":
             raise ValueError(f"malformed scalar spec {text!r}")
         py = {"b": "bool", "i": "int", "u": "int", "f": "float",
