@@ -1,7 +1,7 @@
 """A fresh process for tests/test_export.py: run an exported or cached program.
 
     python tests/export_child.py run BLOB DATA       create the ops (only), deserialise, run
-    python tests/export_child.py recipe BLOB DATA    the same, JAX not started first (docs/export.md)
+    python tests/export_child.py recipe BLOB DATA    as run, JAX not started first (docs/export.md)
     python tests/export_child.py missing BLOB DATA   deserialise and run, no op created
     python tests/export_child.py partial BLOB DATA   only some ops created
     python tests/export_child.py mismatch BLOB DATA  one op created with other outs

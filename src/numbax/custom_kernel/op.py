@@ -372,6 +372,8 @@ class XLACustomKernel:
         backends = self.kernels.backends(backend)
         args = [x if isinstance(x, (jax.Array, jax.core.Tracer))
                 else self._as_array(i, x) for i, x in enumerate(inputs)]
+        for i, x in enumerate(args):
+            checks.check_concrete_shape(x.shape, repr(self), f"input {i}")
         if outs_fn is not None:
             specs, out_tree = self._outs_from(outs_fn, args, static)
             checks.check_x64(checks.wide_outputs(specs), repr(self))

@@ -196,6 +196,32 @@ def normalize_outs(outs: Any, what: str = "outs", op: str | None = None):
     return specs, tree
 
 
+def check_concrete_shape(shape, op: str, what: str) -> None:
+    """ValueError naming the op if `shape` has a symbolic extent (a
+    jax.export.symbolic_shape dimension, as jax.export's shape polymorphism
+    traces with): numbax compiles and launches for concrete shapes, and its
+    keys, launch plans and shape functions need ints (JAX's own error, an
+    InconclusiveDimensionOperation from deep in numbax, named no op)."""
+    symbolic = [d for d in shape if not isinstance(d, (int, np.integer))]
+    if not symbolic:
+        return
+    raise ValueError(
+        f"{op}: {what} has the symbolic shape "
+        f"({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}) "
+        f"(dimension {symbolic[0]} is not a number): numbax ops need "
+        "concrete shapes, since each shape is compiled and launched for "
+        "its own. Export with concrete shapes instead (e.g. "
+        "jax.ShapeDtypeStruct((1024,), jnp.float32) in jax.export.export"
+        "(...)(...)), one export per shape you need (docs/export.md)")
+
+
+def check_concrete_avals(avals: Sequence[Any], op: str) -> None:
+    """check_concrete_shape for each of a primitive's input avals (or
+    values)."""
+    for i, aval in enumerate(avals):
+        check_concrete_shape(getattr(aval, "shape", ()), op, f"input {i}")
+
+
 def as_input_arrays(args: Sequence[Any], op: str,
                     shapes: bool = False, positions=None) -> list:
     """JAX arrays for the call's inputs, checked (no copy of JAX arrays).
@@ -230,6 +256,7 @@ def as_input_arrays(args: Sequence[Any], op: str,
                     f"({type(a).__name__}): {exc} Pass a numeric jax or "
                     "numpy array (numbax inputs are buffers; Python and "
                     "NumPy scalars are passed by value)") from exc
+        check_concrete_shape(x.shape, op, f"input {i}")
         if len(x.shape) == 0:
             raise ValueError(
                 f"{op}: input {i} is 0-d (a scalar array); Numba CUDA device "
