@@ -65,6 +65,14 @@ def _install_python_hooks() -> None:
         format_exception=numba_bridge.format_exception_hook,
     )
     _core.set_kernel_resolver(resolve_kernel)
+    # A capture-mode func that reads device memory on the host while it is
+    # recorded is never captured (csrc/capture_handler.cc, kHostRead).
+    try:
+        numba_bridge.watch_host_copies()
+    except Exception as exc:  # Numba internals moved: capture still works
+        _log.warning("numbax: cannot watch Numba's device-to-host copies "
+                     "(%s: %s); a capture=True func must not read device "
+                     "memory on the host", type(exc).__name__, exc)
     # JAX refuses calls made from inside a func XLA is running.
     guard.install()
     # At exit, before Python finalises (and before JAX's own atexit clean-up,
