@@ -58,7 +58,8 @@ def watch_host_copies(driver: Any = None, note: Any = None) -> bool:
     if driver is None:
         if simulator_enabled():
             return False  # the simulator has no graphs to freeze values in
-        from numba.cuda.cudadrv import driver
+        from numba.cuda.cudadrv import driver as numba_driver
+        driver = numba_driver
     original = getattr(driver, "device_to_host", None)
     if original is None:
         return False
