@@ -44,6 +44,24 @@ void NoteRefusal(const CallSite& site, const std::string& why) {
   if (!why.empty()) NoteRebindRefusal(site.key(), why);
 }
 
+// Why a call site that read device memory on the host while it was
+// recorded is never captured again (numbax.diagnostics.rebind_refusals()).
+constexpr const char* kHostRead =
+    "func copied device memory to the host while it was recorded "
+    "(copy_to_host(), or a device array's element read on the host): the "
+    "value it read, and any launch it chose with it, would be frozen into "
+    "the graph, so replays would reuse them for new contents; this call "
+    "site runs func plainly from now on";
+
+// The same, where XLA records the call into its own command buffer, whose
+// replays numbax cannot turn into plain calls.
+constexpr const char* kHostReadUnderXla =
+    "func copied device memory to the host (copy_to_host(), or a device "
+    "array's element read on the host) while XLA recorded it into a "
+    "command buffer: the value it read would be frozen into XLA's graph and "
+    "reused for new contents. Create the op with capture=False, or keep XLA "
+    "from recording it (XLA_FLAGS=--xla_gpu_enable_command_buffer=).";
+
 // XLA is recording a command buffer: func's launches must land in it. A
 // call site whose launches numbax logged (and confirmed at other addresses)
 // issues them from C++, re-bound to these buffers; otherwise func runs,
@@ -53,6 +71,7 @@ ffi::Error RunUnderXlaCapture(const cuda::Driver& driver, void* stream_ptr,
                               ffi::RemainingArgs args,
                               ffi::RemainingRets rets) {
   ++GraphStats().xla_captures;
+  if (site->graphs.Plain()) return CaptureError(*site, kHostReadUnderXla);
   thread_local std::vector<BufferView> buffers;
   if (ffi::Error err = site->DecodeBuffers(args, rets, &buffers);
       err.failure()) {
@@ -82,8 +101,14 @@ ffi::Error RunUnderXlaCapture(const cuda::Driver& driver, void* stream_ptr,
   GilScope gil;
   const bool logging = site->fast_launch() && !site->graphs.Refused(device);
   LaunchLog log;
+  HostReadWatch host_reads;
   ffi::Error result = site->Invoke(buffers, Platform::kCuda, device, stream_ptr,
                                    /*plain=*/false, logging ? &log : nullptr);
+  if (host_reads.seen()) {
+    site->graphs.MarkPlain();
+    NoteRefusal(*site, kHostRead);
+    return CaptureError(*site, kHostReadUnderXla);
+  }
   if (result.success() && logging) {
     NoteRefusal(*site, site->graphs.Learn(device, std::move(log)));
   }
@@ -108,6 +133,11 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
   }
   if (capture_status != cuda::CU_STREAM_CAPTURE_STATUS_NONE) {
     return RunUnderXlaCapture(*driver, stream_ptr, device, site, args, rets);
+  }
+  // func reads device memory on the host: never captured (kHostRead).
+  if (site->graphs.Plain()) {
+    return RunCallableCuda(stream_ptr, device, site, args, rets,
+                           /*plain=*/true);
   }
 
   thread_local std::vector<BufferView> buffers;
@@ -175,6 +205,7 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
   // nothing and records once.
   const bool logging = site->fast_launch() && !site->graphs.Refused(device);
   LaunchLog log;
+  HostReadWatch host_reads;
   cuda::CUgraph graph = nullptr;
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (graph) driver->cuGraphDestroy(graph);
@@ -190,6 +221,16 @@ ffi::Error ExecuteCudaCapture(void* stream_ptr, int32_t device,
                      /*plain=*/false, logging ? &log : nullptr);
     if (!site->fast_launch()) log.Unmap("fast launches are off for this op");
     cuda::CUresult ended = driver->cuStreamEndCapture(recorder, &graph);
+    if (host_reads.seen()) {
+      // Whatever the capture made of the copy (a graph with a frozen value,
+      // or an invalidated capture), it is dropped: this call, and every
+      // later one, runs func plainly on XLA's stream.
+      if (graph) driver->cuGraphDestroy(graph);
+      site->graphs.MarkPlain();
+      NoteRefusal(*site, kHostRead);
+      return site->Invoke(buffers, Platform::kCuda, device, stream_ptr,
+                          /*plain=*/true);
+    }
     if (invoked.failure()) {
       if (graph) driver->cuGraphDestroy(graph);
       return CaptureError(

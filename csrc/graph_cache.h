@@ -95,6 +95,12 @@ class GraphCache {
   // recordings need no launch log.
   bool Refused(int device);
 
+  // Whether the call site is never captured again: func read device memory
+  // on the host while it was recorded (HostReadWatch). Every call then runs
+  // func plainly. Kept by Clear: it says what func does.
+  bool Plain() const { return plain_.load(std::memory_order_acquire); }
+  void MarkPlain() { plain_.store(true, std::memory_order_release); }
+
   // Whether `func` already ran once on `device` outside a capture (so its
   // kernels are compiled and loaded there before any capture begins).
   bool Warmed(int device);
@@ -135,6 +141,7 @@ class GraphCache {
   std::mutex mutex_;
   std::list<Entry> entries_;  // most recently used first
   std::vector<int> warmed_;
+  std::atomic<bool> plain_{false};
   std::vector<std::pair<int, std::vector<void*>>> last_miss_;
   std::vector<std::unique_ptr<Rebinding>> rebindings_;
 };

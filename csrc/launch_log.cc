@@ -220,4 +220,20 @@ void BindWords(const RecordedLaunch& launch,
   }
 }
 
+namespace {
+thread_local HostReadWatch* t_host_read_watch = nullptr;
+}  // namespace
+
+HostReadWatch::HostReadWatch() : previous_(t_host_read_watch) {
+  t_host_read_watch = this;
+}
+
+HostReadWatch::~HostReadWatch() { t_host_read_watch = previous_; }
+
+bool HostReadWatch::Note() {
+  if (t_host_read_watch == nullptr) return false;
+  t_host_read_watch->seen_ = true;
+  return true;
+}
+
 }  // namespace numbax

@@ -120,6 +120,31 @@ class LaunchLog {
   bool permanent_ = false;
 };
 
+// Watches this thread, for its scope, for device-to-host copies func makes
+// while it is recorded (numba_bridge wraps Numba's device_to_host to call
+// Note). A value func reads on the host during a recording (copy_to_host(),
+// a device array's element) is frozen into the graph, and so is every
+// launch it chose with it: a replay would give the first call's answer for
+// new contents. Such a call site is never captured (capture_handler.cc).
+class HostReadWatch {
+ public:
+  HostReadWatch();
+  ~HostReadWatch();
+  HostReadWatch(const HostReadWatch&) = delete;
+  HostReadWatch& operator=(const HostReadWatch&) = delete;
+
+  // Whether func copied device memory to the host in this scope.
+  bool seen() const { return seen_; }
+
+  // A device-to-host copy on this thread: true (and noted) when a watch is
+  // active here, false otherwise (plain calls, other code).
+  static bool Note();
+
+ private:
+  HostReadWatch* previous_;
+  bool seen_ = false;
+};
+
 // Whether `later`, recorded with the buffers at other addresses, launched
 // exactly `reference`'s work: the same functions, configurations and words,
 // addresses apart, with the same patches. Otherwise false and `why`.

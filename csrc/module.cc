@@ -23,6 +23,7 @@
 #include "kernel_args.h"
 #include "kernel_handler.h"
 #include "kernel_site.h"
+#include "launch_log.h"
 #include "launch_plan.h"
 #include "nvtx.h"
 #include "python_hooks.h"
@@ -199,6 +200,10 @@ NB_MODULE(_core, m) {
       "The object numbax sets as Numba's CUDADispatcher.__getitem__.");
   m.def("note_simulator_launch", &numbax::NoteSimulatorLaunch,
         "Counts a simulator launch made inside a numbax call.");
+  m.def("note_device_to_host", &numbax::HostReadWatch::Note,
+        "Notes a device-to-host copy made on this thread: true when a "
+        "capture-mode recording runs here (the call site is then never "
+        "captured).");
   m.def(
       "numba_layout",
       [](std::vector<int64_t> shape, std::vector<int64_t> strides,

@@ -1,6 +1,7 @@
 """A fresh process for tests/test_export.py: run an exported or cached program.
 
     python tests/export_child.py run BLOB DATA       create the ops (only), deserialise, run
+    python tests/export_child.py recipe BLOB DATA    as run, JAX not started first (docs/export.md)
     python tests/export_child.py missing BLOB DATA   deserialise and run, no op created
     python tests/export_child.py partial BLOB DATA   only some ops created
     python tests/export_child.py mismatch BLOB DATA  one op created with other outs
@@ -35,16 +36,22 @@ def compare(got, want):
     return max(errs)
 
 
-def run_exported(path, data, create):
+def run_exported(path, data, create, start_jax=True):
     import jax
     from jax import export
 
+    # Whether this JAX announces its compiles (numbax registers its targets
+    # then where JAX has no backend-start hook: runtime/targets.py).
+    compiles = []
+    jax.monitoring.register_scalar_listener(
+        lambda event, value, **kw: compiles.append(event)
+        if event == "/jax/core/compile/backend_compile_duration" else None)
     # Creating the ops is all this process does before deserialising: no
     # call and no trace of them here. (On JAX without a backend-start hook,
-    # 0.8, 0.9 and 0.11, JAX is started first: docs/export.md.)
+    # 0.8, 0.9 and 0.11, JAX is started first, except in the "recipe" mode,
+    # which follows docs/export.md to the letter.)
     from numbax.runtime import registry
-    if registry.BACKEND_REGISTRATION != "backend hook":
-        import jax
+    if start_jax and registry.BACKEND_REGISTRATION != "backend hook":
         jax.devices()
     if create == "all":
         os.environ["EXPORT_OPS_CREATE"] = "all"
@@ -68,10 +75,13 @@ def run_exported(path, data, create):
         out = exp.call(*args)
         out = [np.asarray(o) for o in out]
     except Exception as exc:  # the missing-op error is the point here
-        report(ok=False, error_type=type(exc).__name__, message=str(exc))
+        report(ok=False, error_type=type(exc).__name__, message=str(exc),
+               registration=registry.BACKEND_REGISTRATION,
+               compiles=len(compiles))
         return
     err = compare(out, want)
     report(ok=err < 1e-5, max_err=err,
+           registration=registry.BACKEND_REGISTRATION, compiles=len(compiles),
            resolves=numbax.bridge_counters()["resolves"] - before,
            registry=list(numbax.registry_size()))
 
@@ -103,6 +113,8 @@ def main():
     mode, path, data = sys.argv[1:4]
     if mode == "cache":
         run_cached(path, data)
+    elif mode == "recipe":
+        run_exported(path, data, "all", start_jax=False)
     else:
         run_exported(path, data,
                      {"run": "all", "missing": None, "partial": "some",

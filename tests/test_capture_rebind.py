@@ -382,3 +382,114 @@ def test_clear_caches_forgets_the_recording(gpu_only, rng):
     after = counters()
     assert delta(before, after, "graph_misses") >= 2  # recorded anew
     assert delta(before, after, "graph_rebinds") >= 3
+
+
+@cuda.jit
+def scale_by(x, out, factor):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = x[i] * factor
+
+
+def host_reading_funcs(n):
+    """Funcs that read a device value on the host and launch with it: a
+    recording would freeze the value (and the launch chosen with it)."""
+
+    def copies_to_host(x, s, out, stream):
+        factor = s.copy_to_host()[0]  # no stream: the array's own
+        scale_by[blocks(n), 128, stream](x, out, factor)
+
+    def reads_an_element(x, s, out, stream):
+        factor = float(s[0])  # a device array's element, read on the host
+        scale_by[blocks(n), 128, stream](x, out, factor)
+
+    def grid_from_the_device(x, s, out, stream):
+        # The value chooses the launch itself: how many elements to cover.
+        count = int(s.copy_to_host()[0])
+        scale_by[blocks(count), 128, stream](x[:count], out[:count], 1.0)
+
+    return {"copy_to_host": copies_to_host, "element": reads_an_element,
+            "grid": grid_from_the_device}
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["reused", "kept"])
+@pytest.mark.parametrize("case", ["copy_to_host", "element", "grid"])
+def test_a_func_reading_device_memory_on_the_host_is_not_captured(
+        gpu_only, rng, case, keep):
+    """Before: such a func was recorded once and re-bound (or replayed),
+    and 8 of 9 calls with new contents gave the first call's answer (seen
+    on the H200). Now the recording that copies is dropped, the call site
+    is refused with the reason, and func runs plainly from then on."""
+    n = size(512)
+    func = host_reading_funcs(n)[case]
+    op = jax.jit(numbax.numba_cuda_callable(
+        func, outs=jax.ShapeDtypeStruct((n,), F32), capture=True))
+
+    def inputs():
+        x = fresh(rng, n)
+        if case == "grid":
+            count = int(rng.integers(1, n + 1))
+            return x, jnp.asarray([count], F32), count
+        return x, jnp.asarray(rng.uniform(0.5, 4.0, 1).astype(np.float32)), 0
+
+    def expected(x, s, count):
+        x = np.asarray(x)
+        if case == "grid":
+            return x[:count]  # the rest of out is unset: not compared
+        return x * np.asarray(s)[0]
+
+    def check(x, s, count, y):
+        y = np.asarray(y)
+        got = y[:count] if case == "grid" else y
+        np.testing.assert_allclose(got, expected(x, s, count), rtol=1e-6)
+
+    x, s, count = inputs()
+    check(x, s, count, op(x, s))  # the warm-up runs plainly
+    before = counters()
+    kept = []
+    for _ in range(9):
+        x, s, count = inputs()
+        y = op(x, s)
+        check(x, s, count, y)
+        if keep:  # every buffer stays alive: no address repeats
+            kept.append((x, s, count, y))
+    after = counters()
+    assert delta(before, after, "graph_hits") == 0, (before, after)
+    assert delta(before, after, "graph_rebinds") == 0, (before, after)
+    assert delta(before, after, "calls") >= 9
+    refusals = [why for key, why in rebind_refusals() if func.__name__ in key]
+    assert refusals and "copied device memory to the host" in refusals[-1], \
+        rebind_refusals()
+    assert "runs func plainly" in refusals[-1]
+    for x, s, count, y in kept:  # later calls never wrote earlier outputs
+        check(x, s, count, y)
+
+
+def test_watch_wraps_numbas_device_to_host_once():
+    """The part of the detection a CPU can check: Numba's device_to_host is
+    wrapped to tell numbax first, then copy as before; wrapping twice keeps
+    one wrapper; and outside a capture-mode recording the note is a no-op
+    (the C++ side is tests/cpp/launch_log_test.cc, HostReadWatch)."""
+    from types import SimpleNamespace
+
+    from numbax import _core
+    from numbax.runtime import numba_bridge
+
+    copies, notes = [], []
+
+    def device_to_host(dst, src, size, stream=0):
+        copies.append((dst, src, size, stream))
+
+    fake = SimpleNamespace(device_to_host=device_to_host)
+    assert numba_bridge.watch_host_copies(fake, note=lambda: notes.append(1))
+    wrapped = fake.device_to_host
+    assert wrapped is not device_to_host
+    wrapped("dst", "src", 8, stream=3)
+    assert copies == [("dst", "src", 8, 3)] and notes == [1]
+    assert numba_bridge.watch_host_copies(fake, note=lambda: notes.append(2))
+    assert fake.device_to_host is wrapped  # not wrapped again
+    assert _core.note_device_to_host() is False  # no recording here
+    if not SIMULATOR:
+        # On a GPU numbax has wrapped Numba's own driver.
+        from numba.cuda.cudadrv import driver
+        assert getattr(driver.device_to_host, "_numbax_watched", False)

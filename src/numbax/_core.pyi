@@ -114,6 +114,11 @@ def make_configure_hook(original: object, configure: object, cls: object) -> obj
 def note_simulator_launch() -> bool:
     """Counts a simulator launch made inside a numbax call."""
 
+def note_device_to_host() -> bool:
+    """
+    Notes a device-to-host copy made on this thread: true when a capture-mode recording runs here (the call site is then never captured).
+    """
+
 def numba_layout(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> str:
     """
     The Numba layout the fast launch path computes for a view ('' where it leaves the launch to Numba); for tests.

@@ -49,4 +49,15 @@ TEST(GraphCache, LaunchesNothingItWasNotGiven) {
       cache.LaunchFound(no_driver, 0, Buffers({0x1000}), nullptr, &result));
 }
 
+// A call site whose func read device memory on the host while recorded
+// stays plain: clear_caches() drops graphs, not what func was seen to do.
+TEST(GraphCache, PlainOnceMarkedEvenAfterClear) {
+  numbax::GraphCache cache;
+  EXPECT_FALSE(cache.Plain());
+  cache.MarkPlain();
+  EXPECT_TRUE(cache.Plain());
+  cache.Clear();
+  EXPECT_TRUE(cache.Plain());
+}
+
 }  // namespace

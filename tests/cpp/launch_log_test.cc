@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "graph_rebind.h"
@@ -227,6 +228,34 @@ TEST(LaunchLog, ShiftPatchesMovesASlicesPatchesToTheWholeBuffer) {
   numbax::BindWords(log.launches()[1], Buffers({0x5000, 0x6000}), &bound);
   EXPECT_EQ(bound[4], 0x5024);
   EXPECT_EQ(bound[9], 0x6000);
+}
+
+// A capture-mode func's device-to-host copy is noted only while a watch
+// (a recording) is active on this thread, and only on that watch.
+TEST(HostReadWatch, NotesCopiesOnlyWhileWatching) {
+  EXPECT_FALSE(numbax::HostReadWatch::Note());  // no recording: a no-op
+  {
+    numbax::HostReadWatch outer;
+    EXPECT_FALSE(outer.seen());
+    {
+      numbax::HostReadWatch inner;
+      EXPECT_TRUE(numbax::HostReadWatch::Note());
+      EXPECT_TRUE(inner.seen());
+    }
+    EXPECT_FALSE(outer.seen());  // the inner scope's copy was its own
+    EXPECT_TRUE(numbax::HostReadWatch::Note());
+    EXPECT_TRUE(outer.seen());
+  }
+  EXPECT_FALSE(numbax::HostReadWatch::Note());  // the watch ended
+}
+
+TEST(HostReadWatch, OtherThreadsAreNotWatched) {
+  numbax::HostReadWatch watch;
+  bool noted = true;
+  std::thread other([&] { noted = numbax::HostReadWatch::Note(); });
+  other.join();
+  EXPECT_FALSE(noted);
+  EXPECT_FALSE(watch.seen());
 }
 
 }  // namespace

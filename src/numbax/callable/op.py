@@ -287,7 +287,10 @@ class NumbaCudaCallable(ops.Op):
                 i for i, a in enumerate(args) if not scalar_args.is_scalar(a)])
         out_specs, scratch_specs, out_tree, wide = self._resolve(inputs,
                                                                  scalars)
-        checks.check_x64(wide, op)
+        narrow = checks.narrowed_x64(wide, op, self)
+        if narrow:
+            # x64 off: XLA allocates the 32-bit types, and func gets them.
+            out_specs = checks.narrow_specs(out_specs, narrow)
         aliases = checks.check_aliases(self.input_output_aliases, inputs,
                                         out_specs, op)
         nargs = len(args) + len(out_specs) + len(scratch_specs) + 1

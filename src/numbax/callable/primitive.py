@@ -20,7 +20,7 @@ import numpy as np
 from jax.interpreters import mlir
 
 from ..runtime import compat, registry, targets
-from ..trace import profile_names, sharding_rules
+from ..trace import checks, profile_names, sharding_rules
 
 numbax_callable_batch_p = compat.eager_primitive("numbax_callable_batch")
 
@@ -54,6 +54,9 @@ def _abstract_eval(*avals, target, op_key, out_shapes, aliases, vmap_method,
     # The same effect ffi_call gives has_side_effect=True: XLA then neither
     # merges two identical calls nor drops one whose result is unused.
     effect = compat.ffi_effect() if has_side_effect else None
+    # jax.export's symbolic extents reach here through jax.vmap's batch
+    # axis too (a direct call is refused in checks.as_input_arrays).
+    checks.check_concrete_avals(avals, op_label or f"numbax op '{op_key}'")
     return ([compat.shaped_array(s, d) for s, d in out_shapes],
             {effect} if effect is not None else set())
 

@@ -358,7 +358,6 @@ class XLACustomKernel:
         outs_fn = outs if shape_fns.is_function(outs) else None
         if outs_fn is None:
             specs, out_tree = checks.normalize_outs(outs, op=repr(self))
-            checks.check_x64(checks.wide_outputs(specs), repr(self))
         static = []
         for key in sorted(static_kwargs):
             value = static_kwargs[key]
@@ -375,9 +374,14 @@ class XLACustomKernel:
         backends = self.kernels.backends(backend)
         args = [x if isinstance(x, (jax.Array, jax.core.Tracer))
                 else self._as_array(i, x) for i, x in enumerate(inputs)]
+        for i, x in enumerate(args):
+            checks.check_concrete_shape(x.shape, repr(self), f"input {i}")
         if outs_fn is not None:
             specs, out_tree = self._outs_from(outs_fn, args, static)
-            checks.check_x64(checks.wide_outputs(specs), repr(self))
+        # x64 off: 64-bit outs become their 32-bit types, and the generator
+        # gets those outs (its kernel is compiled for what XLA allocates).
+        specs = checks.narrow_specs(specs, checks.narrowed_x64(
+            checks.wide_outputs(specs), repr(self), self))
         outs_spec = tuple((tuple(s.shape), np.dtype(s.dtype)) for s in specs)
         self.sharding.check(args, outs_spec, out_tree, tuple(static))
         results = self.primitive.bind(

@@ -16,6 +16,7 @@ from typing import Any, Callable, Protocol
 from jax.interpreters import mlir
 
 from ..runtime import compat, ops
+from ..trace import checks
 from .kernels import KernelTable
 from .outs import check_outputs
 from .sharding import ShardingRule
@@ -43,7 +44,7 @@ def kernel_for(op: Lowered, platform: str, backend: str | None, outs,
 def create(op: Lowered) -> Any:
     """`op`'s primitive, named after it, with its abstract eval and lowering."""
     prim = compat.eager_primitive(op.name)
-    prim.def_abstract_eval(_abstract_eval)
+    prim.def_abstract_eval(partial(_abstract_eval, op))
     for platform in ("cpu", "cuda", "rocm"):
         mlir.register_lowering(
             prim, partial(lower, op, lowering_platform=platform),
@@ -51,8 +52,11 @@ def create(op: Lowered) -> Any:
     return prim
 
 
-def _abstract_eval(*avals, outs, **params):
-    del avals, params
+def _abstract_eval(op: Lowered, *avals, outs, **params):
+    del params
+    # jax.export's symbolic extents reach here through jax.vmap's batch
+    # axis too (a direct call is refused in XLACustomKernel.__call__).
+    checks.check_concrete_avals(avals, repr(op))
     return [compat.shaped_array(shape, dtype) for shape, dtype in outs]
 
 

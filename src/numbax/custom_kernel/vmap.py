@@ -21,6 +21,7 @@ import numpy as np
 from jax.interpreters import batching
 
 from ..runtime import ops
+from ..trace import checks
 from ..trace.vmap import batch_size, loop_over_batch
 from .differentiation import check_rule_call
 from .kernels import NUMBA_CUDA, KernelTable
@@ -65,6 +66,9 @@ def register(op: Batched) -> None:
 def batch(op: Batched, args, axes, *, outs, out_tree, backends,
           static):
     """The primitive's batching rule: the user's, the kernel's, or a loop."""
+    # A symbolic batch size (jax.export) is refused naming this op, not the
+    # kernel its generator made.
+    checks.check_concrete_avals(args, repr(op))
     params = dict(outs=outs, out_tree=out_tree, backends=backends,
                   static=static)
     rule = op.batching.rule

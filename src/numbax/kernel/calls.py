@@ -45,7 +45,9 @@ def spec(op, avals, batch, broadcast, fold: str = "", aliases: tuple = (),
     if call is not None:
         # What shape functions returned, and the scalars: a process
         # that resolves the key has nothing else to go by.
-        if op._outs_fn is not None:
+        # (And outputs narrowed to 32 bits with x64 off, which the op's
+        # declared outs do not say: op._checked_call.)
+        if op._outs_fn is not None or _narrowed(op, call):
             spec += f";out={keys.avals_text(call.outs)}"
         if op._dims_fn is not None:
             spec += (f";grid={'x'.join(map(str, call.grid))}"
@@ -59,6 +61,13 @@ def spec(op, avals, batch, broadcast, fold: str = "", aliases: tuple = (),
     return spec
 
 
+def _narrowed(op, call: Call) -> bool:
+    """Whether a fixed op's call returns other dtypes than it declares
+    (64-bit outs narrowed to 32 bits with x64 off)."""
+    return any(np.dtype(d) != np.dtype(s.dtype)
+               for (_, d), s in zip(call.outs, op.out_specs))
+
+
 def parse(op, call: str):
     """(avals, batch, broadcast, aliases, Call, units) of a call part."""
     fields = keys.spec_fields(call)
@@ -68,7 +77,7 @@ def parse(op, call: str):
     if len(broadcast) != len(avals):
         raise ValueError(f"{op!r}: malformed call spec {call!r}")
     scalars = scalar_args.parse_scalars(fields)
-    if op._outs_fn is not None:
+    if op._outs_fn is not None or "out" in fields:
         if "out" not in fields:
             raise ValueError(f"{op!r}: call spec {call!r} has no out=")
         outs = tuple((tuple(s), np.dtype(d)) for s, d in

@@ -278,7 +278,12 @@ class NumbaCudaKernel(ops.Op):
         inputs = checks.as_input_arrays(arrays, op, shapes=shapes,
                                          positions=positions)
         call, tree, wide = self._resolve(inputs, scalars)
-        checks.check_x64(wide, op)
+        narrow = checks.narrowed_x64(wide, op, self)
+        if narrow:
+            # x64 off: the outputs XLA allocates are 32-bit, and the kernel
+            # is compiled for those (the key spells them: calls.spec).
+            call = dataclasses.replace(call, outs=tuple(
+                (s, narrow.get(i, d)) for i, (s, d) in enumerate(call.outs)))
         nargs = len(args) + call.num_outputs
         if nargs not in self._arities_checked:
             checks.check_arity(
@@ -287,8 +292,9 @@ class NumbaCudaKernel(ops.Op):
                 what="kernel")
             self._arities_checked.add(nargs)
         if self.input_output_aliases is not None:
-            specs = self.out_specs if self._outs_fn is None else [
-                jax.ShapeDtypeStruct(s, d) for s, d in call.outs]
+            specs = self.out_specs if self._outs_fn is None and \
+                not narrow else [jax.ShapeDtypeStruct(s, d)
+                                 for s, d in call.outs]
             checks.check_aliases(self.input_output_aliases, inputs, specs,
                                   op)
         return inputs, call, tree

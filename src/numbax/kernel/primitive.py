@@ -23,6 +23,9 @@ numbax_kernel_p = compat.eager_primitive("numbax_kernel")
 
 @numbax_kernel_p.def_abstract_eval
 def _abstract_eval(*args, op, out_shapes, batch, broadcast, call):
+    # jax.export's symbolic extents reach here through jax.vmap's batch
+    # axis too (a direct call is refused in checks.as_input_arrays).
+    checks.check_concrete_avals(args, op._label)
     return [compat.shaped_array(s, d) for s, d in out_shapes]
 
 

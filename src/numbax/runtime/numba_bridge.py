@@ -7,10 +7,12 @@ hit hands the same Numba array or stream back without running any Python.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import os
 import threading
 import traceback
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +44,39 @@ def require_cuda():
     if not simulator_enabled():
         hold_deallocations_at_exit()
     return cuda
+
+
+def watch_host_copies(driver: Any = None, note: Any = None) -> bool:
+    """Wraps Numba's ``device_to_host`` (which ``copy_to_host()`` and a
+    device array's element read go through) so that each copy first tells
+    numbax's C++ core (``note``: ``_core.note_device_to_host``). A capture-
+    mode call site whose func copies while it is recorded would freeze the
+    value it read into the graph; C++ then never captures it again
+    (csrc/capture_handler.cc). Outside a recording the note is a no-op.
+    `driver`: Numba's driver module (a stand-in in tests). Returns whether
+    the wrapper is installed (once per driver module)."""
+    if driver is None:
+        if simulator_enabled():
+            return False  # the simulator has no graphs to freeze values in
+        from numba.cuda.cudadrv import driver as numba_driver
+        driver = numba_driver
+    original = getattr(driver, "device_to_host", None)
+    if original is None:
+        return False
+    if getattr(original, "_numbax_watched", False):
+        return True
+    if note is None:
+        from .. import _core
+        note = _core.note_device_to_host
+
+    @functools.wraps(original)
+    def device_to_host(*args, **kwargs):
+        note()
+        return original(*args, **kwargs)
+
+    device_to_host._numbax_watched = True  # type: ignore[attr-defined]
+    driver.device_to_host = device_to_host
+    return True
 
 
 _exit_hold_registered = False

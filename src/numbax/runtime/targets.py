@@ -65,6 +65,14 @@ def _install_python_hooks() -> None:
         format_exception=numba_bridge.format_exception_hook,
     )
     _core.set_kernel_resolver(resolve_kernel)
+    # A capture-mode func that reads device memory on the host while it is
+    # recorded is never captured (csrc/capture_handler.cc, kHostRead).
+    try:
+        numba_bridge.watch_host_copies()
+    except Exception as exc:  # Numba internals moved: capture still works
+        _log.warning("numbax: cannot watch Numba's device-to-host copies "
+                     "(%s: %s); a capture=True func must not read device "
+                     "memory on the host", type(exc).__name__, exc)
     # JAX refuses calls made from inside a func XLA is running.
     guard.install()
     # At exit, before Python finalises (and before JAX's own atexit clean-up,
@@ -223,6 +231,55 @@ def _install_backend_hook(bridge: Any = None) -> str:
         _on_backend_started, _on_plugins_discovered, bridge)
 
 
+#: The scalar JAX records as it starts compiling (or loading from its
+#: persistent cache) an XLA program: jax._src.dispatch.BACKEND_COMPILE_EVENT.
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+#: Whether numbax registers its targets at the first XLA compile
+#: (_on_compile_event): on JAX without the backend-start hook.
+COMPILE_LISTENER = False
+
+
+def _on_compile_event(event: str, value: Any = None, **kwargs: Any) -> None:
+    """Registers numbax's targets as JAX starts compiling its first program,
+    where no backend-start hook did (jax 0.8, 0.9, 0.11).
+
+    Why: jax 0.10's xla_bridge called register_backend_initialization_hook's
+    hooks as each backend started; jax 0.11 removed that hook (its
+    xla_bridge keeps only register_plugin_callbacks, which runs for PJRT
+    plugins such as CUDA, never for the CPU). And jaxlib installs the CPU's
+    FFI handler tables only in xla_client.make_cpu_client, when the CPU
+    backend starts: before that a registration is queued, and the queue is
+    replayed targets first, types second, so the CPU refuses numbax's
+    handlers (their state types unseen yet); numbax therefore waits
+    (register_ready_platforms). So in a process that created its ops before
+    JAX started, then deserialised and called an exported program (the
+    recipe in docs/export.md), nothing registered the targets and XLA said
+    "No FFI handler registered for numbax_callable". JAX records this
+    scalar (jax.monitoring, public) on entering every XLA compile or cache
+    load, when the program's backend has started and before XLA looks up a
+    custom call's handler: registering here reaches XLA in time."""
+    del value, kwargs
+    if event != COMPILE_EVENT or _targets_registered:
+        return
+    try:
+        ensure_targets()
+    except Exception as exc:  # never break JAX's compile with our own error
+        _log.warning("numbax: could not register its FFI targets as JAX "
+                     "compiles (%s: %s); start JAX (jax.devices()) before "
+                     "creating numbax ops", type(exc).__name__, exc)
+
+
+def _install_compile_listener() -> bool:
+    global COMPILE_LISTENER
+    register = getattr(getattr(jax, "monitoring", None),
+                       "register_scalar_listener", None)
+    if register is None:  # pragma: no cover - old JAX
+        return False
+    register(_on_compile_event)
+    COMPILE_LISTENER = True
+    return True
+
+
 def install(resolve_callable: Callable, resolve_kernel: Callable) -> str:
     """Takes the resolvers C++ calls at XLA's instantiate stage (a callable's
     key -> its func, a kernel's key -> its launch plan), then arranges for
@@ -234,4 +291,7 @@ def install(resolve_callable: Callable, resolve_kernel: Callable) -> str:
     jax.devices()), and the hook reaches both resolvers."""
     global _resolvers
     _resolvers = (resolve_callable, resolve_kernel)
-    return _install_backend_hook()
+    mechanism = _install_backend_hook()
+    if mechanism != "backend hook":
+        _install_compile_listener()
+    return mechanism

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 import operator
+import warnings
 from typing import Any, Sequence
 
 import jax
@@ -79,34 +80,49 @@ _NARROWED = {np.dtype(wide): np.dtype(narrow) for wide, narrow in (
 
 def wide_outputs(specs) -> tuple[tuple[int, np.dtype], ...]:
     """(index, dtype) of each output in `specs` that needs jax_enable_x64;
-    computed once per op, for :func:`check_x64` to read per call."""
+    computed once per op, for :func:`narrowed_x64` to read per call."""
     return tuple((i, np.dtype(s.dtype)) for i, s in enumerate(specs)
                  if np.dtype(s.dtype) in _NARROWED)
 
 
-def check_x64(wide: tuple[tuple[int, np.dtype], ...], op: str) -> None:
-    """ValueError naming the op, the output and the fix if an output is
-    64-bit (`wide`, from :func:`wide_outputs`) while jax_enable_x64 is off.
+def narrowed_x64(wide: tuple[tuple[int, np.dtype], ...], op: str,
+                 owner: Any) -> dict[int, np.dtype]:
+    """{output index: its 32-bit dtype} for the 64-bit outputs (`wide`,
+    from :func:`wide_outputs`) while jax_enable_x64 is off; {} otherwise.
 
-    Read per call, not when the op is made: x64 may be switched later (a
-    jax.enable_x64 block). Like jax.pure_callback, which refuses such
-    result types: numbax's call would return a real 64-bit array, which the
-    next op compiled with x64 off reads as its 32-bit type (an int64 3e9
-    plus 1 gave -1294967295). Scratch buffers never reach JAX, and XLA
-    keeps them as declared, so they are not checked.
+    JAX's convention (jnp.ones(n, jnp.float64) is float32 then, with a
+    warning; the reference does the same): the op returns the 32-bit type,
+    and the caller compiles its kernel for (or hands func) the arrays XLA
+    really allocates, the 32-bit ones. Returning a real 64-bit array (as
+    numbax once did) made the next op compiled with x64 off read it as its
+    32-bit type (an int64 3e9 plus 1 gave -1294967295), which is why such
+    outputs were refused before. Read per call, not when the op is made: x64
+    may be switched later (a jax.enable_x64 block). The warning names the op
+    once (per `owner`, the op object). Scratch buffers never reach JAX, and
+    XLA keeps them as declared, so they are never narrowed.
     """
     if not wide or jax.config.read("jax_enable_x64"):
-        return
-    i, dtype = wide[0]
-    narrow = _NARROWED[dtype].name
-    raise ValueError(
-        f"{op}: outs[{i}] has dtype {dtype.name}, a 64-bit type, but "
-        f"jax_enable_x64 is off, so the ops after this one would read the "
-        f"{dtype.name} result as {narrow} (silently wrapped or rounded "
-        f"values; jax.pure_callback refuses such outputs too). Enable x64 "
-        f"with jax.config.update('jax_enable_x64', True) (at startup, or "
-        f"JAX_ENABLE_X64=1 in the environment), or declare the output as "
-        f"{narrow}: jax.ShapeDtypeStruct(shape, jnp.{narrow})")
+        return {}
+    narrow = {i: _NARROWED[dtype] for i, dtype in wide}
+    if not getattr(owner, "_x64_warned", False):
+        owner._x64_warned = True
+        which = ", ".join(f"outs[{i}] {dtype.name} -> {narrow[i].name}"
+                          for i, dtype in wide)
+        warnings.warn(
+            f"{op}: jax_enable_x64 is off, so its 64-bit outputs are "
+            f"returned as their 32-bit types ({which}), as JAX does for "
+            f"jnp.ones(n, jnp.float64); the kernel (or func) gets 32-bit "
+            f"output arrays. Enable x64 with jax.config.update("
+            f"'jax_enable_x64', True) (or JAX_ENABLE_X64=1) for 64-bit "
+            f"results, or declare the outputs 32-bit to silence this "
+            f"warning", UserWarning, stacklevel=4)
+    return narrow
+
+
+def narrow_specs(specs, narrow: dict[int, np.dtype]) -> list:
+    """`specs` (ShapeDtypeStructs) with the dtypes of :func:`narrowed_x64`."""
+    return [jax.ShapeDtypeStruct(s.shape, narrow[i]) if i in narrow else s
+            for i, s in enumerate(specs)]
 
 
 def is_shape_dtype(obj: Any) -> bool:
@@ -212,6 +228,32 @@ def normalize_scratch(scratch: Any, what: str = "scratch",
     return normalize_outs(scratch, what, op=op)[0]
 
 
+def check_concrete_shape(shape, op: str, what: str) -> None:
+    """ValueError naming the op if `shape` has a symbolic extent (a
+    jax.export.symbolic_shape dimension, as jax.export's shape polymorphism
+    traces with): numbax compiles and launches for concrete shapes, and its
+    keys, launch plans and shape functions need ints (JAX's own error, an
+    InconclusiveDimensionOperation from deep in numbax, named no op)."""
+    symbolic = [d for d in shape if not isinstance(d, (int, np.integer))]
+    if not symbolic:
+        return
+    raise ValueError(
+        f"{op}: {what} has the symbolic shape "
+        f"({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}) "
+        f"(dimension {symbolic[0]} is not a number): numbax ops need "
+        "concrete shapes, since each shape is compiled and launched for "
+        "its own. Export with concrete shapes instead (e.g. "
+        "jax.ShapeDtypeStruct((1024,), jnp.float32) in jax.export.export"
+        "(...)(...)), one export per shape you need (docs/export.md)")
+
+
+def check_concrete_avals(avals: Sequence[Any], op: str) -> None:
+    """check_concrete_shape for each of a primitive's input avals (or
+    values)."""
+    for i, aval in enumerate(avals):
+        check_concrete_shape(getattr(aval, "shape", ()), op, f"input {i}")
+
+
 def as_input_arrays(args: Sequence[Any], op: str,
                     shapes: bool = False, positions=None) -> list:
     """JAX arrays for the call's inputs, checked (no copy of JAX arrays).
@@ -246,6 +288,7 @@ def as_input_arrays(args: Sequence[Any], op: str,
                     f"({type(a).__name__}): {exc} Pass a numeric jax or "
                     "numpy array (numbax inputs are buffers; Python and "
                     "NumPy scalars are passed by value)") from exc
+        check_concrete_shape(x.shape, op, f"input {i}")
         if len(x.shape) == 0:
             raise ValueError(
                 f"{op}: input {i} is 0-d (a scalar array); Numba CUDA device "
