@@ -59,6 +59,13 @@ def prange_affine(x, out):
         out[i] = 2 * x[i] + 1
 
 
+@numba.njit(parallel=True)
+def prange_affine_range(begin, end, x, out):
+    for j in numba.prange(end - begin):
+        i = begin + j
+        out[i] = 2 * x[i] + 1
+
+
 @numba.njit
 def row_sum_plus(x, c, out):
     # x: (n, m), c: 0-d; out: (n,)

@@ -142,27 +142,41 @@ def test_grad_is_refused_naming_the_op():
 
 def test_four_parallel_true_ops_at_once_under_workqueue():
     # Numba's workqueue layer aborts the process ("Concurrent access has
-    # been detected") when two threads run parallel=True code at once, as
-    # four independent ops in one jit do from XLA's threads: numbax runs
-    # such kernels one at a time. In a child: an abort would end it.
+    # been detected") when two threads run parallel=True code at once: four
+    # independent ops in one jit, each spread over XLA's pool
+    # (parallel='xla'), called from two Python threads, do. numbax runs such
+    # kernels one at a time. In a child: an abort would end it.
     code = textwrap.dedent("""
+        import threading
         import jax, jax.numpy as jnp, numpy as np, numba, numbax
         import cpu_kernels as K
-        n = 1 << 20
-        op = numbax.numba_kernel(K.prange_affine,
-                                 jax.ShapeDtypeStruct((n,), jnp.float32))
-        f = jax.jit(lambda a, b, c, d: (op(a), op(b), op(c), op(d)))
+        n = 1 << 18
+        ops = [numbax.numba_kernel(k, jax.ShapeDtypeStruct((n,), jnp.float32),
+                                   **kw)
+               for k, kw in [(K.prange_affine_range,
+                              dict(launch_dims=n, parallel="xla"))] * 2
+               + [(K.prange_affine, {})] * 2]
+        f = jax.jit(lambda *xs: [op(x) for op, x in zip(ops, xs)])
         xs = [jnp.full(n, float(i), jnp.float32) for i in range(4)]
-        for _ in range(30):
-            ys = jax.block_until_ready(f(*xs))
-        for i, y in enumerate(ys):
-            assert np.array_equal(np.asarray(y), np.full(n, 2.0 * i + 1))
+        bad = []
+        def work():
+            for _ in range(30):
+                ys = jax.block_until_ready(f(*xs))
+                for i, y in enumerate(ys):
+                    if not np.array_equal(np.asarray(y),
+                                          np.full(n, 2.0 * i + 1)):
+                        bad.append(i)
+        threads = [threading.Thread(target=work) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not bad, bad
         assert numba.threading_layer() == "workqueue", numba.threading_layer()
         print("OK")
     """)
     env = dict(os.environ, JAX_PLATFORMS="cpu",
-               NUMBA_THREADING_LAYER="workqueue",
-               XLA_FLAGS="--xla_cpu_multi_thread_eigen=true")
+               NUMBA_THREADING_LAYER="workqueue")
     env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
                           text=True, env=env, timeout=600, cwd=HERE)
