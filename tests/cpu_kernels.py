@@ -78,12 +78,15 @@ def row_sum_plus(x, c, out):
 
 @numba.njit
 def batch_sum(x, out):
-    # The whole (batch, n) array at once (vmap_method='expand_dims').
-    for b in range(x.shape[0]):
-        s = 0.0
-        for j in range(x.shape[1]):
-            s += x[b, j]
-        out[b, 0] = s
+    # x (n,) and out (1,), or, given the batch (vmap_method='expand_dims'),
+    # x (batch, n) and out (batch, 1): row sums either way.
+    rows = x.reshape((-1, x.shape[-1]))
+    sums = out.reshape(-1)
+    for b in range(rows.shape[0]):
+        s = np.float32(0)
+        for j in range(rows.shape[1]):
+            s += rows[b, j]
+        sums[b] = s
 
 
 def numpy_affine(x):
