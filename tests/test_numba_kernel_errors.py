@@ -133,6 +133,16 @@ def test_refuses_bad_options():
                             input_output_aliases={0: 3})(jnp.ones(4, F32))
 
 
+def test_lowering_for_a_gpu_is_refused_naming_the_op():
+    op = numbax.numba_kernel(K.affine, spec((4,)))
+    with pytest.raises(NotImplementedError, match=r"numba_kernel\(.*affine\)"
+                       r": numba_kernel runs @njit kernels on JAX's CPU "
+                       "backend only"):
+        jax.export.export(jax.jit(op), platforms=["cuda"],
+                          disabled_checks=numbax.export_disabled_checks())(
+            spec((4,)))
+
+
 def test_grad_is_refused_naming_the_op():
     op = numbax.numba_kernel(K.affine, spec((4,)))
     with pytest.raises(ValueError, match=r"numba_kernel\(.*affine\) cannot "
