@@ -91,3 +91,13 @@ def batch_sum(x, out):
 
 def numpy_affine(x):
     return (2 * np.asarray(x) + 1).astype(np.asarray(x).dtype)
+
+
+def scale_shift_by(factor):
+    """An @njit kernel for one factor (a generator's closure): out = factor
+    * x + 1."""
+    @numba.njit
+    def kernel(x, out):
+        for i in range(out.size):
+            out[i] = factor * x[i] + 1
+    return kernel

@@ -240,3 +240,35 @@ def test_works_without_numba_cuda_or_cuda_bindings():
     """, env_extra={"NUMBA_ENABLE_CUDASIM": "0"})
     assert proc.returncode == 0 and "OK" in proc.stdout, (
         proc.stdout[-2000:] + proc.stderr[-3000:])
+
+
+def test_xla_custom_kernel_def_numba_kernel_is_one_primitive_with_cuda(rng):
+    # One XLACustomKernel with both kernels: on JAX's CPU backend the @njit
+    # one runs (the cpu default, even under the simulator); a GPU program
+    # would lower the CUDA one.
+    op = numbax.XLACustomKernel("numba_kernel_test_scale")
+    built = []
+
+    @op.def_numba_kernel
+    def _(*, factor, outs):
+        built.append(factor)
+        return numbax.numba_kernel(K.scale_shift_by(factor), outs)
+
+    @op.def_numba_cuda_kernel
+    def _(*, factor, outs):  # pragma: no cover - a GPU program's kernel
+        raise AssertionError("the CUDA kernel must not run on the CPU")
+    x = random_array(rng, (8, 32), np.float32)
+    out = jax.ShapeDtypeStruct((32,), F32)
+    assert_close(jax.jit(lambda v: op(v, outs=out, factor=3.0))(x[0]),
+                 3.0 * x[0] + 1.0)
+    f = jax.jit(jax.vmap(lambda v: op(v, outs=out, factor=2.0)))
+    assert_close(f(x), 2.0 * x + 1.0)
+    assert jax.jit(jax.vmap(lambda v: op(v, outs=out, factor=2.0))).lower(
+        x).as_text().count("numbax_cpu_kernel") == 1
+    assert built == [3.0, 2.0]
+    # A generator that returns the @njit kernel itself is refused.
+    bare = numbax.XLACustomKernel("numba_kernel_test_bare")
+    bare.def_numba_kernel(lambda *, outs: K.affine)
+    with pytest.raises(TypeError, match="returned the @njit kernel itself.*"
+                       r"numbax.numba_kernel\(kernel, outs\)"):
+        bare(x[0], outs=out)

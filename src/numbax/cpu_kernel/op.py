@@ -51,6 +51,10 @@ def _plan(op_ref, layout: wrapper.Layout, aliases: tuple, units: tuple):
 class NumbaKernel(ops.Op):
     """The function of JAX arrays returned by :func:`numba_kernel`."""
 
+    # jax.vmap runs the whole batch from one handler call (vmap.py): an
+    # XLACustomKernel vmaps the op rather than loop over it.
+    vmap_launches_batch = True
+
     def __init__(self, kernel, outs, *, vmap_method, input_output_aliases,
                  name, parallel, launch_dims, sharding_rule):
         self.kernel = kernel  # strong: the registry refers to it weakly
