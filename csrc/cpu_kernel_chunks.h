@@ -20,7 +20,8 @@ namespace numbax {
 // never more chunks than indices, never fewer than one.
 inline uint64_t ChunkCount(uint64_t total, int64_t threads) {
   if (total == 0) return 0;
-  const uint64_t workers = static_cast<uint64_t>(std::max<int64_t>(threads, 0)) + 1;
+  const uint64_t workers =
+      static_cast<uint64_t>(std::max<int64_t>(threads, 0)) + 1;
   return std::min<uint64_t>(total, workers * 4);
 }
 

@@ -68,11 +68,12 @@ ffi::ErrorOr<std::unique_ptr<CpuKernelSite>> CpuKernelSite::Create(
   GilScope gil;
   ++Counters().resolves;
   if (!g_cpu_kernel_resolver) {
-    error = "numbax is not imported in this process; import it and create "
-            "the numba_kernel op before running the program";
-  } else if (PyObject* t = PyObject_CallFunction(
-                 g_cpu_kernel_resolver, "s#", key.data(),
-                 static_cast<Py_ssize_t>(key.size()))) {
+    error =
+        "numbax is not imported in this process; import it and create "
+        "the numba_kernel op before running the program";
+  } else if (PyObject* t =
+                 PyObject_CallFunction(g_cpu_kernel_resolver, "s#", key.data(),
+                                       static_cast<Py_ssize_t>(key.size()))) {
     // (address, inputs, outputs, scalar bytes, range, batch axes,
     //  parallel, serialise, aliases, lead, trail, owner, diagnose)
     std::vector<int64_t> pairs;
@@ -103,8 +104,8 @@ ffi::ErrorOr<std::unique_ptr<CpuKernelSite>> CpuKernelSite::Create(
       for (size_t i = 0; i < pairs.size(); i += 2) {
         site->aliases_.push_back({pairs[i], pairs[i + 1]});
       }
-      error = CheckAliases(site->aliases_, site->num_inputs_,
-                           site->num_outputs_);
+      error =
+          CheckAliases(site->aliases_, site->num_inputs_, site->num_outputs_);
       // Each scalar in 16 bytes (a complex128 fits), 8-byte aligned.
       site->scalar_words_.assign(static_cast<size_t>(nbytes) / 8, 0);
       if (nbytes) std::memcpy(site->scalar_words_.data(), bytes, nbytes);
@@ -140,9 +141,10 @@ std::string CpuKernelSite::FailureMessage(
     const std::vector<int64_t>& ranks) const {
   std::string what = StatusText(status);
   if (!aliases_.empty()) {
-    what += " (numbax does not re-run it to show the exception: an aliased "
-            "input may already be changed; call the kernel on numpy "
-            "arrays to see it)";
+    what +=
+        " (numbax does not re-run it to show the exception: an aliased "
+        "input may already be changed; call the kernel on numpy "
+        "arrays to see it)";
     return OpMessage(OpKind::kCpuKernel, key_, what);
   }
   InterpreterUse use;
@@ -161,10 +163,10 @@ std::string CpuKernelSite::FailureMessage(
     }
     PyList_SET_ITEM(shapes, i, shape);
   }
-  PyObject* text = (addresses && shapes)
-                       ? PyObject_CallFunctionObjArgs(diagnose_, addresses,
-                                                      shapes, nullptr)
-                       : nullptr;
+  PyObject* text =
+      (addresses && shapes)
+          ? PyObject_CallFunctionObjArgs(diagnose_, addresses, shapes, nullptr)
+          : nullptr;
   Py_XDECREF(addresses);
   Py_XDECREF(shapes);
   if (text && PyUnicode_Check(text)) {
@@ -179,8 +181,9 @@ std::string CpuKernelSite::FailureMessage(
 
 namespace {
 
-ffi::ErrorOr<std::unique_ptr<CpuKernelSite>> Instantiate(
-    ffi::RemainingArgs, ffi::RemainingRets, std::string_view key) {
+ffi::ErrorOr<std::unique_ptr<CpuKernelSite>> Instantiate(ffi::RemainingArgs,
+                                                         ffi::RemainingRets,
+                                                         std::string_view key) {
   return CpuKernelSite::Create(key);
 }
 
@@ -276,9 +279,8 @@ ffi::Error Execute(ffi::ThreadPool pool, CpuKernelSite* site,
   }
   if (!site->aliases().empty()) {
     // An aliased output starts out holding its input's values (aliases.h).
-    const std::string bad =
-        KeepAliasedInputs(nullptr, nullptr, buffers, site->num_inputs(),
-                          site->aliases());
+    const std::string bad = KeepAliasedInputs(
+        nullptr, nullptr, buffers, site->num_inputs(), site->aliases());
     if (!bad.empty()) {
       return ffi::Error::Internal(
           OpMessage(OpKind::kCpuKernel, site->key(), bad));
@@ -298,8 +300,8 @@ ffi::Error Execute(ffi::ThreadPool pool, CpuKernelSite* site,
   }
   // range(total): the launch range, times the vmapped slices (counted on
   // output 0, which has every batch axis).
-  uint64_t total = site->range() >= 0 ? static_cast<uint64_t>(site->range())
-                                      : 1;
+  uint64_t total =
+      site->range() >= 0 ? static_cast<uint64_t>(site->range()) : 1;
   if (site->batch_ndim() > 0) {
     const BufferView& out0 = buffers[site->num_inputs()];
     for (int64_t d = 0; d < site->batch_ndim() && d < out0.rank; ++d) {
@@ -308,9 +310,8 @@ ffi::Error Execute(ffi::ThreadPool pool, CpuKernelSite* site,
   }
   if (total == 0) return ffi::Error::Success();
   const int32_t status =
-      site->parallel()
-          ? RunOnPool(pool, *site, data.data(), dims.data(), total)
-          : RunPart(*site, data.data(), dims.data(), 0, total);
+      site->parallel() ? RunOnPool(pool, *site, data.data(), dims.data(), total)
+                       : RunPart(*site, data.data(), dims.data(), 0, total);
   if (status == 0) return ffi::Error::Success();
   std::vector<int64_t> ranks(n);
   for (size_t i = 0; i < n; ++i) ranks[i] = buffers[i].rank;
@@ -320,8 +321,7 @@ ffi::Error Execute(ffi::ThreadPool pool, CpuKernelSite* site,
 }  // namespace
 }  // namespace numbax
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NumbaxCpuKernelInstantiate,
-                              numbax::Instantiate,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NumbaxCpuKernelInstantiate, numbax::Instantiate,
                               numbax::BindInstantiate());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(

@@ -21,8 +21,8 @@ namespace numbax {
 // the call's scalars), each buffer's extents, and the part [begin, end) of
 // the call's range to run. Returns a WrapperStatus (cpu_kernel_chunks.h).
 using CpuKernelWrapper = int32_t (*)(void* const* data,
-                                     const int64_t* const* dims,
-                                     uint64_t begin, uint64_t end);
+                                     const int64_t* const* dims, uint64_t begin,
+                                     uint64_t end);
 
 // One numba_kernel custom call of a compiled program, built at XLA's
 // instantiate stage from what the key resolves to.
@@ -56,8 +56,7 @@ class CpuKernelSite {
   // The error of a call whose wrapper returned `status`: names the op, and
   // holds the kernel's exception when a diagnostic re-run in Python may
   // say it (no aliased input, which the failed run may have changed).
-  std::string FailureMessage(int32_t status,
-                             const std::vector<void*>& data,
+  std::string FailureMessage(int32_t status, const std::vector<void*>& data,
                              const std::vector<const int64_t*>& dims,
                              const std::vector<int64_t>& ranks) const;
 

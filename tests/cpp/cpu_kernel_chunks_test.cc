@@ -14,7 +14,7 @@ TEST(CpuKernelChunks, CountIsAFewPerThreadNeverMoreThanTheRange) {
   EXPECT_EQ(ChunkCount(0, 8), 0u);
   EXPECT_EQ(ChunkCount(1, 8), 1u);
   EXPECT_EQ(ChunkCount(3, 8), 3u);
-  EXPECT_EQ(ChunkCount(1000, 1), 8u);   // 2 workers (pool + caller) x 4
+  EXPECT_EQ(ChunkCount(1000, 1), 8u);  // 2 workers (pool + caller) x 4
   EXPECT_EQ(ChunkCount(1000, 15), 64u);
   // No pool (0 threads, or an error read as -1): the caller alone.
   EXPECT_EQ(ChunkCount(1000, 0), 4u);

@@ -86,7 +86,7 @@ def _source(layout: Layout) -> str:
     k = layout.batch_ndim
     lines = ["def numbax_wrapper(ptrs, dims, begin, end):", "    try:"]
     names = []
-    for i, (dtype, rank) in enumerate(layout.buffers):
+    for i, (_, rank) in enumerate(layout.buffers):
         ext = [f"dims[{i}][{d}]" for d in range(rank)]
         if layout.batched[i] and k:
             ext = [" * ".join(ext[:k])] + ext[k:]
