@@ -33,7 +33,10 @@ def batch_rule(args, dims, *, op, out_shapes, scalars, aliases, batched,
                batch_ndim, rule, vmap_only):
     size = batch_size(args, dims)
     aliased = {i for i, _ in aliases}
-    new_args, new_batched, flags = [], [], []
+    new_args: list = []
+    new_batched: list[bool] = []
+    # Per input: True (batched along this level's axis), None (no axis).
+    flags: list[bool | None] = []
     # An input broadcast to the inner batch axes no longer fits the inner
     # levels' rule: only this level's axis is then split.
     keep_rule = True
