@@ -11,6 +11,12 @@ def affine(x, out):
         out[i] = 2 * x[i] + 1
 
 
+@numba.njit(cache=True)
+def cached_affine(x, out):
+    for i in range(out.size):
+        out[i] = 2 * x[i] + 1
+
+
 @numba.njit
 def affine_range(begin, end, x, out):
     for i in range(begin, end):

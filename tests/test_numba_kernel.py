@@ -272,3 +272,24 @@ def test_xla_custom_kernel_def_numba_kernel_is_one_primitive_with_cuda(rng):
     with pytest.raises(TypeError, match="returned the @njit kernel itself.*"
                        r"numbax.numba_kernel\(kernel, outs\)"):
         bare(x[0], outs=out)
+
+
+def test_cache_true_kernels_wrappers_load_from_numbas_cache(tmp_path):
+    # A cache=True kernel's wrapper goes to Numba's cache: the second fresh
+    # process loads it (the cfunc's cache hit) instead of compiling.
+    code = """
+        import jax, jax.numpy as jnp, numpy as np, numbax
+        import cpu_kernels as K
+        op = numbax.numba_kernel(K.cached_affine,
+                                 jax.ShapeDtypeStruct((64,), jnp.float32))
+        y = jax.jit(op)(jnp.arange(64, dtype=jnp.float32))
+        assert np.array_equal(np.asarray(y), 2 * np.arange(64) + 1)
+        (cfunc,) = op._wrappers.values()
+        print("HITS", cfunc.cache_hits)
+    """
+    hits = []
+    for _ in range(2):
+        proc = _child(code, env_extra={"NUMBA_CACHE_DIR": str(tmp_path)})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        hits.append(int(proc.stdout.split("HITS")[1].split()[0]))
+    assert hits == [0, 1], hits

@@ -137,7 +137,14 @@ def signature():
 
 
 def compile_wrapper(kernel: Any, layout: Layout) -> Any:
-    """The compiled cfunc (keep it alive while its address is in use)."""
+    """The compiled cfunc (keep it alive while its address is in use).
+
+    For a kernel Numba caches (``@njit(cache=True)``) the wrapper is cached
+    too: its source is written into the kernel's cache directory, under a
+    name that hashes everything the compiled code depends on (the layout,
+    the kernel's source file, its stamp and bytecode, Numba's version), and
+    compiled with ``cfunc(cache=True)``, so a later process loads it from
+    Numba's cache instead of compiling (docs/warm_start.md)."""
     import numba
     namespace: dict = {"carray": numba.carray, "kernel": kernel,
                        "uint64": numba.uint64}
@@ -145,9 +152,63 @@ def compile_wrapper(kernel: Any, layout: Layout) -> Any:
         namespace[f"t{i}"] = np.dtype(dtype)
     for j, v in enumerate(layout.scalars):
         namespace[f"st{j}"] = np.asarray(v).dtype
-    exec(compile(_source(layout), "<numbax numba_kernel wrapper>", "exec"),
-         namespace)
+    source = _source(layout)
+    cached = _cached_module(kernel, layout, source, namespace)
+    if cached is not None:
+        return numba.cfunc(signature(), cache=True)(cached)
+    exec(compile(source, "<numbax numba_kernel wrapper>", "exec"), namespace)
     return numba.cfunc(signature())(namespace["numbax_wrapper"])
+
+
+def _cached_module(kernel: Any, layout: Layout, source: str,
+                   namespace: dict) -> Any:
+    """The wrapper function loaded from a source file in the kernel's cache
+    directory (written now if missing), or None: the kernel is not cached,
+    or the directory is not writable (the wrapper is then compiled as
+    always)."""
+    import hashlib
+    import importlib.util
+    import inspect
+    import os
+    import sys
+
+    import numba
+    cache = getattr(kernel, "_cache", None)
+    directory = getattr(cache, "_cache_path", None)
+    if directory is None or type(cache).__name__ == "NullCache":
+        return None
+    py_func = kernel.py_func
+    if py_func.__closure__:
+        # A closure's captured values are not in the name's hash: two
+        # closures of one factory would share a wrapper.
+        return None
+    try:
+        path = inspect.getfile(py_func)
+        stamp = os.stat(path).st_mtime_ns
+        code = py_func.__code__
+        digest = hashlib.sha256(repr((
+            layout, source, path, stamp, code.co_code, code.co_consts,
+            py_func.__qualname__, numba.__version__)).encode()).hexdigest()
+        name = f"numbax_cpu_wrapper_{py_func.__name__}_{digest[:20]}"
+        file = os.path.join(directory, name + ".py")
+        if not os.path.exists(file):
+            os.makedirs(directory, exist_ok=True)
+            tmp = f"{file}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(source)
+            os.replace(tmp, file)  # atomic: readers see all or nothing
+        spec = importlib.util.spec_from_file_location(name, file)
+        if spec is None or spec.loader is None:
+            return None
+        module = importlib.util.module_from_spec(spec)
+        module.__dict__.update(namespace)
+        # Numba's cache finds a function's module by name. Executed anew
+        # for each wrapper: its globals are this kernel object's.
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module.numbax_wrapper
+    except OSError:
+        return None
 
 
 def _array(address: int, shape: tuple, dtype) -> np.ndarray:
