@@ -242,7 +242,11 @@ class NumbaKernel(ops.Op):
                      if not scalar_args.is_scalar(a)]
         inputs = [_input_array(a, op, p) for a, p in zip(arrays, positions)]
         out_specs, out_tree, wide = self._resolve(inputs, scalars)
-        checks.check_x64(wide, op)
+        narrow = checks.narrowed_x64(wide, op, self)
+        if narrow:
+            # x64 off: XLA allocates the 32-bit types (as JAX does, with a
+            # warning), and the kernel is compiled for them.
+            out_specs = checks.narrow_specs(out_specs, narrow)
         for j, s in enumerate(out_specs):
             _numba_dtype(s.dtype, op, f"output {j}")
         aliases = checks.check_aliases(self.input_output_aliases, inputs,
