@@ -14,6 +14,7 @@
 #include "callable_handler.h"
 #include "configure_hook.h"
 #include "counters.h"
+#include "cpu_kernel_handler.h"
 #include "cuda_driver.h"
 #include "device_binding.h"
 #include "fast_launch.h"
@@ -91,6 +92,17 @@ NB_MODULE(_core, m) {
     return d;
   });
   m.def("kernel_site_type", &TypeRegistration<numbax::KernelSite>);
+  m.def("cpu_kernel_handlers", [] {
+    nb::dict d;
+    d["instantiate"] = HandlerCapsule(NumbaxCpuKernelInstantiate);
+    d["execute"] = HandlerCapsule(NumbaxCpuKernelExecute);
+    return d;
+  });
+  m.def("cpu_kernel_site_type", &TypeRegistration<numbax::CpuKernelSite>);
+  m.def(
+      "set_cpu_kernel_resolver",
+      [](nb::object resolver) { numbax::SetCpuKernelResolver(resolver.ptr()); },
+      "Sets the function that resolves numba_kernel keys at instantiate.");
   numbax::BindLaunchPlan(m);
 
   // An NVTX tool (Nsight Systems, Nsight Compute) set NVTX_INJECTION64_PATH

@@ -41,8 +41,9 @@ std::string TakePythonError() {
 
 std::string OpMessage(OpKind kind, std::string_view key,
                       std::string_view what) {
-  std::string_view noun =
-      kind == OpKind::kKernel ? "numbax kernel '" : "numbax op '";
+  std::string_view noun = kind == OpKind::kKernel      ? "numbax kernel '"
+                          : kind == OpKind::kCpuKernel ? "numbax numba_kernel '"
+                                                       : "numbax op '";
   std::string_view mode =
       kind == OpKind::kCapture ? "' (capture=True): " : "': ";
   std::string text;

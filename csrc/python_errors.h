@@ -20,7 +20,8 @@ std::string TakePythonError();
 //   kCallable  numba_cuda_callable         "numbax op 'KEY': "
 //   kCapture   the same with capture=True  "numbax op 'KEY' (capture=True): "
 //   kKernel    numba_cuda_kernel           "numbax kernel 'KEY': "
-enum class OpKind { kCallable, kCapture, kKernel };
+//   kCpuKernel numba_kernel                "numbax numba_kernel 'KEY': "
+enum class OpKind { kCallable, kCapture, kKernel, kCpuKernel };
 
 // `what`, prefixed with the op it is about. Built only when an error is
 // returned: never on a call that succeeds.

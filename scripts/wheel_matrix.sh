@@ -55,7 +55,8 @@ DEFAULT_ROWS=("0.10.2:all:3.11" "0.8.1:subset:3.11"
 # shardings in 0.12 than in 0.10), so every row runs them (about 40 s).
 SUBSET=(tests/test_callable.py tests/test_kernel.py tests/test_custom_kernel.py
         tests/test_export.py tests/test_versions.py tests/test_scale_out.py
-        tests/test_sharding.py)
+        tests/test_sharding.py tests/test_numba_kernel.py
+        tests/test_numba_kernel_vmap.py tests/test_numba_kernel_errors.py)
 WORK=${NUMBAX_MATRIX_DIR:-/tmp/numbax-matrix}
 CORES=$(nproc 2>/dev/null || echo 2)
 # One job more than the cores: a pytest run keeps about 80% of a core busy

@@ -24,7 +24,7 @@ MAX_MODULES_PER_FOLDER = 12
 # extension and the generated version files, which import nothing of
 # numbax; "api" is the package's face (numbax/__init__.py, cli.py,
 # export.py, diagnostics.py); bench/ is a tool built on all of it.
-FAMILIES = ("kernel", "callable", "custom_kernel")
+FAMILIES = ("kernel", "callable", "custom_kernel", "cpu_kernel")
 SHARED = ("compilers", "trace", "runtime", "leaf")
 MAY_IMPORT = {
     "leaf": set(),

@@ -15,6 +15,7 @@ from .runtime.numba_bridge import simulator_enabled  # noqa: E402
 if _jax_problem is None:
     from .callable import numba_cuda_callable
     from .kernel import numba_cuda_kernel
+    from .cpu_kernel import numba_kernel
     from .custom_kernel import XLACustomKernel
     from .export import export_disabled_checks
     from .diagnostics import (bridge_counters, clear_caches, graph_cache_size,
@@ -25,6 +26,7 @@ __all__ = [
     "__version__",
     "numba_cuda_callable",
     "numba_cuda_kernel",
+    "numba_kernel",
     "export_disabled_checks",
     "XLACustomKernel",
     "bridge_counters",

@@ -11,6 +11,13 @@ def call_site_types() -> dict: ...
 
 def kernel_site_type() -> dict: ...
 
+def cpu_kernel_handlers() -> dict: ...
+
+def cpu_kernel_site_type() -> dict: ...
+
+def set_cpu_kernel_resolver(arg: object, /) -> None:
+    """Sets the function that resolves numba_kernel keys at instantiate."""
+
 class LaunchPlan:
     """
     What one numba_cuda_kernel launch needs, built by numbax at XLA's instantiate stage and read by the C++ handler on every call. Keyword arguments only.

@@ -3,8 +3,8 @@
 op.py is the public class; op.py's docstring lists what lives beside it.
 """
 
-from .kernels import NUMBA_CUDA
+from .kernels import NUMBA, NUMBA_CUDA
 from .op import XLACustomKernel
 from .differentiation import is_undefined_primal
 
-__all__ = ["XLACustomKernel", "is_undefined_primal", "NUMBA_CUDA"]
+__all__ = ["XLACustomKernel", "is_undefined_primal", "NUMBA", "NUMBA_CUDA"]

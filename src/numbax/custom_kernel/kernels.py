@@ -36,6 +36,10 @@ from .sharding import wrap_error
 #: The backend name of kernels registered with ``def_numba_cuda_kernel``
 #: (public as ``numbax.custom_kernel.NUMBA_CUDA``).
 NUMBA_CUDA = "numba_cuda"
+#: The backend name of kernels registered with ``def_numba_kernel`` (a
+#: ``numbax.numba_kernel`` op on JAX's CPU backend; public as
+#: ``numbax.custom_kernel.NUMBA``).
+NUMBA = "numba"
 
 # The platforms users name (the lowering platforms JAX uses for them are in
 # primitive.py).
@@ -72,6 +76,14 @@ def canonical_platform(platform: Any, label: str, method: str) -> str:
     raise ValueError(
         f"{label}: {method}: platform must be 'cpu' or 'gpu' ('cuda' is "
         f"accepted for 'gpu'), got {platform!r}")
+
+
+def _is_njit(fn: Any) -> bool:
+    """Whether `fn` is a Numba @njit dispatcher (numba not imported here:
+    such a kernel exists only once numba is)."""
+    import sys
+    registry = sys.modules.get("numba.core.registry")
+    return registry is not None and isinstance(fn, registry.CPUDispatcher)
 
 
 class KernelTable:
@@ -267,6 +279,13 @@ class KernelTable:
                 "return numbax.numba_cuda_kernel(kernel, outs, "
                 "launch_dims=...) (or grid=..., block=...) instead, the op "
                 "that launches it on JAX's arrays")
+        if _is_njit(fn):
+            # Callable too, but Numba cannot type JAX's tracers.
+            raise TypeError(
+                f"{label}: the kernel generator of backend '{backend}' "
+                f"(platform '{platform}') returned the @njit kernel itself, "
+                "which JAX cannot call; return numbax.numba_kernel(kernel, "
+                "outs) instead, the op that runs it on JAX's arrays")
         if not callable(fn):
             raise TypeError(
                 f"{label}: the kernel generator of backend '{backend}' "

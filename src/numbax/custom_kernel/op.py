@@ -49,7 +49,7 @@ import numpy as np
 from ..runtime import registry
 from ..trace import checks, shape_fns
 from . import differentiation, primitive, vmap
-from .kernels import NUMBA_CUDA, KernelTable, canonical_platform
+from .kernels import NUMBA, NUMBA_CUDA, KernelTable, canonical_platform
 from .sharding import ShardingRule
 
 _names_lock = threading.Lock()
@@ -176,6 +176,32 @@ class XLACustomKernel:
           TypeError: ``kernel_generator`` is not callable.
         """
         return self.def_kernel("gpu", kernel_generator, backend=NUMBA_CUDA,
+                               asdefault=asdefault)
+
+    def def_numba_kernel(self, kernel_generator: Callable,
+                         asdefault: bool = False) -> Callable:
+        """Registers the ``numba`` kernel for the ``cpu`` platform.
+
+        ``kernel_generator(**static_kwargs, outs=outs)`` is called when a
+        call is lowered for JAX's CPU backend (once per distinct static
+        arguments and ``outs``) and returns what runs there: typically a
+        ``numbax.numba_kernel(njit_kernel, outs, ...)``. With
+        :meth:`def_numba_cuda_kernel` too, the op is one primitive on both
+        platforms: this kernel on the CPU (the default there, unless another
+        ``cpu`` kernel was registered first), the CUDA one on a GPU.
+
+        Args:
+          kernel_generator: the generator described above.
+          asdefault: make it the default kernel of the ``cpu`` platform (the
+            first kernel registered for a platform is its default anyway).
+
+        Returns:
+          ``kernel_generator``, so this works as a decorator.
+
+        Raises:
+          TypeError: ``kernel_generator`` is not callable.
+        """
+        return self.def_kernel("cpu", kernel_generator, backend=NUMBA,
                                asdefault=asdefault)
 
     def def_kernel(self, platform: str, kernel_generator: Callable, *,

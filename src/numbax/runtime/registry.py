@@ -372,8 +372,8 @@ def ambiguous_export_error(op: str, key: str,
 
 
 def _missing(key: str, kind: str, why: str = "") -> KeyError:
-    maker = ("numba_cuda_callable" if kind == "callable"
-             else "numba_cuda_kernel")
+    maker = {"callable": "numba_cuda_callable",
+             "numba_kernel": "numba_kernel"}.get(kind, "numba_cuda_kernel")
     return KeyError(
         f"numbax {kind} '{key}' is not registered in this process. {why}"
         f"Create the same op (numbax.{maker}(...) with the same function or "
@@ -385,10 +385,14 @@ def _missing(key: str, kind: str, why: str = "") -> KeyError:
 
 
 def _kind_of(key: str) -> str:
-    """'kernel' for a numba_cuda_kernel's key, else 'callable'."""
+    """'kernel' for a numba_cuda_kernel's key, 'numba_kernel' for a
+    numba_kernel's, else 'callable'."""
     parsed = keys.split_key(key)
     if parsed is not None and keys.config_of(parsed[0]).startswith("kernel;"):
         return "kernel"
+    if parsed is not None and keys.config_of(parsed[0]).startswith(
+            "cpu_kernel;"):
+        return "numba_kernel"
     return "callable"
 
 
@@ -462,7 +466,7 @@ def _build_entry(key, group_key, call, member, kind, platform):
         # The op builds it from the call spec: shapes, and what shape
         # functions returned and the scalars where the op has them.
         entry = op.entry_for_call(key, call, platform)
-    elif kind == "kernel":
+    elif kind in ("kernel", "numba_kernel"):
         raise _missing(key, kind, "The op was garbage-collected. ")
     else:
         fields = keys.spec_fields(call)
@@ -544,6 +548,15 @@ def _resolve_kernel(key: str):
     return entry.plan()
 
 
+def _resolve_cpu_kernel(key: str):
+    """Called by C++ at XLA's instantiate stage: a numba_kernel's plan (its
+    compiled wrapper's address and what the handler needs to call it)."""
+    entry = _lookup(key, "cpu", "numba_kernel")
+    if not isinstance(entry, KernelEntry) or entry.owner_ref() is None:
+        raise _missing(key, "numba_kernel")
+    return entry.plan()
+
+
 def registry_size() -> tuple[int, int]:
     """(callables, kernels) registered now: for tests and diagnostics."""
     with _lock:
@@ -557,4 +570,5 @@ def registry_size() -> tuple[int, int]:
 # created its ops reaches numbax's handlers. Elsewhere ("plugin callback",
 # "none": jax 0.8, 0.9, 0.11) JAX must have started (jax.devices()) before
 # the ops are created, or one op must have been traced (docs/export.md).
-BACKEND_REGISTRATION = targets.install(_resolve_callable, _resolve_kernel)
+BACKEND_REGISTRATION = targets.install(_resolve_callable, _resolve_kernel,
+                                       _resolve_cpu_kernel)

@@ -24,18 +24,22 @@ from . import compat, guard, numba_bridge
 CALLABLE_TARGET = "numbax_callable"
 CAPTURE_TARGET = "numbax_callable_capture"
 KERNEL_TARGET = "numbax_kernel"
+# numba_kernel: a Numba @njit kernel on JAX's CPU backend (cpu_kernel/).
+CPU_KERNEL_TARGET = "numbax_cpu_kernel"
 # The same handlers under the names of calls XLA may split (a sharding rule,
 # batch_partitionable=True, or jax.vmap's axis: trace/sharding_rules.py): XLA
 # registers these names as batch-partitionable, so they need their own.
 CALLABLE_BATCH_TARGET = "numbax_callable_batch"
 CAPTURE_BATCH_TARGET = "numbax_callable_capture_batch"
 KERNEL_BATCH_TARGET = "numbax_kernel_batch"
+CPU_KERNEL_BATCH_TARGET = "numbax_cpu_kernel_batch"
 BATCH_TARGETS = {CALLABLE_TARGET: CALLABLE_BATCH_TARGET,
                  CAPTURE_TARGET: CAPTURE_BATCH_TARGET,
-                 KERNEL_TARGET: KERNEL_BATCH_TARGET}
+                 KERNEL_TARGET: KERNEL_BATCH_TARGET,
+                 CPU_KERNEL_TARGET: CPU_KERNEL_BATCH_TARGET}
 ALL_TARGETS = (CALLABLE_TARGET, CAPTURE_TARGET, KERNEL_TARGET,
-               CALLABLE_BATCH_TARGET, CAPTURE_BATCH_TARGET,
-               KERNEL_BATCH_TARGET)
+               CPU_KERNEL_TARGET, CALLABLE_BATCH_TARGET, CAPTURE_BATCH_TARGET,
+               KERNEL_BATCH_TARGET, CPU_KERNEL_BATCH_TARGET)
 
 # Guards the registration state below (the registry's entries have a lock
 # of their own).
@@ -47,7 +51,7 @@ _batch_declared = False
 _log = logging.getLogger("numbax")
 # What C++ calls at XLA's instantiate stage to resolve a program's key
 # (registry.py): set by install(), before any registration can run.
-_resolvers: tuple[Callable, Callable] | None = None
+_resolvers: tuple[Callable, Callable, Callable] | None = None
 
 
 def _install_python_hooks() -> None:
@@ -55,7 +59,7 @@ def _install_python_hooks() -> None:
     if _hooks_installed:
         return
     assert _resolvers is not None, "runtime/registry.py installs the resolvers"
-    resolve_callable, resolve_kernel = _resolvers
+    resolve_callable, resolve_kernel, resolve_cpu_kernel = _resolvers
     _core.set_python_hooks(
         resolve=resolve_callable,
         device_array=numba_bridge.device_array_hook,
@@ -65,6 +69,7 @@ def _install_python_hooks() -> None:
         format_exception=numba_bridge.format_exception_hook,
     )
     _core.set_kernel_resolver(resolve_kernel)
+    _core.set_cpu_kernel_resolver(resolve_cpu_kernel)
     # A capture-mode func that reads device memory on the host while it is
     # recorded is never captured (csrc/capture_handler.cc, kHostRead).
     try:
@@ -105,6 +110,14 @@ def _register_platform(platform: str, plugin_c_api: Any = None) -> None:
                        CAPTURE_BATCH_TARGET):
             jax.ffi.register_ffi_target(
                 target, callable_handlers["cpu"], platform="cpu")
+        # numba_kernel runs on the CPU only (a GPU program refuses it when
+        # it is lowered, cpu_kernel/primitive.py).
+        jax.ffi.register_ffi_type(
+            "numbax.CpuKernelSite", _core.cpu_kernel_site_type(),
+            platform="cpu")
+        for target in (CPU_KERNEL_TARGET, CPU_KERNEL_BATCH_TARGET):
+            jax.ffi.register_ffi_target(
+                target, _core.cpu_kernel_handlers(), platform="cpu")
     else:
         jax.ffi.register_ffi_type(
             "numbax.CudaCallSite", site_types["cuda"], platform="CUDA")
@@ -280,9 +293,11 @@ def _install_compile_listener() -> bool:
     return True
 
 
-def install(resolve_callable: Callable, resolve_kernel: Callable) -> str:
+def install(resolve_callable: Callable, resolve_kernel: Callable,
+            resolve_cpu_kernel: Callable) -> str:
     """Takes the resolvers C++ calls at XLA's instantiate stage (a callable's
-    key -> its func, a kernel's key -> its launch plan), then arranges for
+    key -> its func, a kernel's key -> its launch plan, a numba_kernel's key
+    -> its wrapper's plan), then arranges for
     the targets to be registered as JAX starts its backends; returns which
     mechanism was used (registry.BACKEND_REGISTRATION).
 
@@ -290,7 +305,7 @@ def install(resolve_callable: Callable, resolve_kernel: Callable) -> str:
     when a backend has already started (numbax imported after
     jax.devices()), and the hook reaches both resolvers."""
     global _resolvers
-    _resolvers = (resolve_callable, resolve_kernel)
+    _resolvers = (resolve_callable, resolve_kernel, resolve_cpu_kernel)
     mechanism = _install_backend_hook()
     if mechanism != "backend hook":
         _install_compile_listener()

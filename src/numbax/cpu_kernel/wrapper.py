@@ -1,0 +1,261 @@
+"""The @cfunc wrapper numbax generates around a numba_kernel's @njit kernel.
+
+XLA's CPU handler (csrc/cpu_kernel_handler.cc) calls the wrapper's address
+with the buffers' data addresses and extents and a part [begin, end) of the
+call's range; the wrapper builds C-contiguous Numba arrays over the buffers
+(``numba.carray``, extents read at run time, so a shard of any size works),
+and calls the kernel natively: no Python, no GIL. One wrapper is compiled
+per kernel, argument types, batch layout and launch range.
+
+A Numba cfunc swallows a Python exception (it prints it and returns as if
+nothing happened), so the wrapper catches every exception itself and
+returns a status (cpu_kernel_chunks.h, WrapperStatus): the handler makes it
+an XLA error, whose text comes from :func:`diagnose`, a re-run in Python.
+
+The loops over a sub-range use ``numba.uint64`` indices: signed ones over a
+sub-range stop LLVM vectorising them (measured 4x slower, docs/anchors).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: The wrapper's statuses (csrc/cpu_kernel_chunks.h).
+OK, RAISED = 0, 1
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a wrapper is compiled for (and what diagnose re-runs).
+
+    Attributes:
+      args: per kernel argument before the outputs, in order: ("a", i) for
+        input buffer i, ("s", j) for scalar j.
+      buffers: per buffer (inputs, then outputs): (dtype, rank as passed).
+      batched: per buffer, whether it has the call's `batch_ndim` leading
+        batch axes that the wrapper loops over (outputs always do when
+        batch_ndim > 0).
+      batch_ndim: leading batch axes of a per-slice vmapped call (0: none).
+      scalars: the scalars' values, in order.
+      range_n: the launch range (launch_dims), or -1 for none: the kernel
+        then takes no (begin, end) first.
+      n_inputs: how many input buffers.
+    """
+    args: tuple
+    buffers: tuple
+    batched: tuple
+    batch_ndim: int
+    scalars: tuple
+    range_n: int
+    n_inputs: int
+
+
+def scalar_blob(scalars) -> bytes:
+    """The scalars' values as the handler keeps them: 16 bytes each."""
+    out = b""
+    for v in scalars:
+        raw = np.asarray(v, dtype=np.asarray(v).dtype).tobytes()
+        out += raw.ljust(16, b"\0")
+    return out
+
+
+def slice_types(layout: Layout) -> tuple:
+    """The Numba types the kernel is called with: (begin, end) if it has a
+    range, the inputs and scalars in order, then the outputs."""
+    import numba
+    from numba import types
+
+    def array_type(i):
+        dtype, rank = layout.buffers[i]
+        if layout.batched[i]:
+            rank -= layout.batch_ndim
+        return types.Array(numba.from_dtype(np.dtype(dtype)), rank, "C")
+    head = (types.uint64, types.uint64) if layout.range_n >= 0 else ()
+    ins = tuple(array_type(i) if kind == "a" else
+                numba.typeof(layout.scalars[i]) for kind, i in layout.args)
+    outs = tuple(array_type(layout.n_inputs + j) for j in
+                 range(len(layout.buffers) - layout.n_inputs))
+    return head + ins + outs
+
+
+def _source(layout: Layout) -> str:
+    k = layout.batch_ndim
+    lines = ["def numbax_wrapper(ptrs, dims, begin, end):", "    try:"]
+    names = []
+    for i, (_, rank) in enumerate(layout.buffers):
+        ext = [f"dims[{i}][{d}]" for d in range(rank)]
+        if layout.batched[i] and k:
+            ext = [" * ".join(ext[:k])] + ext[k:]
+        shape = "(" + "".join(e + ", " for e in ext) + ")"
+        lines.append(f"        b{i} = carray(ptrs[{i}], {shape}, t{i})")
+        names.append(f"b{i}")
+    nb = len(layout.buffers)
+    for j in range(len(layout.scalars)):
+        lines.append(f"        s{j} = carray(ptrs[{nb + j}], (1,), st{j})[0]")
+
+    def arg(i):
+        if not (layout.batched[i] and k):
+            return names[i]
+        if layout.buffers[i][1] - k == 0:  # a slice of a 0-d argument
+            return f"{names[i]}[b:b + one].reshape(())"
+        return f"{names[i]}[b]"
+    call_args = [arg(i) if kind == "a" else f"s{i}"
+                 for kind, i in layout.args]
+    call_args += [arg(layout.n_inputs + j)
+                  for j in range(nb - layout.n_inputs)]
+    one = "        one = uint64(1)"
+    if layout.range_n < 0 and not k:
+        lines.append(f"        kernel({', '.join(call_args)})")
+    elif layout.range_n < 0:
+        lines += [one, "        for b in range(begin, end):",
+                  f"            kernel({', '.join(call_args)})"]
+    elif not k:
+        lines.append(f"        kernel(begin, end, {', '.join(call_args)})")
+    else:
+        lines += [one, f"        n = uint64({layout.range_n})",
+                  "        b = begin // n",
+                  "        while b * n < end:",
+                  "            lo = max(begin, b * n) - b * n",
+                  "            hi = min(end, b * n + n) - b * n",
+                  f"            kernel(lo, hi, {', '.join(call_args)})",
+                  "            b += one"]
+    lines += [f"        return {OK}", "    except Exception:",
+              f"        return {RAISED}"]
+    return "\n".join(lines) + "\n"
+
+
+def signature():
+    """The wrapper's C signature (cpu_kernel_handler.h, CpuKernelWrapper)."""
+    from numba import types
+    return types.int32(types.CPointer(types.voidptr),
+                       types.CPointer(types.CPointer(types.int64)),
+                       types.uint64, types.uint64)
+
+
+def compile_wrapper(kernel: Any, layout: Layout) -> Any:
+    """The compiled cfunc (keep it alive while its address is in use).
+
+    For a kernel Numba caches (``@njit(cache=True)``) the wrapper is cached
+    too: its source is written into the kernel's cache directory, under a
+    name that hashes everything the compiled code depends on (the layout,
+    the kernel's source file, its stamp and bytecode, Numba's version), and
+    compiled with ``cfunc(cache=True)``, so a later process loads it from
+    Numba's cache instead of compiling (docs/warm_start.md)."""
+    import numba
+    namespace: dict = {"carray": numba.carray, "kernel": kernel,
+                       "uint64": numba.uint64}
+    for i, (dtype, _) in enumerate(layout.buffers):
+        namespace[f"t{i}"] = np.dtype(dtype)
+    for j, v in enumerate(layout.scalars):
+        namespace[f"st{j}"] = np.asarray(v).dtype
+    source = _source(layout)
+    cached = _cached_module(kernel, layout, source, namespace)
+    if cached is not None:
+        return numba.cfunc(signature(), cache=True)(cached)
+    exec(compile(source, "<numbax numba_kernel wrapper>", "exec"), namespace)
+    return numba.cfunc(signature())(namespace["numbax_wrapper"])
+
+
+def _cached_module(kernel: Any, layout: Layout, source: str,
+                   namespace: dict) -> Any:
+    """The wrapper function loaded from a source file in the kernel's cache
+    directory (written now if missing), or None: the kernel is not cached,
+    or the directory is not writable (the wrapper is then compiled as
+    always)."""
+    import hashlib
+    import importlib.util
+    import inspect
+    import os
+    import sys
+
+    import numba
+    cache = getattr(kernel, "_cache", None)
+    directory = getattr(cache, "_cache_path", None)
+    if directory is None or type(cache).__name__ == "NullCache":
+        return None
+    py_func = kernel.py_func
+    if py_func.__closure__:
+        # A closure's captured values are not in the name's hash: two
+        # closures of one factory would share a wrapper.
+        return None
+    try:
+        path = inspect.getfile(py_func)
+        stamp = os.stat(path).st_mtime_ns
+        code = py_func.__code__
+        digest = hashlib.sha256(repr((
+            layout, source, path, stamp, code.co_code, code.co_consts,
+            py_func.__qualname__, numba.__version__)).encode()).hexdigest()
+        name = f"numbax_cpu_wrapper_{py_func.__name__}_{digest[:20]}"
+        file = os.path.join(directory, name + ".py")
+        if not os.path.exists(file):
+            os.makedirs(directory, exist_ok=True)
+            tmp = f"{file}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(source)
+            os.replace(tmp, file)  # atomic: readers see all or nothing
+        spec = importlib.util.spec_from_file_location(name, file)
+        if spec is None or spec.loader is None:
+            return None
+        module = importlib.util.module_from_spec(spec)
+        module.__dict__.update(namespace)
+        # Numba's cache finds a function's module by name. Executed anew
+        # for each wrapper: its globals are this kernel object's.
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module.numbax_wrapper
+    except OSError:
+        return None
+
+
+def _array(address: int, shape: tuple, dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if n == 0:
+        return np.zeros(shape, dtype)
+    buf = (ctypes.c_char * n).from_address(address)
+    return np.frombuffer(buf, dtype=dtype).reshape(shape)
+
+
+def rerun(kernel: Any, layout: Layout, addresses, shapes) -> None:
+    """Runs the call again from Python over the same buffers (the kernel's
+    exception, if any, propagates): what the wrapper did, slice by slice."""
+    k = layout.batch_ndim
+    arrays = []
+    for i, (address, shape) in enumerate(zip(addresses, shapes)):
+        shape = tuple(shape)
+        if layout.batched[i] and k:
+            shape = (int(np.prod(shape[:k], dtype=np.int64)),) + shape[k:]
+        arrays.append(_array(address, shape, layout.buffers[i][0]))
+    n_batch = arrays[layout.n_inputs].shape[0] if k else 1
+
+    def args_of(b):
+        def arg(i):
+            return arrays[i][b] if layout.batched[i] and k else arrays[i]
+        ins = [arg(i) if kind == "a" else layout.scalars[i]
+               for kind, i in layout.args]
+        return ins + [arg(layout.n_inputs + j)
+                      for j in range(len(arrays) - layout.n_inputs)]
+    for b in range(n_batch):
+        if layout.range_n >= 0:
+            kernel(np.uint64(0), np.uint64(layout.range_n), *args_of(b))
+        else:
+            kernel(*args_of(b))
+
+
+def diagnose(kernel: Any, layout: Layout, label: str):
+    """The function the handler calls, with the GIL, when a call failed:
+    (addresses, shapes) -> the error's text."""
+    def run(addresses, shapes) -> str:
+        try:
+            rerun(kernel, layout, addresses, shapes)
+        except Exception as exc:  # noqa: BLE001 - the kernel's own error
+            return (f"the kernel raised {type(exc).__name__}: {exc} "
+                    f"({label}; re-run in Python to show it)")
+        return (f"the kernel raised an exception in the compiled run "
+                f"({label}), but not when re-run in Python over the same "
+                "buffers")
+    return run

@@ -1,0 +1,109 @@
+"""@njit kernels the numba_kernel tests share, defined at module level so that
+a fresh process (tests/numba_kernel_child.py) builds the same op keys."""
+
+import numba
+import numpy as np
+
+
+@numba.njit
+def affine(x, out):
+    for i in range(out.size):
+        out[i] = 2 * x[i] + 1
+
+
+@numba.njit(cache=True)
+def cached_affine(x, out):
+    for i in range(out.size):
+        out[i] = 2 * x[i] + 1
+
+
+@numba.njit
+def affine_range(begin, end, x, out):
+    for i in range(begin, end):
+        out[i] = 2 * x[i] + 1
+
+
+@numba.njit
+def count_range(begin, end, x, out):
+    # out is aliased to x: each index adds 1 where it is visited, so out is
+    # x + 1 everywhere iff the chunks cover the range exactly once.
+    for i in range(begin, end):
+        out[i] += 1
+
+
+@numba.njit
+def scale_shift(x, a, b, out):
+    for i in range(out.size):
+        out[i] = a * x[i] + b
+
+
+@numba.njit
+def split2(x, y, total, diff):
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            total[i, j] = x[i, j] + y[i, j]
+            diff[i, j] = x[i, j] - y[i, j]
+
+
+@numba.njit
+def add_one_inplace(x, out):
+    for i in range(out.size):
+        out.flat[i] += 1
+
+
+@numba.njit
+def raises_on_negative(x, out):
+    for i in range(out.size):
+        if x[i] < 0:
+            raise ValueError("negative input at an index")
+        out[i] = x[i]
+
+
+@numba.njit(parallel=True)
+def prange_affine(x, out):
+    for i in numba.prange(out.size):
+        out[i] = 2 * x[i] + 1
+
+
+@numba.njit(parallel=True)
+def prange_affine_range(begin, end, x, out):
+    for j in numba.prange(end - begin):
+        i = begin + j
+        out[i] = 2 * x[i] + 1
+
+
+@numba.njit
+def row_sum_plus(x, c, out):
+    # x: (n, m), c: 0-d; out: (n,)
+    for i in range(x.shape[0]):
+        s = c[()]
+        for j in range(x.shape[1]):
+            s += x[i, j]
+        out[i] = s
+
+
+@numba.njit
+def batch_sum(x, out):
+    # x (n,) and out (1,), or, given the batch (vmap_method='expand_dims'),
+    # x (batch, n) and out (batch, 1): row sums either way.
+    rows = x.reshape((-1, x.shape[-1]))
+    sums = out.reshape(-1)
+    for b in range(rows.shape[0]):
+        s = np.float32(0)
+        for j in range(rows.shape[1]):
+            s += rows[b, j]
+        sums[b] = s
+
+
+def numpy_affine(x):
+    return (2 * np.asarray(x) + 1).astype(np.asarray(x).dtype)
+
+
+def scale_shift_by(factor):
+    """An @njit kernel for one factor (a generator's closure): out = factor
+    * x + 1."""
+    @numba.njit
+    def kernel(x, out):
+        for i in range(out.size):
+            out[i] = factor * x[i] + 1
+    return kernel

@@ -1,0 +1,300 @@
+"""numba_kernel: Numba @njit kernels as XLA ops on JAX's CPU backend (issue 44).
+
+No simulator needed: every test here passes with and without
+NUMBA_ENABLE_CUDASIM=1 (CI sets it), since numba_kernel never touches
+numba.cuda. Results are checked against numpy on fresh random data, with
+the outputs' memory poisoned first. vmap is in test_numba_kernel_vmap.py,
+errors and refusals in test_numba_kernel_errors.py.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import numbax
+import cpu_kernels as K
+from conftest import assert_close, poison, random_array, x64_enabled
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+F32 = jnp.float32
+
+
+def spec(shape, dtype=F32):
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int16,
+                                   np.complex64, np.uint8])
+@pytest.mark.parametrize("jit", [False, True])
+def test_results_match_numpy(rng, dtype, jit):
+    x = random_array(rng, (1000,), dtype)
+    op = numbax.numba_kernel(K.affine, spec((1000,), dtype))
+    poison((1000,), dtype)
+    got = (jax.jit(op) if jit else op)(jnp.asarray(x))
+    assert got.dtype == dtype
+    assert_close(got, K.numpy_affine(x), rtol=1e-3)
+
+
+def test_chain_in_one_jit_and_op_repr(rng):
+    x = random_array(rng, (4096,), np.float32)
+    op = numbax.numba_kernel(K.affine, spec((4096,)))
+    assert "affine" in repr(op)
+
+    def chain(v):
+        for _ in range(10):
+            v = op(v)
+        return v
+    want = x.astype(np.float64)
+    for _ in range(10):
+        want = 2 * want + 1
+    assert_close(jax.jit(chain)(x), want.astype(np.float32), rtol=1e-5)
+
+
+def test_outputs_as_pytree_sequence_and_function(rng):
+    x = random_array(rng, (6, 5), np.float32)
+    y = random_array(rng, (6, 5), np.float32)
+    tree = {"sum": spec((6, 5)), "diff": spec((6, 5))}
+    # Pytree leaves are ordered by key: diff first, then sum.
+    got = numbax.numba_kernel(
+        K.split2, [spec((6, 5)), spec((6, 5))])(x, y)
+    assert_close(got[0], x + y)
+    assert_close(got[1], x - y)
+    by_dict = numbax.numba_kernel(K.split2, tree)(x, y)
+    assert_close(by_dict["diff"], x + y)  # the kernel's first output
+    assert_close(by_dict["sum"], x - y)
+    fn = numbax.numba_kernel(
+        K.split2, lambda a, b: (jax.ShapeDtypeStruct(a.shape, a.dtype),) * 2)
+    for shape in ((3, 4), (7, 2)):
+        a = random_array(rng, shape, np.float32)
+        b = random_array(rng, shape, np.float32)
+        s, d = jax.jit(fn)(a, b)
+        assert_close(s, a + b)
+        assert_close(d, a - b)
+
+
+def test_scalars_are_passed_by_value(rng):
+    x = random_array(rng, (64,), np.float32)
+    op = numbax.numba_kernel(K.scale_shift, spec((64,)))
+    assert_close(op(x, 3.0, np.float32(-2)), 3.0 * x - 2, rtol=1e-6)
+    # A new value is a new key: both run, each with its own values.
+    f = jax.jit(lambda v: (op(v, 0.5, 1), op(v, np.int16(4), 0.25)))
+    a, b = f(x)
+    assert_close(a, 0.5 * x + 1)
+    assert_close(b, 4 * x + 0.25)
+
+
+def test_launch_dims_and_parallel_xla_cover_the_range_exactly(rng):
+    for n in (1, 7, 4096, 100003):
+        for parallel in (None, "xla"):
+            op = numbax.numba_kernel(
+                K.count_range, spec((n,), jnp.int32), launch_dims=n,
+                parallel=parallel, input_output_aliases={0: 0})
+            got = jax.jit(op)(jnp.zeros(n, jnp.int32))
+            np.testing.assert_array_equal(got, np.ones(n, np.int32))
+    x = random_array(rng, (50000,), np.float32)
+    op = numbax.numba_kernel(K.affine_range, spec((50000,)),
+                             launch_dims=50000, parallel="xla")
+    poison((50000,), np.float32)
+    assert_close(jax.jit(op)(x), K.numpy_affine(x))
+
+
+def test_input_output_aliases_write_in_place(rng):
+    x = random_array(rng, (33,), np.int32)
+    op = numbax.numba_kernel(K.add_one_inplace, spec((33,), jnp.int32),
+                             input_output_aliases={0: 0})
+    np.testing.assert_array_equal(jax.jit(op)(x), x + 1)
+    # Donated: XLA hands the input's own buffer.
+    f = jax.jit(op, donate_argnums=0)
+    np.testing.assert_array_equal(f(jnp.asarray(x)), x + 1)
+
+
+def test_zero_d_and_zero_size_and_transposed_inputs(rng):
+    x = random_array(rng, (5, 4), np.float32)
+    c = np.float32(1.5)
+    op = numbax.numba_kernel(K.row_sum_plus, spec((5,)))
+    assert_close(op(x, jnp.asarray(c)), x.sum(1) + c, rtol=1e-5)
+    # A transposed view: XLA hands the kernel a C-contiguous (row-major)
+    # buffer holding the transposed values.
+    xt = random_array(rng, (4, 5), np.float32)
+    assert_close(jax.jit(lambda a: op(a.T, jnp.asarray(c)))(xt),
+                 xt.T.sum(1) + c, rtol=1e-5)
+    empty = numbax.numba_kernel(K.affine, spec((0,)))
+    assert jax.jit(empty)(jnp.zeros(0, F32)).shape == (0,)
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_x64_on_and_off(rng, on):
+    with x64_enabled(on):
+        dtype = np.float64 if on else np.float32
+        x = random_array(rng, (16,), dtype)
+        op = numbax.numba_kernel(K.affine, spec((16,), dtype))
+        got = jax.jit(op)(jnp.asarray(x))
+        assert got.dtype == dtype
+        assert_close(got, K.numpy_affine(x))
+        op64 = numbax.numba_kernel(K.affine, spec((16,), jnp.int64))
+        if on:
+            v = np.arange(16, dtype=np.int64) + 3_000_000_000
+            np.testing.assert_array_equal(op64(v), 2 * v + 1)
+        else:
+            # As JAX does: the 32-bit type, with a warning naming the op.
+            v = np.arange(16, dtype=np.int32)
+            with pytest.warns(UserWarning, match=r"numba_kernel\(.*affine\)"
+                              ".*jax_enable_x64 is off"):
+                got = jax.jit(op64)(v)
+            assert got.dtype == np.int32
+            np.testing.assert_array_equal(got, 2 * v + 1)
+
+
+def test_names_in_hlo():
+    x = jnp.ones(8, F32)
+    op = numbax.numba_kernel(K.affine, spec((8,)))
+    named = numbax.numba_kernel(K.affine, spec((8,)), name="my_affine_op")
+    text = jax.jit(lambda v: named(op(v))).lower(x).as_text()
+    assert "numbax_cpu_kernel" in text
+    assert "affine" in op.profile_name
+    assert named.profile_name == "my_affine_op"
+    assert "my_affine_op" in text
+    # The key names the op (its name=) and the call.
+    assert 'key = "my_affine_op/cpu_kernel;outs=float32[8]/in=float32[8]' \
+        in text
+
+
+def test_no_python_per_call():
+    # The handler never resolves again nor enters Python once instantiated:
+    # counted by the bridge's resolve counter, which a call does not move.
+    op = numbax.numba_kernel(K.affine, spec((8,)))
+    f = jax.jit(op)
+    x = jnp.ones(8, F32)
+    f(x).block_until_ready()
+    before = numbax.bridge_counters()["resolves"]
+    for _ in range(20):
+        f(x)
+    jax.block_until_ready(f(x))
+    assert numbax.bridge_counters()["resolves"] == before
+
+
+def _child(code: str, env_extra=None, timeout=300):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", **(env_extra or {}))
+    env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
+                          capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=HERE)
+
+
+def test_export_into_a_fresh_process(tmp_path, rng):
+    import cpu_kernels  # noqa: F401 (the child imports it by this name)
+    x = random_array(rng, (3, 256), np.float32)
+    op = numbax.numba_kernel(K.affine_range, spec((256,)), launch_dims=256,
+                             parallel="xla")
+    scaled = numbax.numba_kernel(K.scale_shift, spec((256,)))
+
+    def f(v):
+        return jax.vmap(lambda r: scaled(op(r), 2.0, -1.0))(v)
+    exp = jax.export.export(
+        jax.jit(f), disabled_checks=numbax.export_disabled_checks())(
+        jax.ShapeDtypeStruct(x.shape, F32))
+    (tmp_path / "p.bin").write_bytes(exp.serialize())
+    np.save(tmp_path / "x.npy", x)
+    proc = _child(f"""
+        import jax, jax.numpy as jnp, numpy as np, numbax
+        import cpu_kernels as K
+        # Created (and kept alive), never traced here.
+        ops = [numbax.numba_kernel(K.affine_range, jax.ShapeDtypeStruct(
+                   (256,), jnp.float32), launch_dims=256, parallel="xla"),
+               numbax.numba_kernel(K.scale_shift, jax.ShapeDtypeStruct(
+                   (256,), jnp.float32))]
+        exp = jax.export.deserialize(open({str(tmp_path / 'p.bin')!r},
+                                          'rb').read())
+        x = np.load({str(tmp_path / 'x.npy')!r})
+        np.save({str(tmp_path / 'y.npy')!r}, np.asarray(exp.call(x)))
+        print("OK")
+    """)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+    got = np.load(tmp_path / "y.npy")
+    assert_close(got, 2.0 * K.numpy_affine(x) - 1.0, rtol=1e-6)
+
+
+def test_works_without_numba_cuda_or_cuda_bindings():
+    # A meta-path finder refuses numba.cuda, numba_cuda and cuda (the
+    # bindings): numbax imports and numba_kernel runs all the same.
+    proc = _child("""
+        import sys, importlib.abc
+        BLOCKED = ("numba.cuda", "numba_cuda", "cuda")
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if any(name == b or name.startswith(b + ".")
+                       for b in BLOCKED):
+                    raise ImportError("blocked for the test: " + name)
+        sys.meta_path.insert(0, Block())
+        import jax, jax.numpy as jnp, numpy as np, numbax
+        import cpu_kernels as K
+        op = numbax.numba_kernel(K.affine, jax.ShapeDtypeStruct((16,),
+                                                                jnp.float32))
+        y = jax.jit(op)(jnp.arange(16, dtype=jnp.float32))
+        assert np.array_equal(np.asarray(y), 2 * np.arange(16) + 1)
+        loaded = [m for m in sys.modules if any(
+            m == b or m.startswith(b + ".") for b in BLOCKED)]
+        assert not loaded, loaded
+        print("OK")
+    """, env_extra={"NUMBA_ENABLE_CUDASIM": "0"})
+    assert proc.returncode == 0 and "OK" in proc.stdout, (
+        proc.stdout[-2000:] + proc.stderr[-3000:])
+
+
+def test_xla_custom_kernel_def_numba_kernel_is_one_primitive_with_cuda(rng):
+    # One XLACustomKernel with both kernels: on JAX's CPU backend the @njit
+    # one runs (the cpu default, even under the simulator); a GPU program
+    # would lower the CUDA one.
+    op = numbax.XLACustomKernel("numba_kernel_test_scale")
+    built = []
+
+    @op.def_numba_kernel
+    def _(*, factor, outs):
+        built.append(factor)
+        return numbax.numba_kernel(K.scale_shift_by(factor), outs)
+
+    @op.def_numba_cuda_kernel
+    def _(*, factor, outs):  # pragma: no cover - a GPU program's kernel
+        raise AssertionError("the CUDA kernel must not run on the CPU")
+    x = random_array(rng, (8, 32), np.float32)
+    out = jax.ShapeDtypeStruct((32,), F32)
+    assert_close(jax.jit(lambda v: op(v, outs=out, factor=3.0))(x[0]),
+                 3.0 * x[0] + 1.0)
+    f = jax.jit(jax.vmap(lambda v: op(v, outs=out, factor=2.0)))
+    assert_close(f(x), 2.0 * x + 1.0)
+    assert jax.jit(jax.vmap(lambda v: op(v, outs=out, factor=2.0))).lower(
+        x).as_text().count("numbax_cpu_kernel") == 1
+    assert built == [3.0, 2.0]
+    # A generator that returns the @njit kernel itself is refused.
+    bare = numbax.XLACustomKernel("numba_kernel_test_bare")
+    bare.def_numba_kernel(lambda *, outs: K.affine)
+    with pytest.raises(TypeError, match="returned the @njit kernel itself.*"
+                       r"numbax.numba_kernel\(kernel, outs\)"):
+        bare(x[0], outs=out)
+
+
+def test_cache_true_kernels_wrappers_load_from_numbas_cache(tmp_path):
+    # A cache=True kernel's wrapper goes to Numba's cache: the second fresh
+    # process loads it (the cfunc's cache hit) instead of compiling.
+    code = """
+        import jax, jax.numpy as jnp, numpy as np, numbax
+        import cpu_kernels as K
+        op = numbax.numba_kernel(K.cached_affine,
+                                 jax.ShapeDtypeStruct((64,), jnp.float32))
+        y = jax.jit(op)(jnp.arange(64, dtype=jnp.float32))
+        assert np.array_equal(np.asarray(y), 2 * np.arange(64) + 1)
+        (cfunc,) = op._wrappers.values()
+        print("HITS", cfunc.cache_hits)
+    """
+    hits = []
+    for _ in range(2):
+        proc = _child(code, env_extra={"NUMBA_CACHE_DIR": str(tmp_path)})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        hits.append(int(proc.stdout.split("HITS")[1].split()[0]))
+    assert hits == [0, 1], hits

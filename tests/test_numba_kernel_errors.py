@@ -1,0 +1,194 @@
+"""numba_kernel's errors: never silent, each naming the op and the fix.
+
+A kernel that raises fails the call with an XLA error naming the op and
+holding the exception's text (from a diagnostic re-run in Python); what
+cannot work is refused when the op is made or traced. Four independent
+@njit(parallel=True) ops in one jit run under Numba's workqueue threading
+layer without taking the process down. No simulator needed.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numba
+import numpy as np
+import pytest
+
+import numbax
+import cpu_kernels as K
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+F32 = jnp.float32
+# What XLA's error becomes in Python: JaxRuntimeError, or ValueError when
+# jax's C++ dispatch path runs an executable that already ran once.
+RUN_TIME = (jax.errors.JaxRuntimeError, ValueError)
+
+
+def spec(shape, dtype=F32):
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+@pytest.mark.parametrize("parallel", [None, "xla"])
+def test_a_kernel_that_raises_is_an_xla_error_naming_op_and_exception(
+        parallel):
+    if parallel:
+        @numba.njit
+        def bad(begin, end, x, out):
+            for i in range(begin, end):
+                if x[i] < 0:
+                    raise ValueError("negative input at an index")
+                out[i] = x[i]
+        op = numbax.numba_kernel(bad, spec((5000,)), launch_dims=5000,
+                                 parallel="xla")
+    else:
+        op = numbax.numba_kernel(K.raises_on_negative, spec((5000,)))
+    x = np.ones(5000, np.float32)
+    np.testing.assert_array_equal(jax.jit(op)(x), x)  # fine input: runs
+    x[4321] = -1
+    with pytest.raises(RUN_TIME) as info:
+        jax.block_until_ready(jax.jit(op)(x))
+    text = str(info.value)
+    assert text.startswith("INTERNAL: numbax numba_kernel '"), text
+    assert "ValueError: negative input at an index" in text
+    # Eager calls fail alike.
+    with pytest.raises(RUN_TIME, match="negative input"):
+        jax.block_until_ready(op(x))
+
+
+def test_a_raise_with_an_aliased_input_is_an_error_without_a_rerun():
+    @numba.njit
+    def bad_inplace(x, out):
+        out[0] += 1
+        if out[0] > 0:
+            raise RuntimeError("boom")
+    op = numbax.numba_kernel(bad_inplace, spec((4,)),
+                             input_output_aliases={0: 0})
+    with pytest.raises(RUN_TIME) as info:
+        jax.block_until_ready(jax.jit(op)(jnp.zeros(4, F32)))
+    text = str(info.value)
+    assert "the kernel raised an exception" in text
+    assert "aliased input" in text and "numbax numba_kernel" in text
+
+
+def test_refuses_what_is_not_an_njit_kernel():
+    def plain(x, out):
+        out[:] = x
+    with pytest.raises(TypeError, match=r"numba_kernel: kernel must be a "
+                       r"Numba @njit function.*numba.njit"):
+        numbax.numba_kernel(plain, spec((4,)))
+    with pytest.raises(TypeError, match="numba_kernel: kernel must be"):
+        numbax.numba_kernel(np.sin, spec((4,)))
+    obj = numba.jit(forceobj=True)(plain)
+    with pytest.raises(TypeError, match="object mode.*numba.njit"):
+        numbax.numba_kernel(obj, spec((4,)))
+
+
+def test_refuses_a_kernel_that_returns_a_value():
+    @numba.njit
+    def returns(x, out):
+        out[0] = x[0]
+        return x[0]
+    op = numbax.numba_kernel(returns, spec((4,)))
+    with pytest.raises(TypeError, match=r"numba_kernel\(.*returns\): the "
+                       r"kernel returns a value \(float32\).*return None"):
+        op(jnp.ones(4, F32))
+
+
+def test_refuses_arguments_the_kernel_cannot_take():
+    op = numbax.numba_kernel(K.affine, spec((4,)), launch_dims=4)
+    with pytest.raises(TypeError, match=r"cannot be compiled.*\(begin, "
+                       r"end\) as uint64 first.*Signature mismatch"):
+        op(jnp.ones(4, F32))
+    # float16 arithmetic: Numba's CPU target has none.
+    f16 = numbax.numba_kernel(K.affine, spec((4,), jnp.float16))
+    with pytest.raises(TypeError, match="cannot be compiled.*float16"):
+        f16(jnp.ones(4, jnp.float16))
+    bf = numbax.numba_kernel(K.affine, spec((4,)))
+    with pytest.raises(TypeError, match="bfloat16, which Numba's CPU arrays "
+                       "cannot hold"):
+        bf(jnp.ones(4, jnp.bfloat16))
+
+
+def test_refuses_bad_options():
+    with pytest.raises(ValueError, match="parallel must be None or 'xla'"):
+        numbax.numba_kernel(K.affine, spec((4,)), parallel=True)
+    for bad in (-1, 2.0, (2, 3), True):
+        with pytest.raises(ValueError, match="launch_dims must be one "
+                           "non-negative int"):
+            numbax.numba_kernel(K.affine_range, spec((4,)), launch_dims=bad)
+    with pytest.raises(ValueError, match="sharding_rule or launch_dims"):
+        numbax.numba_kernel(K.affine_range, spec((4,)), launch_dims=4,
+                            sharding_rule="i -> i")
+    with pytest.raises(ValueError, match="numba_kernel: vmap_method must"):
+        numbax.numba_kernel(K.affine, spec((4,)),
+                            vmap_method="sequential_unrolled")
+    with pytest.raises(TypeError, match="outs must be a jax.ShapeDtypeStruct"):
+        numbax.numba_kernel(K.affine, [])
+    with pytest.raises(ValueError, match="alias"):
+        numbax.numba_kernel(K.affine, spec((4,)),
+                            input_output_aliases={0: 3})(jnp.ones(4, F32))
+
+
+def test_lowering_for_a_gpu_is_refused_naming_the_op():
+    op = numbax.numba_kernel(K.affine, spec((4,)))
+    with pytest.raises(NotImplementedError, match=r"numba_kernel\(.*affine\)"
+                       r": numba_kernel runs @njit kernels on JAX's CPU "
+                       "backend only"):
+        jax.export.export(jax.jit(op), platforms=["cuda"],
+                          disabled_checks=numbax.export_disabled_checks())(
+            spec((4,)))
+
+
+def test_grad_is_refused_naming_the_op():
+    op = numbax.numba_kernel(K.affine, spec((4,)))
+    with pytest.raises(ValueError, match=r"numba_kernel\(.*affine\) cannot "
+                       "be differentiated"):
+        jax.grad(lambda v: op(v).sum())(jnp.ones(4, F32))
+
+
+def test_four_parallel_true_ops_at_once_under_workqueue():
+    # Numba's workqueue layer aborts the process ("Concurrent access has
+    # been detected") when two threads run parallel=True code at once: four
+    # independent ops in one jit, each spread over XLA's pool
+    # (parallel='xla'), called from two Python threads, do. numbax runs such
+    # kernels one at a time. In a child: an abort would end it.
+    code = textwrap.dedent("""
+        import threading
+        import jax, jax.numpy as jnp, numpy as np, numba, numbax
+        import cpu_kernels as K
+        n = 1 << 18
+        ops = [numbax.numba_kernel(k, jax.ShapeDtypeStruct((n,), jnp.float32),
+                                   **kw)
+               for k, kw in [(K.prange_affine_range,
+                              dict(launch_dims=n, parallel="xla"))] * 2
+               + [(K.prange_affine, {})] * 2]
+        f = jax.jit(lambda *xs: [op(x) for op, x in zip(ops, xs)])
+        xs = [jnp.full(n, float(i), jnp.float32) for i in range(4)]
+        bad = []
+        def work():
+            for _ in range(30):
+                ys = jax.block_until_ready(f(*xs))
+                for i, y in enumerate(ys):
+                    if not np.array_equal(np.asarray(y),
+                                          np.full(n, 2.0 * i + 1)):
+                        bad.append(i)
+        threads = [threading.Thread(target=work) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not bad, bad
+        assert numba.threading_layer() == "workqueue", numba.threading_layer()
+        print("OK")
+    """)
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               NUMBA_THREADING_LAYER="workqueue")
+    env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, env=env, timeout=600, cwd=HERE)
+    assert proc.returncode == 0 and "OK" in proc.stdout, (
+        f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
