@@ -1,14 +1,16 @@
 """python -m numbax bench on a machine without a GPU, and the charts.
 
-Without a GPU the suite must say so in two lines and exit 3 without running
-anything; with the simulator on it must run the smoke configuration by
-itself and say so; simulator timings must carry no ratios; and the committed
-H200 chart must be redrawable from its JSON without a GPU (--plot-from).
+Without a GPU (and the simulator off) the suite must run its CPU rows, each
+checked against numpy, and say so; with the simulator on it must run the
+smoke configuration by itself and say so; simulator timings must carry no
+ratios; and the committed H200 chart must be redrawable from its JSON
+without a GPU (--plot-from). No test asserts a timing.
 """
 
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -19,7 +21,7 @@ import numpy as np
 
 import pytest
 
-from numbax.bench import measure, mode, plot, progress, report, run, timing
+from numbax.bench import cpu, measure, mode, plot, progress, report, run, timing
 
 ROOT = Path(__file__).resolve().parent.parent
 SIM_ENV = {"NUMBA_ENABLE_CUDASIM": "1", "JAX_PLATFORMS": "cpu"}
@@ -39,43 +41,217 @@ def run_cli(args, env=None, timeout=300):
 
 
 # ---------------------------------------------------------------------------
-# No GPU, simulator off: two lines, exit 3, nothing run.
+# No GPU, simulator off: the CPU rows (numbax.bench.cpu), at tiny sizes here.
+
+def _cpu_record(out_json):
+    record = json.loads(out_json.read_text())
+    return record, {r["name"]: r for r in record["results"]}
+
+
+def _numba_kernel_here():
+    import numbax
+    return hasattr(numbax, "numba_kernel")
+
 
 @pytest.mark.parametrize("prog", COMMANDS)
-def test_no_gpu_says_so_in_two_lines_and_exits_3(prog, tmp_path):
+def test_no_gpu_runs_the_cpu_rows_checked_against_numpy(prog, tmp_path):
     # JAX_PLATFORMS=cpu hides any GPU, so this holds on a GPU machine too.
-    out_json = tmp_path / "never.json"
-    proc = run_cli([*COMMANDS[prog], "--quick", "--json", str(out_json)],
-                   env={"JAX_PLATFORMS": "cpu"}, timeout=120)
-    assert proc.returncode == mode.EXIT_NO_GPU == 3, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert proc.stdout == ""                      # nothing built, checked or timed
-    assert not out_json.exists()
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 2, proc.stderr
-    assert lines[0].startswith(f"{prog}: the suite times numbax's GPU paths")
-    assert "JAX sees no GPU here" in lines[0]
-    assert "JAX_PLATFORMS=cpu" in lines[0]        # the reason it found
-    assert f"`{prog} --cpu-smoke`" in lines[1]
+    out_json = tmp_path / "cpu.json"
+    proc = run_cli([*COMMANDS[prog], "--tiny", "--no-progress", "--json",
+                    str(out_json)], env={"JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    lines = proc.stdout.rstrip().splitlines()
+    assert lines[0].startswith("cpu run: JAX sees no GPU here (JAX_PLATFORMS="
+                               "cpu keeps JAX on the cpu")
+    assert f"`{prog} --cpu-smoke`" in lines[0]     # the other way, named
+
+    record, rows = _cpu_record(out_json)
+    assert record["mode"]["cpu"] is True and record["tiny"] is True
+    assert list(rows) == cpu.NAMES and record["targets"] == []
+    have_cxx = any(shutil.which(c) for c in ("c++", "g++", "clang++"))
+    want_ok = {"buffer_callback", "pure_callback", "jnp"}
+    if have_cxx:
+        want_ok |= {"native", "native_empty"}
+    if _numba_kernel_here():
+        want_ok |= {"numba_kernel", "numba_kernel_empty"}
+    else:
+        assert rows["numba_kernel"]["status"] == (
+            "skipped (numbax.numba_kernel is not in this numbax)")
+    try:
+        import brainevent  # noqa: F401
+        want_ok.add("brainevent")
+    except ImportError:
+        assert rows["brainevent"]["status"] == \
+            "skipped (brainevent is not installed)"
+    for name, r in rows.items():
+        if name not in want_ok:
+            assert r["status"].startswith("skipped ("), r
+            continue
+        # ok means: single, chain and vmap matched numpy on fresh random
+        # data (the empty rows write nothing and are not checked).
+        assert r["status"] == "ok", r
+        assert r["checked"] is (not name.endswith("empty"))
+        for key in ("chain", "single", "vmap"):
+            assert len(r[key]["samples"]) == 1 and r[key]["us"] > 0, (name, key)
+    large = {r["name"]: r for r in record["large"]}
+    assert list(large) == [name for name, _ in cpu.LARGE]
+    for r in large.values():
+        if _numba_kernel_here():
+            assert r["status"] == "ok", r         # checked against numpy
+            assert all(r[k]["us"] > 0 for k in ("alone", "at_once", "in_a_row"))
+        else:
+            assert r["status"].startswith("skipped (numbax.numba_kernel")
+
+    table = lines[lines.index("== cpu table"):]
+    assert table[2].split()[:2] == ["implementation", "status"]
+    for name, r in rows.items():
+        assert any(x.startswith(r["label"] + " ") for x in table), name
+    assert table[-1] == ("targets (issue 44): not judged, " + cpu.NOTE_TINY)
 
 
-def test_no_gpu_without_any_setting_is_refused_the_same_way():
-    """The first-contact case: a plain `python -m numbax bench` on a laptop."""
+def test_no_gpu_without_any_setting_runs_the_cpu_rows():
+    """The first-contact case: a plain `python -m numbax bench` on a laptop
+    runs the CPU rows (one row and the baselines here, to keep it short)."""
     if mode._cuda_driver_loads():
         pytest.skip("a CUDA driver is installed here: JAX may see a GPU")
-    proc = run_cli(["-m", "numbax", "bench"], timeout=120)
-    assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr and proc.stdout == ""
-    assert "JAX sees no GPU here (JAX runs on the cpu)" in proc.stderr
-    assert "python -m numbax bench --cpu-smoke" in proc.stderr
+    proc = run_cli(["-m", "numbax", "bench", "--tiny", "--only", "jnp",
+                    "--no-workloads"], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout.startswith("cpu run: JAX sees no GPU here (JAX runs on "
+                                  "the cpu)")
+    table = proc.stdout[proc.stdout.index("== cpu table"):].splitlines()
+    assert [x.split()[0] for x in table[3:6]] == ["C++", "C++", "jnp"]
+
+
+def test_cpu_option_runs_the_cpu_rows_and_says_so(tmp_path):
+    out_json = tmp_path / "cpu.json"
+    proc = run_cli(["-m", "numbax", "bench", "--cpu", "--tiny", "--only",
+                    "pure_callback", "--no-workloads", "--json", str(out_json)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert proc.stdout.startswith("cpu run (--cpu): numbax.numba_kernel")
+    _, rows = _cpu_record(out_json)
+    assert list(rows) == ["native", "native_empty", "pure_callback"]
+    assert rows["pure_callback"]["status"] == "ok"
+    assert "vmap" not in rows["pure_callback"]     # --no-workloads
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--cpu", "--cpu-smoke"], "two different runs: give one"),
+    (["--cpu", "--tiny", "--plot", "x.png"], "the CPU rows have none"),
+])
+def test_cpu_options_that_contradict_are_refused(args, message, tmp_path):
+    argv = [a if a != "x.png" else str(tmp_path / a) for a in args]
+    proc = run_cli(["-m", "numbax", "bench", *argv], timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_tiny_on_the_gpu_suite_is_refused(monkeypatch, capsys):
+    from numbax.runtime import numba_bridge
+    monkeypatch.setattr(mode, "jax_backend", lambda: mode.Backend("gpu"))
+    monkeypatch.setattr(numba_bridge, "simulator_enabled", lambda: False)
+    assert run.main(["--tiny"]) == 2
+    assert "--tiny sizes the CPU rows" in capsys.readouterr().err
+
+
+def _tiny_cfg():
+    return cpu.CpuConfig.tiny_sizes()
+
+
+def test_a_cpu_row_that_computes_wrongly_fails_its_check(monkeypatch):
+    """A row is timed only after it matched numpy: an op off by one in the
+    last element is FAILED (check), never timed."""
+    import jax.numpy as jnp
+    right = cpu.make_op
+
+    def off_by_one(name, env, vmapped=False):
+        op = right(name, env, vmapped=vmapped)
+        return lambda x: op(x).at[..., -1].add(jnp.float32(1))
+    monkeypatch.setattr(cpu, "make_op", off_by_one)
+    logged = []
+    row, prepared = cpu.prepare("jnp", cpu.Env(), _tiny_cfg(),
+                                np.random.default_rng(0), True, logged.append)
+    assert prepared is None
+    assert row["status"].startswith("FAILED (check): AssertionError: single, "
+                                    "trial 0: 1 of 64 elements wrong")
+    monkeypatch.setattr(cpu, "make_op", right)
+    row, prepared = cpu.prepare("jnp", cpu.Env(), _tiny_cfg(),
+                                np.random.default_rng(0), True, logged.append)
+    assert row["status"] == "ok" and set(prepared.programs) == {
+        "chain", "single", "vmap"}
+
+
+def test_a_large_op_child_that_aborts_is_a_failed_row(monkeypatch):
+    """Numba's workqueue layer aborts the process on concurrent parallel=True
+    kernels: the large rows run in a child, so that costs a row."""
+    def aborted(cmd, **kwargs):
+        assert cmd[1:4] == ["-m", "numbax.bench.cpu", "--large"]
+        return subprocess.CompletedProcess(
+            cmd, -6, "", "Terminating: Concurrent access has been detected.\n")
+    monkeypatch.setattr(cpu.subprocess, "run", aborted)
+    rows = cpu.large_rows(_tiny_cfg(), 1)
+    assert rows == [{"name": "large", "status": (
+        "FAILED: the child exited -6: Terminating: Concurrent access has been "
+        "detected.")}]
+
+
+def _timed(**us):
+    return {k: {"us": v, "samples": [v]} for k, v in us.items()}
+
+
+def test_targets_are_the_issues_ratios_of_one_run():
+    rows = [dict(name=n, status="ok", **t) for n, t in [
+        ("native", _timed(chain=0.40, vmap=30.0)),
+        ("native_empty", _timed(chain=0.14)),
+        ("numba_kernel", _timed(chain=0.46, vmap=40.0)),
+        ("numba_kernel_empty", _timed(chain=0.18)),
+        ("buffer_callback", _timed(chain=3.2)),
+        ("pure_callback", _timed(chain=60.0)),
+        ("brainevent", _timed(chain=8.3, vmap=1000.0)),
+    ]]
+    large = [dict(name="serial", status="ok", **_timed(alone=1000.0)),
+             dict(name="xla", status="ok", **_timed(alone=250.0, at_once=900.0,
+                                                   in_a_row=1000.0)),
+             dict(name="prange", status="ok", **_timed(alone=200.0))]
+    got = {t["target"]: t for t in cpu.targets(rows, large)}
+    want = {
+        "chain: numba_kernel / C++ handler": (0.46 / 0.40, True),
+        "chain, empty kernel: numba_kernel - empty C++ handler": (0.04, True),
+        "chain: brainevent numba_kernel / numba_kernel": (8.3 / 0.46, True),
+        "chain: buffer_callback + @njit / numba_kernel": (3.2 / 0.46, True),
+        "chain: jax.pure_callback / numba_kernel": (60 / 0.46, True),
+        "vmap: numba_kernel / one C++ handler call over the batch": (
+            40 / 30, False),
+        "vmap: brainevent 'sequential' / numba_kernel": (25.0, True),
+        "large: parallel='xla' speed-up / prange speed-up": (0.8, True),
+        "large: parallel='xla' four at once / four in a row": (0.9, True),
+    }
+    assert set(got) == set(want)
+    for what, (value, met) in want.items():
+        assert got[what]["value"] == pytest.approx(value), what
+        assert got[what]["met"] is met, what
+    # A row that did not run leaves its targets unjudged, never met.
+    rows = [r for r in rows if r["name"] != "brainevent"]
+    got = {t["target"]: t for t in cpu.targets(rows, large)}
+    assert got["chain: brainevent numba_kernel / numba_kernel"]["met"] is None
+    record = {"config": vars(cpu.CpuConfig()), "tiny": False, "results": [
+        dict(r, label=cpu.LABELS[r["name"]]) for r in rows], "large": [],
+        "targets": cpu.targets(rows, large)}
+    text = cpu.format_table(record)
+    assert ("  chain: brainevent numba_kernel / numba_kernel" in text
+            and text.splitlines()[-1].endswith("met"))
+    assert "NOT met" in text and "n/a" in text
 
 
 # ---------------------------------------------------------------------------
 # The mode decision itself (every combination, in process).
 
-def _select(cpu_smoke=False, simulator=False, platform="gpu", error=None):
+def _select(cpu_smoke=False, simulator=False, platform="gpu", error=None,
+            cpu=False):
     return mode.select(cpu_smoke=cpu_smoke, simulator=simulator,
-                       backend=mode.Backend(platform, error), prog="P")
+                       backend=mode.Backend(platform, error), prog="P", cpu=cpu)
 
 
 def test_a_gpu_without_the_simulator_runs_the_suite():
@@ -103,26 +279,33 @@ def test_the_simulator_with_a_gpu_is_refused_with_both_ways_out():
     assert "Unset NUMBA_ENABLE_CUDASIM" in text and "`P --cpu-smoke`" in text
 
 
-def test_no_gpu_message_names_the_reason(monkeypatch):
+def test_no_gpu_chooses_the_cpu_rows_and_names_the_reason(monkeypatch):
     monkeypatch.delenv("JAX_PLATFORMS", raising=False)
     monkeypatch.setattr(mode, "_cuda_driver_loads", lambda: False)
-    with pytest.raises(mode.Refused) as info:
-        _select(platform="cpu")
-    assert info.value.status == mode.EXIT_NO_GPU
-    assert "(JAX runs on the cpu)" in str(info.value)
+    m = _select(platform="cpu")
+    assert m.cpu is True and m.smoke is False
+    assert m.header.startswith("cpu run: JAX sees no GPU here (JAX runs on the "
+                               "cpu), so the suite times its CPU rows")
+    assert "`P --cpu-smoke`" in m.header
 
     monkeypatch.setattr(mode, "_cuda_driver_loads", lambda: True)
-    with pytest.raises(mode.Refused) as info:
-        _select(platform="cpu")
+    m = _select(platform="cpu")
     assert "a CUDA driver is installed but this jax has no GPU support" in \
-        str(info.value)
-    assert "pip install -U 'jax[cuda12]'" in str(info.value)
+        m.header
+    assert "pip install -U 'jax[cuda12]'" in m.header
 
+    # --cpu on a GPU machine (JAX put on the CPU by then) says so.
+    m = _select(platform="cpu", cpu=True)
+    assert m.cpu and m.header.startswith("cpu run (--cpu):")
+
+    # No backend at all: nothing to time, status 3, both ways out named.
     monkeypatch.setenv("JAX_PLATFORMS", "cuda")
     with pytest.raises(mode.Refused) as info:
         _select(platform=None, error="RuntimeError: Unable to initialize backend")
     assert ("JAX could not start a backend with JAX_PLATFORMS=cuda: "
             "RuntimeError: Unable to initialize backend") in str(info.value)
+    assert "Set JAX_PLATFORMS=cpu for the CPU rows" in str(info.value)
+    assert "`P --cpu-smoke`" in str(info.value)
     assert info.value.status == mode.EXIT_NO_GPU
 
 

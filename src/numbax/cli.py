@@ -10,9 +10,11 @@
 ``python -m numbax bench [options]``
     The benchmark suite (:mod:`numbax.bench.run`): a progress bar, the table
     in the terminal, ``--plot out.png`` for a chart, ``--json`` for the
-    record. It times GPU paths: where JAX sees no GPU it says so and exits 3
-    (see :mod:`numbax.bench.mode`), or runs the ``--cpu-smoke`` check when
-    the simulator is on. ``python -m numbax bench --help`` lists the options.
+    record. It times GPU paths; where JAX sees no GPU it times the CPU rows
+    (``numba_kernel`` against a C++ FFI CPU handler: :mod:`numbax.bench.cpu`),
+    or runs the ``--cpu-smoke`` check when the simulator is on (see
+    :mod:`numbax.bench.mode`). ``python -m numbax bench --help`` lists the
+    options.
 """
 
 from __future__ import annotations

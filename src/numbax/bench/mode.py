@@ -1,10 +1,13 @@
-"""Which run the suite does here: the GPU suite, the CPU smoke run, or none.
+"""Which run the suite does here: the GPU suite, the CPU rows, the
+simulator smoke run, or none.
 
-The suite times GPU paths. On a machine without a GPU a full run means
-nothing (the numbax rows cannot run, or would run through Numba's CUDA
-simulator at a Python thread per CUDA thread for hours), so the decision is
-made once, before anything is built, from what JAX sees and whether the
-simulator is on. It depends on no row of the suite: rows added later get the
+The GPU suite times GPU paths. On a machine without a GPU it means nothing
+(the numbax GPU rows cannot run, or would run through Numba's CUDA simulator
+at a Python thread per CUDA thread for hours), so there the suite runs its
+CPU rows instead (:mod:`numbax.bench.cpu`: ``numba_kernel`` against a C++
+FFI CPU handler). The decision is made once, before anything is built, from
+what JAX sees, whether the simulator is on and whether ``--cpu`` asked for
+the CPU rows. It depends on no row of the suite: rows added later get the
 same treatment.
 """
 
@@ -13,9 +16,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-#: Exit status of a run refused because JAX sees no GPU (and the simulator is
-#: off). Distinct from 1 (a row failed) and 2 (bad command line), so scripts
-#: can tell "nothing to measure here" from a failure.
+#: Exit status of a run refused because JAX could not start a backend at all
+#: (and the simulator is off). Distinct from 1 (a row failed) and 2 (bad
+#: command line), so scripts can tell "nothing to measure here" from a
+#: failure. (A machine where JAX runs on the CPU runs the CPU rows.)
 EXIT_NO_GPU = 3
 #: Exit status of a run refused because the environment contradicts itself.
 EXIT_BAD_ENVIRONMENT = 2
@@ -31,6 +35,7 @@ class Mode:
     """The run to do."""
     smoke: bool             # the tiny simulator configuration, no ratios
     header: str | None      # what the run prints first about its mode
+    cpu: bool = False       # the CPU rows (numbax.bench.cpu), not the GPU suite
 
 
 class Refused(Exception):
@@ -85,16 +90,22 @@ def _why_no_gpu(backend: Backend) -> str:
 
 
 def select(*, cpu_smoke: bool, simulator: bool, backend: Backend,
-           prog: str) -> Mode:
+           prog: str, cpu: bool = False) -> Mode:
     """The mode of this run, or :class:`Refused`.
 
     Args:
       cpu_smoke: ``--cpu-smoke`` was given (the simulator is on by then).
+      cpu: ``--cpu`` was given: the CPU rows, whatever JAX sees (JAX was
+        put on the CPU by then).
       simulator: Numba's CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1).
       backend: what JAX runs on (:func:`jax_backend`).
       prog: the command, for the messages (``python -m numbax bench``).
     """
     on_gpu = backend.platform == "gpu"
+    if cpu and not simulator and backend.platform == "cpu":
+        return Mode(smoke=False, cpu=True, header=(
+            "cpu run (--cpu): numbax.numba_kernel against a C++ XLA FFI CPU "
+            "handler and the other ways to run an @njit kernel from JAX"))
     if simulator and backend.error is not None:
         # The smoke run needs JAX's CPU backend: without one it would start
         # and end in JAX's traceback at the first array.
@@ -120,12 +131,20 @@ def select(*, cpu_smoke: bool, simulator: bool, backend: Backend,
             f"Unset NUMBA_ENABLE_CUDASIM to benchmark the GPU, or run "
             f"`{prog} --cpu-smoke` to check every path on the CPU.",
             EXIT_BAD_ENVIRONMENT)
+    if backend.platform == "cpu":
+        return Mode(smoke=False, cpu=True, header=(
+            f"cpu run: JAX sees no GPU here ({_why_no_gpu(backend)}), so the "
+            "suite times its CPU rows: numbax.numba_kernel against a C++ XLA "
+            "FFI CPU handler and the other ways to run an @njit kernel from "
+            f"JAX (`{prog} --cpu-smoke` checks the GPU paths through Numba's "
+            "CUDA simulator instead)."))
     if not on_gpu:
         raise Refused(
             f"{prog}: the suite times numbax's GPU paths against a native CUDA "
-            f"handler, and JAX sees no GPU here ({_why_no_gpu(backend)}).\n"
-            f"To check every path end to end on the CPU instead, run `{prog} "
-            "--cpu-smoke` (Numba's CUDA simulator, tiny sizes; its timings are "
-            "not performance figures).",
+            f"handler, and its CPU rows on JAX's CPU backend; JAX offers "
+            f"neither here ({_why_no_gpu(backend)}).\n"
+            f"Set JAX_PLATFORMS=cpu for the CPU rows, or run `{prog} "
+            "--cpu-smoke` to check every GPU path on the CPU through Numba's "
+            "CUDA simulator.",
             EXIT_NO_GPU)
     return Mode(smoke=False, header=None)

@@ -8,9 +8,11 @@ implementation once and the table reports the median over rounds, so drift
 of the machine during the run hits every row alike. Writes JSON if asked,
 draws a chart with --plot, and prints the table last.
 
-It measures GPU paths: where JAX sees no GPU it says so and runs nothing,
-unless Numba's CUDA simulator is on (or --cpu-smoke asks for it), when it
-runs the tiny smoke configuration to check every path end to end.
+It measures GPU paths. Where JAX sees no GPU it runs the CPU rows instead
+(numbax.numba_kernel against a C++ XLA FFI CPU handler, buffer_callback,
+pure_callback, jnp and brainevent's numba_kernel: numbax.bench.cpu), or
+--cpu asks for them anywhere; with Numba's CUDA simulator on (or
+--cpu-smoke) it runs the tiny smoke configuration of the GPU paths.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ NAMES = ["native", "native_cmdbuf", "numbax_kernel", "numbax_callable",
          "numbax_callable_mlir", "buffer_callback", "buffer_callback_cmdbuf",
          "pure_callback"]
 BASELINES = ["native", "native_cmdbuf"]
+#: The CPU rows' names (numbax.bench.cpu.NAMES), for --only on a CPU run.
+CPU_NAMES = ["native", "native_empty", "numba_kernel", "numba_kernel_empty",
+             "buffer_callback", "pure_callback", "jnp", "brainevent"]
 SIMULATOR_ENV = {"JAX_PLATFORMS": "cpu", "NUMBA_ENABLE_CUDASIM": "1"}
 
 
@@ -80,6 +85,14 @@ def build_parser(prog: str, default_json: str | None) -> argparse.ArgumentParser
                    "of iterations; GPU-only rows report 'skipped (no GPU)'. "
                    "Chosen by itself when NUMBA_ENABLE_CUDASIM=1 and JAX sees "
                    "no GPU")
+    p.add_argument("--cpu", action="store_true",
+                   help="the CPU rows (numbax.numba_kernel against a C++ XLA "
+                   "FFI CPU handler, ...) even where JAX sees a GPU: JAX on "
+                   "its CPU backend. Chosen by itself where JAX sees no GPU "
+                   "and the simulator is off")
+    p.add_argument("--tiny", action="store_true",
+                   help="CPU rows at tiny sizes and one round: checks every "
+                   "row end to end in seconds; no target is judged")
     p.add_argument("--plot-from", default=None, metavar="JSON",
                    help="run nothing: draw the chart of a saved JSON record "
                    "(--json) into --plot PNG (default: the JSON's path with .png); "
@@ -87,14 +100,15 @@ def build_parser(prog: str, default_json: str | None) -> argparse.ArgumentParser
     p.epilog = ("exit status: 0 every row ran or was skipped; 1 a row failed;\n"
                 "  2 bad command line (checked before anything runs), or the\n"
                 "  simulator on while JAX runs on a GPU or cannot start;\n"
-                f"  {EXIT_NO_GPU} JAX sees no GPU and the simulator is off (nothing "
-                "ran: see --cpu-smoke)")
+                f"  {EXIT_NO_GPU} JAX could not start a backend and the simulator "
+                "is off (nothing ran)")
     return p
 
 
 #: Options that only mean something for a run (--plot-from runs nothing).
 _RUN_OPTIONS = ("quick", "only", "rounds", "no_bandwidth", "no_moving",
-                "build_dir", "seed", "cpu_smoke", "no_cold_start")
+                "build_dir", "seed", "cpu_smoke", "no_cold_start", "cpu",
+                "tiny")
 
 
 #: The largest --seed: numpy and JAX take seeds up to a signed 64-bit int.
@@ -145,10 +159,17 @@ def parse_args(argv: Sequence[str] | None = None, *,
     args = p.parse_args(argv)
     if args.only is not None:
         wanted = [s.strip() for s in args.only.split(",") if s.strip()]
-        unknown = [s for s in wanted if s not in NAMES]
+        unknown = [s for s in wanted if s not in NAMES + CPU_NAMES]
         if unknown:
-            p.error(f"--only: unknown implementation(s) {unknown}; known: {NAMES}")
+            p.error(f"--only: unknown implementation(s) {unknown}; known: "
+                    f"{NAMES} (GPU), {CPU_NAMES} (CPU)")
+        args.cpu_only = wanted
         args.only = BASELINES + [s for s in wanted if s not in BASELINES]
+    else:
+        args.cpu_only = None
+    if args.cpu and args.cpu_smoke:
+        p.error("--cpu (the CPU rows) and --cpu-smoke (the GPU paths through "
+                "the simulator) are two different runs: give one")
     if args.rounds is not None and args.rounds < 1:
         p.error(f"--rounds must be >= 1, got {args.rounds}")
     # Checked here, before anything runs: a bad --seed or output path found
@@ -174,6 +195,15 @@ def parse_args(argv: Sequence[str] | None = None, *,
             p.error("--plot-from draws a saved record and runs nothing: leave out "
                     + ", ".join("--" + o.replace("_", "-") for o in given))
     return args
+
+
+def _enter_cpu() -> None:
+    """--cpu: JAX on its CPU backend (before any backend starts: importing
+    jax starts none)."""
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    if "jax" in sys.modules:
+        import jax
+        jax.config.update("jax_platforms", "cpu")
 
 
 def _enter_cpu_smoke(allow_reexec: bool) -> None:
@@ -248,7 +278,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
          default_json: str | None = None, allow_reexec: bool = False) -> int:
     """Runs the suite; returns the exit status: 0, 1 if any row failed (or
     the chart could not be drawn), 2 for a bad command line or environment,
-    ``mode.EXIT_NO_GPU`` (3) when JAX sees no GPU and the simulator is off.
+    ``mode.EXIT_NO_GPU`` (3) when JAX cannot start a backend and the
+    simulator is off. Where JAX runs on the CPU (no GPU, or ``--cpu``) it
+    runs the CPU rows (:func:`numbax.bench.cpu.run`).
 
     ``allow_reexec`` lets ``--cpu-smoke`` restart the process with the
     simulator switched on when jax or numba was imported already (command
@@ -266,15 +298,36 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m numbax ben
         return plot_from(args.plot_from, args.plot, prog)
     if args.cpu_smoke:
         _enter_cpu_smoke(allow_reexec)
+    if args.cpu:
+        _enter_cpu()
 
     from ..runtime.numba_bridge import simulator_enabled
     from .mode import Refused, jax_backend, select
     try:
         mode = select(cpu_smoke=args.cpu_smoke, simulator=simulator_enabled(),
-                      backend=jax_backend(), prog=prog)
+                      backend=jax_backend(), prog=prog, cpu=args.cpu)
     except Refused as exc:
         print(str(exc), file=sys.stderr)
         return exc.status
+    if args.tiny and not mode.cpu:
+        print(f"{prog}: error: --tiny sizes the CPU rows, and this run times "
+              "the GPU paths (see --cpu)", file=sys.stderr)
+        return 2
+    if mode.cpu:
+        if args.plot:
+            print(f"{prog}: error: --plot draws the GPU suite's chart; the CPU "
+                  "rows have none (their table is printed, --json keeps them)",
+                  file=sys.stderr)
+            return 2
+        from . import cpu
+        seed = args.seed if args.seed is not None else int.from_bytes(
+            os.urandom(4), "little")
+        return cpu.run(quick=args.quick, tiny=args.tiny, rounds=args.rounds,
+                       only=args.cpu_only, seed=seed, json_path=args.json,
+                       build_dir=args.build_dir,
+                       workloads=not args.no_workloads, header=mode.header,
+                       argv=sys.argv[1:] if argv is None else list(argv),
+                       log=(lambda m: print(m, file=sys.stderr, flush=True)))
 
     import jax
     import numpy as np

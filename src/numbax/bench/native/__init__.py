@@ -1,5 +1,8 @@
-"""The native CUDA C++ reference handler and the helper that builds it."""
+"""The native C++ reference handlers (CUDA, and CPU) and the helpers that
+build them."""
 
-from .build import NativeTargets, build_and_register
+from .build import (NativeCpuTargets, NativeTargets, build_and_register,
+                    build_cpu_and_register)
 
-__all__ = ["NativeTargets", "build_and_register"]
+__all__ = ["NativeCpuTargets", "NativeTargets", "build_and_register",
+           "build_cpu_and_register"]

@@ -1,5 +1,6 @@
 """Compile native_ffi.cu (shipped next to this module) with nvcc at run time,
-load it, register its FFI targets."""
+load it, register its FFI targets; and native_ffi_cpu.cc, the CPU reference,
+with the machine's C++ compiler (cached)."""
 
 from __future__ import annotations
 
@@ -112,3 +113,116 @@ def build_and_register(compute_capability: str | None,
     _registered = NativeTargets(PLAIN_TARGET, CMD_BUFFER_TARGET, str(path),
                                 cmd, nvcc_version(nvcc))
     return _registered
+
+
+# ---------------------------------------------------------------------------
+# The CPU reference (native_ffi_cpu.cc): built with the machine's C++ compiler,
+# kept in a cache keyed by the source, the compiler, the FFI headers and the
+# flags, so a second run of the suite compiles nothing.
+
+CPU_SOURCE = Path(__file__).with_name("native_ffi_cpu.cc")
+CPU_AFFINE_SYMBOL = "NativeCpuAffine"
+CPU_EMPTY_SYMBOL = "NativeCpuEmpty"
+CPU_AFFINE_TARGET = "numbax_bench_native_cpu_affine"
+CPU_EMPTY_TARGET = "numbax_bench_native_cpu_empty"
+# -march=native: Numba compiles kernels for the host CPU, so the hand-written
+# loop gets the same instruction set. Dropped when the compiler refuses it.
+_CPU_FLAGS = ["-O3", "-march=native", "-shared", "-fPIC", "-std=c++17"]
+
+
+@dataclass
+class NativeCpuTargets:
+    """What build_cpu_and_register produced."""
+    affine: str
+    empty: str
+    library: str
+    command: list[str]
+    compiler_version: str
+    cached: bool               # True: loaded from the cache, nothing compiled
+
+
+def find_cxx() -> str:
+    """The C++ compiler: $CXX, else c++, g++ or clang++ on PATH."""
+    candidates = [os.environ.get("CXX"), shutil.which("c++"), shutil.which("g++"),
+                  shutil.which("clang++")]
+    for c in candidates:
+        if c and (os.path.isfile(c) or shutil.which(c)):
+            return shutil.which(c) or c
+    raise FileNotFoundError("no C++ compiler found (set CXX, or install g++ or "
+                            "clang++)")
+
+
+def cxx_version(cxx: str) -> str:
+    try:
+        text = subprocess.run([cxx, "--version"], capture_output=True,
+                              text=True, timeout=60).stdout
+    except Exception as exc:  # noqa: BLE001 - only informational
+        return f"unknown ({exc})"
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else "unknown"
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache")
+    return Path(base) / "numbax" / "bench"
+
+
+def _cpu_cache_key(cxx: str, version: str, include: str, flags: list[str]) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    for part in (CPU_SOURCE.read_bytes(), cxx.encode(), version.encode(),
+                 include.encode(), " ".join(flags).encode()):
+        h.update(part)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def compile_cpu_library(out: Path, cxx: str, include: str) -> list[str]:
+    """Compiles native_ffi_cpu.cc into `out` (written atomically); returns
+    the command that succeeded."""
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+    errors = []
+    for flags in (_CPU_FLAGS, [f for f in _CPU_FLAGS if f != "-march=native"]):
+        cmd = [cxx, *flags, "-I", include, str(CPU_SOURCE), "-o", str(tmp)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode == 0:
+            os.replace(tmp, out)
+            return cmd
+        errors.append(f"{' '.join(cmd)} ({proc.returncode}):\n"
+                      f"{proc.stdout}{proc.stderr}")
+    raise RuntimeError("the C++ compiler failed:\n" + "\n".join(errors))
+
+
+_cpu_registered: NativeCpuTargets | None = None
+
+
+def build_cpu_and_register(build_dir: str | None = None) -> NativeCpuTargets:
+    """Builds (or finds in the cache) the CPU reference library and registers
+    its handlers for platform cpu, once per process. `build_dir` replaces
+    the cache directory. Raises FileNotFoundError without a C++ compiler."""
+    global _cpu_registered
+    if _cpu_registered is not None:
+        return _cpu_registered
+    import jax
+    import jax.ffi
+
+    cxx = find_cxx()
+    version = cxx_version(cxx)
+    include = jax.ffi.include_dir()
+    key = _cpu_cache_key(cxx, version, include, _CPU_FLAGS)
+    directory = Path(build_dir) if build_dir else cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"libnumbax_bench_native_cpu-{key}.so"
+    cached = path.is_file()
+    cmd = ["(cached)", str(path)] if cached else compile_cpu_library(
+        path, cxx, include)
+    lib = ctypes.cdll.LoadLibrary(str(path))
+    _libraries.append(lib)
+    for target, symbol in ((CPU_AFFINE_TARGET, CPU_AFFINE_SYMBOL),
+                           (CPU_EMPTY_TARGET, CPU_EMPTY_SYMBOL)):
+        jax.ffi.register_ffi_target(
+            target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
+    _cpu_registered = NativeCpuTargets(CPU_AFFINE_TARGET, CPU_EMPTY_TARGET,
+                                       str(path), cmd, version, cached)
+    return _cpu_registered
