@@ -114,18 +114,21 @@ def kernels() -> dict[str, Any]:
     def empty(x, y):
         pass
 
-    # parallel='xla': numbax hands the kernel one index of range(launch_dims)
-    # at a time, from chunks it spreads over XLA's intra-op pool.
+    # With launch_dims, numba_kernel hands the kernel a part [begin, end) of
+    # range(launch_dims) first (uint64: signed indices over a sub-range stop
+    # LLVM vectorising the loop); parallel='xla' spreads the parts over
+    # XLA's intra-op pool.
     @numba.njit
-    def affine_at(i, x, y):
-        y[i] = np.float32(2) * x[i] + np.float32(1)
+    def affine_range(begin, end, x, y):
+        for i in range(begin, end):
+            y[i] = np.float32(2) * x[i] + np.float32(1)
 
     @numba.njit(parallel=True)
     def affine_prange(x, y):
         for i in numba.prange(x.size):
             y[i] = np.float32(2) * x[i] + np.float32(1)
 
-    _kernels.update(affine=affine, empty=empty, affine_at=affine_at,
+    _kernels.update(affine=affine, empty=empty, affine_range=affine_range,
                     affine_prange=affine_prange)
     return _kernels
 
@@ -380,7 +383,7 @@ def _large_child(cfg: CpuConfig, seed: int) -> list[dict]:
     spec = jax.ShapeDtypeStruct((n,), np.float32)
     ops = {
         "serial": lambda: numba_kernel(ks["affine"], spec),
-        "xla": lambda: numba_kernel(ks["affine_at"], spec, parallel="xla",
+        "xla": lambda: numba_kernel(ks["affine_range"], spec, parallel="xla",
                                     launch_dims=n),
         "prange": lambda: numba_kernel(ks["affine_prange"], spec),
     }
