@@ -3,7 +3,9 @@
 # run (not the test and docs tools), builds numbax against the same XLA FFI
 # headers as the release wheel (the oldest supported jaxlib's), and runs
 # examples/quickstart.py: on the GPU if there is one (JAX and Numba with
-# CUDA are installed then), else on the CPU through Numba's CUDA simulator.
+# CUDA are installed then), else on the CPU through Numba's CUDA simulator;
+# without a GPU it then runs examples/numba_kernel.py too: an @njit kernel
+# as a native CPU op (no simulator), timed beside jax.pure_callback.
 # The build (this machine's compiler, both cores) runs while pip installs
 # JAX and Numba; pip writes no bytecode (Python compiles what the quickstart
 # imports, once). No compiler runs when a numbax wheel of the same sources
@@ -137,3 +139,8 @@ if [ "$cuda_major" -eq 0 ]; then
 fi
 echo "== examples/quickstart.py"
 python examples/quickstart.py
+if [ "$cuda_major" -eq 0 ]; then
+  # numba_kernel needs no simulator: the CPU's own op, at native speed.
+  echo "== examples/numba_kernel.py (the CPU path: @njit kernels as native XLA ops)"
+  python examples/numba_kernel.py
+fi

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 # The examples the docs walk through; others found in examples/ run too.
 REQUIRED = {"quickstart.py", "spiking_network.py", "softmax_scratch.py",
-            "histogram.py", "stdp_inplace.py"}
+            "histogram.py", "stdp_inplace.py", "numba_kernel.py"}
 
 
 def test_documented_examples_exist():
