@@ -561,7 +561,8 @@ def environment(env: Env) -> dict:
         "device": "cpu",
         "cpu": _cpu_name(),
         "cpu_count": os.cpu_count(),
-        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        # The machine may be shared: its load says how far to trust the run.
+        "load_average_end": _load(),
         "python": sys.version.split()[0],
         "host": platform.platform(),
         "jax_devices": [str(d) for d in jax.devices()],
@@ -576,6 +577,11 @@ def environment(env: Env) -> dict:
                           "command": env.native.command,
                           "cached": env.native.cached}
     return info
+
+
+def _load() -> list[float] | None:
+    """1, 5 and 15 minute load averages (None where the OS has none)."""
+    return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
 
 
 def _cpu_name() -> str:
@@ -615,6 +621,7 @@ def run(*, quick: bool, tiny: bool, rounds: int | None, only: list[str] | None,
         cfg.rounds = rounds
     rng = np.random.default_rng(seed)
     env = Env()
+    load_start = _load()
     log(f"device: {jax.devices()[0]} ({_cpu_name()}, {os.cpu_count()} cores); "
         f"config: {cfg}")
     try:
@@ -652,7 +659,7 @@ def run(*, quick: bool, tiny: bool, rounds: int | None, only: list[str] | None,
                    f"{cfg.single_runs} calls; large: median of "
                    f"{cfg.large_runs} calls, in a child process"),
         "config": asdict(cfg),
-        "environment": environment(env),
+        "environment": dict(environment(env), load_average_start=load_start),
         "native_build_error": env.native_error,
         "results": rows,
         "large": large,
@@ -672,9 +679,15 @@ def run(*, quick: bool, tiny: bool, rounds: int | None, only: list[str] | None,
     print("== cpu table")
     print(f"{record['environment']['cpu']}, {os.cpu_count()} cores | jax "
           f"{v['jax']} jaxlib {v['jaxlib']} | numba {v['numba']} | "
-          f"brainevent {v['brainevent'] or 'not installed'}")
+          f"brainevent {v['brainevent'] or 'not installed'} | load average "
+          f"{_fmt_load(load_start)} at the start, "
+          f"{_fmt_load(record['environment']['load_average_end'])} at the end")
     print(format_table(record), flush=True)
     return 1 if failed else 0
+
+
+def _fmt_load(load) -> str:
+    return "unknown" if not load else "/".join(f"{x:.1f}" for x in load)
 
 
 def _child_main(arg: str) -> int:
