@@ -464,10 +464,9 @@ def targets(rows: list[dict], large: list[dict]) -> list[dict]:
 
     add("chain: numba_kernel / C++ handler",
         _div(_us(by, nk, "chain"), _us(by, "native", "chain")), 1.2, True)
-    empty_gap = (None if _us(by, "numba_kernel_empty", "chain") is None
-                 or _us(by, "native_empty", "chain") is None else
-                 _us(by, "numba_kernel_empty", "chain")
-                 - _us(by, "native_empty", "chain"))
+    empty, floor = (_us(by, "numba_kernel_empty", "chain"),
+                    _us(by, "native_empty", "chain"))
+    empty_gap = None if empty is None or floor is None else empty - floor
     add("chain, empty kernel: numba_kernel - empty C++ handler",
         empty_gap, 0.05, True, unit="us")
     for other, bound in (("brainevent", 15), ("buffer_callback", 6),
