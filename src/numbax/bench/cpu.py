@@ -567,6 +567,8 @@ def environment(env: Env) -> dict:
         "jax_devices": [str(d) for d in jax.devices()],
         "versions": {d: _version(d) for d in (
             "jax", "jaxlib", "numba", "numbax", "numpy", "brainevent")},
+        # From a checkout (src/ on the path) numbax has no distribution.
+        "numbax_version": _numbax_version(),
         "numba_threading_layer": os.environ.get("NUMBA_THREADING_LAYER"),
         "numba_num_threads": _numba_threads(),
     }
@@ -576,6 +578,14 @@ def environment(env: Env) -> dict:
                           "command": env.native.command,
                           "cached": env.native.cached}
     return info
+
+
+def _numbax_version() -> str | None:
+    try:
+        import numbax
+        return numbax.__version__
+    except Exception:  # noqa: BLE001 - informational
+        return None
 
 
 def _load() -> list[float] | None:

@@ -215,8 +215,9 @@ def build_cpu_and_register(build_dir: str | None = None) -> NativeCpuTargets:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"libnumbax_bench_native_cpu-{key}.so"
     cached = path.is_file()
-    cmd = ["(cached)", str(path)] if cached else compile_cpu_library(
-        path, cxx, include)
+    # Cached: the command that built it (the key covers every part of it).
+    cmd = ([cxx, *_CPU_FLAGS, "-I", include, str(CPU_SOURCE), "-o", str(path)]
+           if cached else compile_cpu_library(path, cxx, include))
     lib = ctypes.cdll.LoadLibrary(str(path))
     _libraries.append(lib)
     for target, symbol in ((CPU_AFFINE_TARGET, CPU_AFFINE_SYMBOL),
