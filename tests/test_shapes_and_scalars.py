@@ -479,11 +479,222 @@ def test_callable_gets_the_python_value():
     assert seen[1] == (bool, False, int, 7, float, 0.5)
 
 
-def test_traced_zero_d_arrays_offer_both_fixes():
+# -- traced scalars (issue 43, item D) -------------------------------------------
+
+@cuda.jit
+def scale_shift(x, a, b, out):
+    """out = a * x + b, every element written (no poison needed)."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = a * x[i] + b
+
+
+@pytest.mark.gpu
+def test_jit_of_a_kernel_op_with_a_python_scalar(rng):
+    """jax.jit(op)(x, 2.0): jit traces 2.0 into a 0-d array, which the
+    kernel now reads on the device (it was refused, telling the user to
+    pass the Python scalar they had passed)."""
+    n = 37
+    op = numbax.numba_cuda_kernel(scale_into, like, launch_dims=n)
+    x = rng.standard_normal(n).astype(np.float32)
+    got = jax.jit(op)(x, 2.0)
+    np.testing.assert_allclose(np.asarray(got), 2.0 * x, rtol=1e-6)
+    # A 0-d array outside jit takes the same way; a Python scalar stays
+    # by value.
+    np.testing.assert_allclose(np.asarray(op(x, jnp.float32(-3))), -3 * x,
+                               rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(op(x, 0.25)), 0.25 * x, rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_traced_scalar_changing_every_call_traces_once(rng):
+    n = 50
+    traces = []
+
+    def step(x, a, b):
+        traces.append(1)  # runs once per trace
+        return op(x, a, b)
+
+    seen = []
+
+    def outs(x, a, b):  # sees the traced scalars as 0-d, never a value
+        seen.append((a.shape, a.dtype, b.shape))
+        return like(x)
+
+    op = numbax.numba_cuda_kernel(scale_shift, outs,
+                                  launch_dims=lambda x, *r: x.shape[0])
+    jitted = jax.jit(step)
+    direct = jax.jit(op)
+    x = rng.standard_normal(n).astype(np.float32)
+    values = rng.standard_normal((10, 2)).astype(np.float32)
+    for a, b in values:
+        want = a * x + b
+        np.testing.assert_allclose(np.asarray(jitted(x, a, float(b))), want,
+                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(direct(x, a, float(b))), want,
+                                   rtol=1e-5, atol=1e-6)
+    assert len(traces) == 1
+    assert jitted._cache_size() == 1 and direct._cache_size() == 1
+    assert seen == [((), np.float32, ())]
+    # One key for every value: it names the traced positions, not values.
+    texts = {jax.jit(op).lower(x, float(a), float(b)).as_text()
+             for a, b in values[:3]}
+    assert len(texts) == 1
+    key = next(iter(texts)).split('key = "')[1].split('"')[0]
+    assert key.endswith(";traced=1,2") and "scalars=" not in key, key
+
+
+@pytest.mark.gpu
+def test_traced_and_static_scalars_mixed(rng):
+    op = numbax.numba_cuda_kernel(scale_and_offset, like,
+                                  launch_dims=lambda x, *r: x.shape[0])
+    x = rng.standard_normal(21).astype(np.float32)
+    y = rng.standard_normal(21).astype(np.float32)
+    f = jax.jit(lambda x, y, b: op(x, 2.0, y, b))  # a closed over, b traced
+    for b in (-1.5, 4.0):
+        np.testing.assert_allclose(np.asarray(f(x, y, b)), 2 * x + b * y,
+                                   rtol=1e-5)
+    assert f._cache_size() == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("vmap_method", [None, "sequential"])
+def test_vmap_over_traced_scalars(vmap_method, rng):
+    """A batched traced scalar: each slice gets its own value, folded or
+    one launch per slice; an unbatched one is shared; nested vmaps too."""
+    kw = {} if vmap_method is None else dict(vmap_method=vmap_method)
+    op = numbax.numba_cuda_kernel(scale_shift, like,
+                                  launch_dims=lambda x, *r: x.shape[0], **kw)
+    x = rng.standard_normal((6, 13)).astype(np.float32)
+    a = rng.standard_normal(6).astype(np.float32)
+    b = np.float32(0.5)
+    want = a[:, None] * x + b
+    got = jax.vmap(op, in_axes=(0, 0, None))(x, a, b)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+    got = jax.jit(jax.vmap(op, in_axes=(None, 0, None)))(x[0], a, b)
+    np.testing.assert_allclose(np.asarray(got), a[:, None] * x[0] + b,
+                               rtol=1e-5, atol=1e-6)
+    got = jax.vmap(jax.vmap(op, in_axes=(0, None, 0)),
+                   in_axes=(0, 0, None))(
+        x.reshape(2, 3, 13), a[:2], a[2:5])
+    want = (a[:2, None, None] * x.reshape(2, 3, 13)
+            + a[2:5][None, :, None])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+    decision = op.vmap_fold(jax.ShapeDtypeStruct((13,), F32),
+                            jax.ShapeDtypeStruct((), F32), 1.0)
+    assert decision.folds == (vmap_method is None)
+
+
+@cuda.jit
+def square_scalar(s, out):
+    out[0] = s * s
+
+
+@pytest.mark.gpu
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+def test_traced_scalar_dtype_is_honoured():
+    """The body gets the traced value's own type: an int32 wraps where a
+    float32 does not, a float64 keeps digits a float32 drops."""
+    op = numbax.numba_cuda_kernel(
+        square_scalar, jax.ShapeDtypeStruct((1,), F32), grid=1, block=1)
+    f = jax.jit(op)
+    wrapped = float(f(jnp.int32(50000))[0])
+    assert wrapped == np.float32(np.int32(50000) * np.int32(50000)) < 0
+    assert float(f(jnp.float32(50000))[0]) == np.float32(2.5e9)
+    assert float(f(3)[0]) == 9.0  # a weak int traced as int32
+
+
+@pytest.mark.gpu
+def test_traced_scalar_dtype_with_x64(x64):
+    op = numbax.numba_cuda_kernel(
+        store_scalar, jax.ShapeDtypeStruct((1,), jnp.float64), grid=1,
+        block=1)
+    f = jax.jit(op)
+    assert float(f(0.1)[0]) == 0.1  # float64 traced
+    assert float(f(jnp.float32(0.1))[0]) == float(np.float32(0.1))
+    assert float(f(2**40 + 1)[0]) == 2**40 + 1  # int64 traced
+    assert f._cache_size() == 3  # one per dtype, not per value
+    f(0.7), f(jnp.float32(0.2)), f(5)
+    assert f._cache_size() == 3
+
+
+@pytest.mark.gpu
+def test_callable_gets_a_traced_scalar_as_a_one_element_array(rng):
+    seen = []
+
+    def launch(x, a, out, stream):
+        seen.append((tuple(a.shape), np.dtype(a.dtype)))
+        scale_from_array[1, 64, stream](x, a, out)
+
+    shapes = []
+
+    def outs(x, a):
+        shapes.append(a.shape)
+        return like(x)
+
+    op = numbax.numba_cuda_callable(launch, outs, vmap_method="sequential")
+    jitted = jax.jit(op)
+    x = rng.standard_normal(40).astype(np.float32)
+    for a in rng.standard_normal(10).astype(np.float32):
+        np.testing.assert_allclose(np.asarray(jitted(x, a)), a * x,
+                                   rtol=1e-6)
+    assert jitted._cache_size() == 1
+    assert set(seen) == {((1,), np.dtype(np.float32))}
+    assert shapes == [()]  # the outs function sees the 0-d array
+    # Under vmap: each slice's value.
+    a = rng.standard_normal(3).astype(np.float32)
+    got = jax.vmap(op, in_axes=(None, 0))(x, a)
+    np.testing.assert_allclose(np.asarray(got), a[:, None] * x, rtol=1e-6)
+
+
+@cuda.jit
+def scale_from_array(x, a, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = a[0] * x[i]
+
+
+def test_traced_scalar_refusals_name_jit_and_the_static_ways(monkeypatch):
+    """Where a traced scalar cannot be taken, the message says jit traced
+    it and shows static_argnums and closing over the value."""
+    x = jnp.ones(4, F32)
+    like_4 = jax.ShapeDtypeStruct((4,), F32)
+    aliased = numbax.numba_cuda_kernel(times_scalar, like, launch_dims=4,
+                                       input_output_aliases={1: 0})
+    with pytest.raises(TypeError, match=(
+            r"times_scalar\): input 1 is a traced scalar \(a 0-d float32 "
+            r"array: jax.jit traces a Python scalar.*input_output_aliases"
+            r".*static_argnums=1.*closed over")):
+        jax.jit(aliased)(x, 2.0, x)
+    callable_op = numbax.numba_cuda_callable(
+        lambda x, a, b, out, stream: None, like, input_output_aliases={2: 0})
+    with pytest.raises(TypeError, match=r"input 1 is a traced scalar.*"
+                       r"static_argnums=1"):
+        jax.jit(callable_op)(x, 2.0, x)
+    # Sharding rules name array operands only.
+    ruled = numbax.numba_cuda_kernel(scale_into, like_4, launch_dims=4,
+                                     batch_partitionable=True)
+    with pytest.raises(TypeError, match=r"input 1 is a traced scalar.*"
+                       r"sharding rule.*static_argnums=1"):
+        jax.jit(ruled)(x, 2.0)
+    ruled_callable = numbax.numba_cuda_callable(
+        lambda x, a, out, stream: None, like_4, sharding_rule="i, -> i")
+    with pytest.raises(TypeError, match=r"input 1 is a traced scalar.*"
+                       r"sharding rule.*static_argnums=1"):
+        jax.jit(ruled_callable)(x, 2.0)
+    # A compiler that takes no scalars (numba-cuda-mlir) refuses it so.
+    from numbax.compilers.numba_cuda import NumbaCuda
+
+    class NoScalars(NumbaCuda):
+        name = "numba-cuda-mlir"
+        takes_scalars = False
+
     op = numbax.numba_cuda_kernel(scale_into, like, launch_dims=4)
-    with pytest.raises(ValueError, match=r"input 1 is 0-d.*Python or NumPy "
-                       r"scalar.*1-d array"):
-        jax.jit(lambda x, a: op(x, a))(jnp.ones(4, F32), 2.0)
+    monkeypatch.setattr(op, "_compiler", NoScalars())
+    with pytest.raises(TypeError, match=(
+            r"input 1 is a traced scalar.*not for numba-cuda-mlir ones.*"
+            r"static_argnums=1.*closed over")):
+        jax.jit(op)(x, 2.0)
 
 
 def test_custom_kernel_scalar_input_names_the_op_and_static_keywords(rng):

@@ -281,12 +281,20 @@ class NumbaCudaCallable(ops.Op):
         # func may launch kernels of a compiler whose module was imported
         # after this op was created (numba-cuda-mlir's).
         compilers.install_launch_hooks()
+        # A traced scalar (jax.jit made a Python scalar argument a 0-d
+        # array) reaches func as a 1-element device array: its value is
+        # only known on the device, and a new value is no new key.
+        args, traced = scalar_args.with_traced_buffers(
+            args, op, aliases=bool(self.input_output_aliases),
+            rule=(self.batch_partitionable
+                  or self.sharding_rule is not None))
         arrays, scalars = scalar_args.split(args, op)
-        inputs = checks.as_input_arrays(
-            arrays, op, positions=None if not scalars else [
-                i for i, a in enumerate(args) if not scalar_args.is_scalar(a)])
-        out_specs, scratch_specs, out_tree, wide = self._resolve(inputs,
-                                                                 scalars)
+        positions = None if not scalars else [
+            i for i, a in enumerate(args) if not scalar_args.is_scalar(a)]
+        inputs = checks.as_input_arrays(arrays, op, positions=positions)
+        # Shape functions see a traced scalar as the 0-d array it is.
+        out_specs, scratch_specs, out_tree, wide = self._resolve(
+            scalar_args.as_passed(inputs, positions, traced), scalars)
         narrow = checks.narrowed_x64(wide, op, self)
         if narrow:
             # x64 off: XLA allocates the 32-bit types, and func gets them.
@@ -417,7 +425,11 @@ def numba_cuda_callable(
     and a Numba stream over XLA's CUDA stream; it may launch any number of
     kernels on that stream and must return None. On JAX's CPU backend with
     ``NUMBA_ENABLE_CUDASIM=1`` the same ``func`` runs through Numba's CUDA
-    simulator over XLA's host buffers.
+    simulator over XLA's host buffers. A Python or NumPy scalar input
+    reaches ``func`` as its value (static, part of the key); a 0-d array
+    input (what ``jax.jit`` makes of a Python scalar argument: a traced
+    scalar) as a 1-element device array, so a new value needs no new trace
+    (docs/shapes_and_scalars.md).
 
     Args:
       func: the Python function described above.
@@ -493,8 +505,8 @@ def numba_cuda_callable(
       TypeError: ``func`` is not callable, ``outs`` is not
         ShapeDtypeStruct-like, ``capture`` is not a bool or ``name`` not a
         str; (when called) ``func`` cannot take the arguments numbax passes.
-      ValueError: an unknown ``vmap_method``; (when called) an input is 0-d,
-        or a dtype Numba cannot use. docs/errors.md lists every error.
+      ValueError: an unknown ``vmap_method``; (when called) an input of a
+        dtype Numba cannot use. docs/errors.md lists every error.
     """
     numba_bridge.require_cuda()
     # func's launches skip Numba's Python launch where they can

@@ -102,10 +102,14 @@ class Compiler:
         raise NotImplementedError
 
     def batched_kernel(self, kernel, num_args: int, broadcast: tuple,
-                       axis: int, frozen: dict | None, scalars: tuple) -> Any:
+                       axis: int | None, frozen: dict | None, scalars: tuple,
+                       traced: tuple = ()) -> Any:
         """The generated kernel that runs a vmapped batch in one launch
         (fold.batched_kernel) with `kernel`'s body reading `frozen` for its
-        globals; `scalars`: the positions of scalar parameters."""
+        globals; `scalars`: the positions of scalar parameters; `traced`:
+        those of traced scalars (1-element buffers whose element the body
+        gets; with `axis` None, the unbatched kernel of such a call). Only
+        compilers with `takes_scalars` get `traced`."""
         raise NotImplementedError
 
     def compile_batched(self, kernel, batched, argtypes: tuple,

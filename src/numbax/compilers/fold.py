@@ -5,6 +5,9 @@ decides), a generated kernel takes the batched arrays, picks slice
 ``blockIdx.<axis>`` of each (slice 0 of a broadcast input) and calls the
 user's kernel body, compiled as a device function, on those slices. Each
 compiler makes it with its own ``cuda.jit`` (Compiler.batched_kernel).
+The same generator makes the kernel a call with traced scalars launches
+(unbatched: no slice, it only reads each traced scalar's value from its
+1-element buffer and passes it to the body; batched, it does both).
 
 The body must compute what the unbatched kernel computes, so it must read
 the values Numba froze into the unbatched kernel's code: those are noted
@@ -245,34 +248,53 @@ def with_globals(py_func, values: dict):
 
 # -- the batched kernel ------------------------------------------------------
 
-def batched_source(num_args: int, broadcast: tuple, axis: int,
-                   scalars: tuple = ()) -> str:
+def batched_source(num_args: int, broadcast: tuple, axis: int | None,
+                   scalars: tuple = (), traced: tuple = ()) -> str:
     """Source of the generated kernel: slice `blockIdx.<axis>` of each array.
 
     Broadcast inputs (a leading axis of 1 shared by every slice) give slice 0;
-    scalar parameters (their positions in `scalars`) are passed as they are.
+    scalar parameters (their positions in `scalars`) are passed as they are;
+    a traced scalar (positions in `traced`: a 1-element buffer per slice)
+    gives the body its element. With `axis` None the kernel is unbatched:
+    it only reads the traced scalars (the kernel a call with traced scalars
+    launches, per slice where a vmap does not fold).
     """
     params = [f"a{i}" for i in range(num_args)]
-    picks = [f"a{i}" if i in scalars
-             else f"a{i}[0]" if i < len(broadcast) and broadcast[i]
-             else f"a{i}[s]" for i in range(num_args)]
-    return (f"def batched({', '.join(params)}):\n"
-            f"    s = cuda.blockIdx.{AXIS_NAMES[axis]}\n"
-            f"    body({', '.join(picks)})\n")
+
+    def pick(i):
+        if i in scalars:
+            return f"a{i}"
+        if axis is None:
+            sliced = f"a{i}"
+        elif i < len(broadcast) and broadcast[i]:
+            sliced = f"a{i}[0]"
+        else:
+            sliced = f"a{i}[s]"
+        return f"{sliced}[0]" if i in traced else sliced
+    picks = [pick(i) for i in range(num_args)]
+    name = "with_traced_scalars" if axis is None else "batched"
+    lines = [f"def {name}({', '.join(params)}):\n"]
+    if axis is not None:
+        lines.append(f"    s = cuda.blockIdx.{AXIS_NAMES[axis]}\n")
+    lines.append(f"    body({', '.join(picks)})\n")
+    return "".join(lines)
 
 
 def batched_kernel(cuda: Any, py_func, options: dict, num_args: int,
-                   broadcast: tuple, axis: int, scalars: tuple = ()):
+                   broadcast: tuple, axis: int | None, scalars: tuple = (),
+                   traced: tuple = ()):
     """The generated batched kernel (batched_source) around `py_func` as a
     device function, both made by `cuda`'s jit (numba-cuda's, or
     numba-cuda-mlir's: each compiler's Compiler.batched_kernel) with
     `options`."""
     body = cuda.jit(device=True, **options)(py_func)
     scope = {"cuda": cuda, "body": body}
-    exec(compile(batched_source(num_args, broadcast, axis, scalars),
+    source = batched_source(num_args, broadcast, axis, scalars, traced)
+    exec(compile(source,
                  f"<numbax batched {getattr(py_func, '__qualname__', '')}>",
                  "exec"), scope)
-    batched = scope["batched"]
+    name = source[4:source.index("(")]
+    batched = scope[name]
     batched.__qualname__ = (
-        getattr(py_func, "__qualname__", "kernel") + ".batched")
+        getattr(py_func, "__qualname__", "kernel") + "." + name)
     return cuda.jit(**options)(batched)

@@ -102,7 +102,7 @@ class NumbaCuda(Compiler):
                 *grid_reads.axes_read_by_library(compiled))
 
     def batched_kernel(self, kernel, num_args, broadcast, axis, frozen,
-                       scalars):
+                       scalars, traced=()):
         from numba import cuda
         py_func = fold.with_globals(getattr(kernel, "py_func", kernel),
                                     frozen or {})
@@ -112,10 +112,11 @@ class NumbaCuda(Compiler):
         if getattr(kernel, "_fastmath", False):  # the simulator's kernels
             options["fastmath"] = True
         batched = fold.batched_kernel(cuda, py_func, options, num_args,
-                                      broadcast, axis, scalars)
+                                      broadcast, axis, scalars, traced)
         # What generated it, as numbax's entry in the kernel's Numba cache
         # names it (kernel_cache).
-        source = fold.batched_source(num_args, broadcast, axis, scalars)
+        source = fold.batched_source(num_args, broadcast, axis, scalars,
+                                     traced)
         batched._numbax_kind = (
             "batched", num_args, tuple(broadcast), axis,
             hashlib.sha256(source.encode()).hexdigest()[:16])

@@ -270,7 +270,7 @@ class NumbaCudaMlir(Compiler):
         return (bool(compiled.cooperative), *axes_read_by_mlir(text))
 
     def batched_kernel(self, kernel, num_args, broadcast, axis, frozen,
-                       scalars):
+                       scalars, traced=()):
         """The generated kernel, made by numba-cuda-mlir around the
         kernel's body as a device function (inlined into it)."""
         from numba_cuda_mlir import cuda
@@ -279,6 +279,8 @@ class NumbaCudaMlir(Compiler):
         # Only what changes results: the batched kernel must compute exactly
         # what the kernel does per slice.
         same = {k: options[k] for k in ("fastmath",) if options.get(k)}
+        # Never traced scalars: the op refuses them (takes_scalars).
+        assert not traced, traced
         return fold.batched_kernel(cuda, py_func, same, num_args, broadcast,
                                    axis, scalars)
 

@@ -53,6 +53,11 @@ def spec(op, avals, batch, broadcast, fold: str = "", aliases: tuple = (),
             spec += (f";grid={'x'.join(map(str, call.grid))}"
                      f";block={'x'.join(map(str, call.block))}")
         spec += scalar_args.scalars_spec(call.scalars)
+        if call.traced:
+            # Which 1-element buffers the generated kernel reads a value
+            # from (only calls with traced scalars say so: other keys stay
+            # what they were).
+            spec += ";traced=" + ",".join(map(str, call.traced))
         spec += keys.profile_spec(call.name)
     # The leading unit axes of a call XLA may split (a program of
     # several devices, or an op with a rule): C++ drops them first.
@@ -77,6 +82,11 @@ def parse(op, call: str):
     if len(broadcast) != len(avals):
         raise ValueError(f"{op!r}: malformed call spec {call!r}")
     scalars = scalar_args.parse_scalars(fields)
+    try:
+        traced = tuple(int(p) for p in
+                       filter(None, fields.get("traced", "").split(",")))
+    except ValueError:
+        raise ValueError(f"{op!r}: malformed call spec {call!r}") from None
     if op._outs_fn is not None or "out" in fields:
         if "out" not in fields:
             raise ValueError(f"{op!r}: call spec {call!r} has no out=")
@@ -97,5 +107,5 @@ def parse(op, call: str):
         grid, block, _ = op._launch()
     return (avals, batch, broadcast, keys.parse_aliases(fields),
             Call(outs, tuple(grid), tuple(block), scalars,
-                 keys.parse_profile(fields)),
+                 keys.parse_profile(fields), traced=traced),
             keys.parse_units(fields))

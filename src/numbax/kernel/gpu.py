@@ -12,7 +12,7 @@ from __future__ import annotations
 import weakref
 
 from ..runtime import numba_bridge, registry
-from ..trace import scalar_args
+from ..trace import checks, scalar_args
 from . import calls, sharding, vmap
 from .launch_config import Call
 from .plan import builder
@@ -30,15 +30,28 @@ def entry(op, key, avals, batch, broadcast, aliases=(),
     # The kernel's arguments are the inputs then the outputs, with the
     # scalars at their positions among the inputs.
     all_avals = list(avals) + list(out_avals)
-    scalars = call.scalars
-    argtypes = op._argtypes(all_avals, batch, scalars)
+    scalars, traced = call.scalars, call.traced
+    # The body's types: a traced scalar as the value it holds.
+    argtypes = op._argtypes(all_avals, batch, scalars, traced)
     n_in = len(avals) + len(scalars)
-    compiled = op._compile(argtypes, n_in)
+    try:
+        compiled = op._compile(argtypes, n_in)
+    except Exception as exc:
+        named = None if not traced else checks.renamed(exc, (
+            f"{exc}; inputs {', '.join(map(str, traced))} are traced "
+            "scalars (0-d arrays: jax.jit traces a Python scalar argument "
+            "into one), which the kernel receives as values: where it reads "
+            "an array, pass a 1-element array (x.reshape(1))"))
+        if named is None:
+            raise
+        raise named from exc
     formals = op._formals(argtypes, scalars, n_in)
     params = op._scalar_params(scalars, formals)
+    if traced:
+        _check_traced_formals(op, argtypes, traced, n_in)
     grid, block, empty = call.grid, call.block, call.empty
     decision, batched = vmap.folded(op, argtypes, grid, batch, broadcast,
-                                    compiled, scalars)
+                                    compiled, scalars, traced)
     fold_axis = -1
     if batched is not None:
         try:
@@ -51,6 +64,11 @@ def entry(op, key, avals, batch, broadcast, aliases=(),
             fold_axis = vmap.axis_index(decision)
         except Exception as exc:
             vmap.refuse_fold(op, argtypes, grid, "compile", exc)
+    if fold_axis < 0 and traced:
+        # Launched unbatched (or per slice): the generated kernel that
+        # reads the traced scalars and calls the body.
+        compiled = vmap.compiled_traced(op, argtypes, all_avals, batch,
+                                        scalars, traced, formals)
     # The registry keeps `plan` but must not keep the op alive: the plan
     # refers to it weakly, and the C++ call site that asks for the plan
     # holds the op (the plan's owner) for as long as it lives.
@@ -62,6 +80,25 @@ def entry(op, key, avals, batch, broadcast, aliases=(),
                    num_outputs=call.num_outputs, scalars=params,
                    name=call.name)
     return registry.KernelEntry(key, plan, op_ref)
+
+
+def _check_traced_formals(op, argtypes, traced, n_in):
+    """Refuses a traced scalar whose type is not the one the kernel's
+    explicit signature gives its parameter: the generated kernel passes the
+    value as it is (a launch by value converts; a buffer's element is not
+    converted)."""
+    formals = op._compiler.parameter_types(op.kernel, argtypes, op._label,
+                                           n_in)
+    for p in traced:
+        if formals[p] != argtypes[p]:
+            raise TypeError(
+                f"{op._label}: input {p} is a traced scalar of type "
+                f"{argtypes[p]} (jax.jit traces a Python scalar argument "
+                "into a 0-d array), but the kernel's signature has "
+                f"{formals[p]} there, and numbax passes a traced value "
+                f"unconverted; cast it (jnp.{formals[p]}(value)), or make "
+                f"it static: jax.jit(op, static_argnums={p}) or a value "
+                "closed over")
 
 
 def key(op, avals, out_avals, batch, broadcast, call: Call | None = None,

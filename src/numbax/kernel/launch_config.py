@@ -142,7 +142,8 @@ def check_launch_configuration(*, grid, block, launch_dims, threads_per_block,
 @dataclasses.dataclass(frozen=True)
 class Call:
     """What one call of an op launches, resolved when it is traced: its
-    outputs (unbatched), grid and block, and the scalars passed by value.
+    outputs (unbatched), grid and block, the scalars passed by value and the
+    traced scalars' positions.
     A parameter of numbax_kernel_p (hashable, compared by value), and what
     the call part of the op's key spells where it is not fixed."""
     outs: tuple  # ((shape, np.dtype), ...)
@@ -153,6 +154,10 @@ class Call:
     # XLACustomKernel's, ops.Op.use_name): a parameter, so that JAX's
     # lowering cache never gives one use's custom call the other's name.
     name: str | None = None
+    # Positions (among the inputs, as scalars') of the traced scalars: 0-d
+    # inputs passed as 1-element buffers, read on the device by a generated
+    # kernel around the user's (scalar_args.is_traced).
+    traced: tuple = ()
 
     @property
     def empty(self) -> bool:

@@ -160,7 +160,8 @@ class NumbaCudaKernel(ops.Op):
         # The checks a call runs: what a call refuses gets no verdict.
         inputs, call, _ = self._checked_call(args, shapes=True)
         avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in inputs]
-        argtypes = self._argtypes(avals + call.out_avals(0), 0, call.scalars)
+        argtypes = self._argtypes(avals + call.out_avals(0), 0, call.scalars,
+                                  call.traced)
         return vmap.fold_for(self, argtypes, call.grid, n_in=len(args))
 
     def _value_identity(self):
@@ -228,8 +229,12 @@ class NumbaCudaKernel(ops.Op):
                 outs = tuple((tuple(s.shape), np.dtype(s.dtype))
                              for s in self.out_specs)
                 fixed = self._fixed = Call(outs, grid, block)
-            if scalars:
-                fixed = dataclasses.replace(fixed, scalars=tuple(scalars))
+            # The traced scalars' positions, from the 0-d inputs.
+            traced = scalar_args.traced_positions(
+                scalar_args.merge(inputs, scalars))
+            if scalars or traced:
+                fixed = dataclasses.replace(fixed, scalars=tuple(scalars),
+                                            traced=traced)
             return fixed, self.out_tree, self._wide_outs
         return self._calls.resolved(
             inputs, scalars, lambda args: self._resolve_by_functions(
@@ -257,7 +262,8 @@ class NumbaCudaKernel(ops.Op):
         else:
             grid, block, _ = self._launch()
         outs = tuple((tuple(s.shape), np.dtype(s.dtype)) for s in specs)
-        return (Call(outs, tuple(grid), tuple(block), tuple(scalars)),
+        return (Call(outs, tuple(grid), tuple(block), tuple(scalars),
+                     traced=scalar_args.traced_positions(args)),
                 tree, checks.wide_outputs(specs))
 
     def _checked_call(self, args, shapes=False):
@@ -265,6 +271,10 @@ class NumbaCudaKernel(ops.Op):
         a call checks them (arrays, or with `shapes` ShapeDtypeStructs, and
         scalars passed by value): dtypes, ranks, arity, aliases."""
         op = self._label
+        args, traced = scalar_args.with_traced_buffers(
+            args, op, aliases=bool(self.input_output_aliases),
+            rule=self._has_rule(), not_taken_by=None
+            if self._compiler.takes_scalars else self._compiler.name)
         arrays, scalars = scalar_args.split(args, op)
         if scalars and not self._compiler.takes_scalars:
             raise TypeError(
@@ -277,7 +287,9 @@ class NumbaCudaKernel(ops.Op):
             i for i, a in enumerate(args) if not scalar_args.is_scalar(a)]
         inputs = checks.as_input_arrays(arrays, op, shapes=shapes,
                                          positions=positions)
-        call, tree, wide = self._resolve(inputs, scalars)
+        # Shape functions see a traced scalar as the 0-d array it is.
+        call, tree, wide = self._resolve(
+            scalar_args.as_passed(inputs, positions, traced), scalars)
         narrow = checks.narrowed_x64(wide, op, self)
         if narrow:
             # x64 off: the outputs XLA allocates are 32-bit, and the kernel
@@ -304,11 +316,16 @@ class NumbaCudaKernel(ops.Op):
         return self._checked_call(args, shapes)[0]
 
     # -- what depends on the compiler --------------------------------------
-    def _argtypes(self, avals, batch, scalars=()):
+    def _argtypes(self, avals, batch, scalars=(), traced=()):
         """The kernel's argument types: arrays for `avals` (the leading axis
         dropped when `batch`), and each scalar's Numba type at its
-        position."""
-        return self._compiler.argtypes(avals, batch, scalars, self._label)
+        position; at the positions in `traced` (buffers in `avals`) the
+        type of their element, which the kernel's body receives."""
+        tys = self._compiler.argtypes(avals, batch, scalars, self._label)
+        if not traced:
+            return tys
+        return tuple(t.dtype if i in traced else t
+                     for i, t in enumerate(tys))
 
     def _compile(self, argtypes, n_in=None):
         return self._compiler.compile(self.kernel, tuple(argtypes),
@@ -459,7 +476,10 @@ def numba_cuda_kernel(
     scalar is static, like a static argument of ``jax.jit``: it is part of
     the op's key, so each new value is a new key and launch plan (the
     compiled code depends on its type only), and ``jax.vmap`` never batches
-    it. Values only known at run time go in 1-element arrays.
+    it. A 0-d array input (what ``jax.jit`` makes of a Python scalar
+    argument) is a traced scalar: a generated kernel reads its value on the
+    device and passes it to the kernel's parameter, typed as its dtype, so
+    a new value needs no new trace or compile.
     It is compiled for the argument types when traced; each call then packs
     the arguments in the compiler's kernel ABI (numba-cuda's, or
     numba-cuda-mlir's memrefs) and launches on XLA's stream from C++, with
@@ -548,7 +568,7 @@ def numba_cuda_kernel(
         a bad ``threads_per_block`` or ``shared_mem``, an explicit grid with
         a ``vmap_method``, or an unknown ``vmap_method``), checked first,
         before the kernel or Numba; and, when
-        called, a 0-d array input, a dtype Numba cannot use, aliased buffers
+        called, a dtype Numba cannot use, aliased buffers
         of different shapes or dtypes, a launch a ``launch_dims`` function
         returned that CUDA cannot run, or an int scalar outside the range
         of its parameter's type in an explicit signature.

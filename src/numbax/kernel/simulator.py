@@ -66,21 +66,27 @@ def launcher(op, avals, out_shapes, batch, broadcast, aliases=(),
     grid, block, empty = call.grid, call.block, call.empty
     n_in = len(avals)
     all_avals = list(avals) + [(tuple(s), np.dtype(d)) for s, d in out_shapes]
-    scalars = call.scalars
-    argtypes = op._argtypes(all_avals, batch, scalars)
+    scalars, traced = call.scalars, call.traced
+    argtypes = op._argtypes(all_avals, batch, scalars, traced)
     decision, batched = vmap.folded(op, argtypes, grid, batch, broadcast,
-                                    scalars=scalars)
+                                    scalars=scalars, traced=traced)
     fold_axis = -1 if batched is None else vmap.axis_index(decision)
     max_slices = vmap.MAX_SLICES_PER_LAUNCH if batched is not None \
         else None
+    # (A signature without traced scalars is the one it always was.)
     signature = (n_in, batch, tuple(broadcast), fold_axis, max_slices,
-                 aliases, grid, block, scalars, tuple(grid_from))
+                 aliases, grid, block, scalars, tuple(grid_from)) + (
+                     (traced,) if traced else ())
     made = op._launchers.get(signature)
     if made is None:
         formals = op._formals(argtypes, scalars, n_in + len(scalars))
         values = op._scalar_values(scalars, formals)
+        # With traced scalars, each launch (or slice) runs the generated
+        # kernel that reads them on the device and calls the body.
+        kernel = op.kernel if not traced or batched is not None else \
+            vmap.traced_kernel(op, argtypes, scalars, traced)
         made = make_launcher(
-            op.kernel, op.shared_mem, op._py_func, n_in, grid, block,
+            kernel, op.shared_mem, op._py_func, n_in, grid, block,
             empty, batch, broadcast, batched, fold_axis, max_slices,
             {o for _, o in aliases},
             [(s.position, v) for s, v in zip(scalars, values)],

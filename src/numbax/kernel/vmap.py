@@ -44,6 +44,7 @@ from jax.interpreters import batching
 from ..compilers import fold
 from ..compilers.grid_reads import AXIS_NAMES
 from ..runtime import numba_bridge
+from ..trace import scalar_args
 from ..trace.vmap import batch_size
 from .primitive import numbax_kernel_p
 
@@ -194,26 +195,56 @@ def fold_for(op, argtypes, grid, compiled=None, n_in=None) -> FoldDecision:
     return decision
 
 
-def _batched_kernel(op, num_args, broadcast, decision, argtypes, scalars):
+def _batched_kernel(op, num_args, broadcast, decision, argtypes, scalars,
+                    traced=()):
     """The generated kernel for a folded launch (one per broadcast
-    pattern, scalar positions and set of frozen globals)."""
+    pattern, scalar and traced scalar positions and set of frozen
+    globals); with `decision` None, the unbatched kernel of a call with
+    traced scalars."""
     frozen = (None if numba_bridge.simulator_enabled() or argtypes is None
               else fold.frozen_globals(op.kernel, tuple(argtypes)))
+    axis = None if decision is None else decision.axis
     # The frozen values live as long as the kernel: their id is stable.
-    key = (num_args, broadcast, decision.axis,
-           id(frozen) if frozen else None, tuple(scalars))
+    # (A key without traced scalars is the one it always was.)
+    key = (num_args, broadcast, axis,
+           id(frozen) if frozen else None, tuple(scalars)) + (
+               (tuple(traced),) if traced else ())
     kernel = op._batched_kernels.get(key)
     if kernel is None:
         kernel = op._compiler.batched_kernel(
-            op.kernel, num_args, broadcast, axis_index(decision), frozen,
-            tuple(scalars))
+            op.kernel, num_args, broadcast,
+            None if decision is None else axis_index(decision), frozen,
+            tuple(scalars), **({"traced": tuple(traced)} if traced else {}))
         op._batched_kernels[key] = kernel
     return kernel
 
 
-def folded(op, argtypes, grid, batch, broadcast, compiled=None, scalars=()):
+def traced_kernel(op, argtypes, scalars, traced):
+    """The generated kernel a call with traced scalars launches unbatched
+    (or per slice): it reads each traced scalar from its 1-element buffer
+    and calls the kernel's body with it (compilers/fold.py). `argtypes`:
+    the body's (op._argtypes with `traced`), compiled first by the caller,
+    so that the body reads the globals the kernel was compiled with."""
+    positions = tuple(s.position for s in scalars)
+    return _batched_kernel(op, len(argtypes), (False,) * len(argtypes),
+                           None, argtypes, positions, traced)
+
+
+def compiled_traced(op, argtypes, avals, batch, scalars, traced, formals):
+    """traced_kernel compiled for the buffers (`avals`) as one slice sees
+    them, each scalar passed by value typed as `formals` give it."""
+    tys = scalar_args.merge(op._argtypes(avals, batch), scalars,
+                            list(formals))
+    return op._compiler.compile_batched(
+        op.kernel, traced_kernel(op, argtypes, scalars, traced), tuple(tys),
+        op._label)
+
+
+def folded(op, argtypes, grid, batch, broadcast, compiled=None, scalars=(),
+           traced=()):
     """(decision, batched kernel or None) for a batched call.
-    `broadcast` has a flag per input buffer; `scalars` sit among them."""
+    `broadcast` has a flag per input buffer; `scalars` sit among them;
+    `traced`: the positions of traced scalars (buffers)."""
     if batch <= 0:
         return None, None
     decision = fold_for(op, argtypes, grid, compiled)
@@ -228,7 +259,7 @@ def folded(op, argtypes, grid, batch, broadcast, compiled=None, scalars=()):
                       for i in range(n_args))
     try:
         return decision, _batched_kernel(op, n_args, per_param, decision,
-                                         argtypes, positions)
+                                         argtypes, positions, traced)
     except Exception as exc:  # e.g. a body Numba refuses as a device fn
         return refuse_fold(op, argtypes, grid, "build", exc), None
 
@@ -247,9 +278,9 @@ def fold_spec(op, avals, batch, broadcast, call) -> str:
     if batch <= 0:
         return ""
     argtypes = op._argtypes(list(avals) + call.out_avals(batch), batch,
-                            call.scalars)
+                            call.scalars, call.traced)
     decision, batched = folded(op, argtypes, call.grid, batch, broadcast,
-                               scalars=call.scalars)
+                               scalars=call.scalars, traced=call.traced)
     if batched is None or not decision.folds:
         return ""
     # ":" not "/": "/" separates the parts of a key (runtime/keys.py).
@@ -278,7 +309,8 @@ def summary(op) -> str:
 
 def batch_rule(args, dims, *, op, out_shapes, batch, broadcast, call):
     # `call` (the resolved outs, launch and scalars of one unbatched call)
-    # is the same for every slice: scalars are never batched.
+    # is the same for every slice: scalars passed by value are never
+    # batched (a traced scalar is a 1-element buffer, batched as any).
     if batch:  # a vmap around a vmap: one batch of every level's slices
         return _flatten(args, dims, op=op, out_shapes=out_shapes,
                         batch=batch, broadcast=broadcast, call=call)

@@ -245,3 +245,94 @@ def parameter(scalar: Scalar, formal, op: str, where: str) -> tuple:
     value = converted(scalar, formal, op, where)
     array = np.asarray(value)
     return (scalar.position, array.dtype.kind, array.tobytes())
+
+
+# -- traced scalars (issue 43, item D) -------------------------------------------
+#
+# Under jax.jit a Python scalar argument becomes a 0-d array: its value is
+# known only when the program runs. numbax passes such a value (any 0-d
+# array input, traced or not) as a 1-element buffer: a numba_cuda_callable's
+# func gets it as a 1-element device array, a numba_cuda_kernel a generated
+# kernel that reads it on the device and calls the user's kernel body with
+# the value (compilers/fold.py). No value is part of a key, so a scalar that
+# changes every call costs no new trace, key or compile.
+
+def is_traced(value: Any) -> bool:
+    """True for a 0-d array input (a jit-traced scalar, a 0-d jax or NumPy
+    array): not a scalar passed by value, and not a ShapeDtypeStruct (a
+    0-d one stands for the same thing, traced)."""
+    if is_scalar(value):
+        return False
+    shape = getattr(value, "shape", None)
+    return shape is not None and tuple(shape) == () and hasattr(
+        value, "dtype")
+
+
+def traced_positions(args) -> tuple:
+    """The positions among `args` of the inputs passed as traced scalars."""
+    return tuple(i for i, a in enumerate(args) if is_traced(a))
+
+
+def as_buffer(value):
+    """A traced scalar as the 1-element buffer numbax passes (a bitcast in
+    XLA: no copy)."""
+    import jax
+    import jax.numpy as jnp
+    if isinstance(value, jax.ShapeDtypeStruct):
+        return jax.ShapeDtypeStruct((1,), value.dtype)
+    return jnp.reshape(value, (1,))
+
+
+def as_passed(inputs, positions, traced) -> list:
+    """`inputs` (the buffers) with each traced scalar's 1-element buffer
+    shown as the 0-d array the call passed, as shape functions see it
+    (`positions`: each buffer's position among the call's inputs, None
+    when they are all buffers)."""
+    if not traced:
+        return list(inputs)
+    import jax
+    positions = range(len(inputs)) if positions is None else positions
+    return [jax.ShapeDtypeStruct((), x.dtype) if p in traced else x
+            for p, x in zip(positions, inputs)]
+
+
+def with_traced_buffers(args, op: str, *, aliases: bool, rule: bool,
+                        not_taken_by: str | None = None):
+    """(`args` with each traced scalar as its 1-element buffer, the traced
+    positions), refusing traced scalars for an op with `aliases`
+    (input_output_aliases count array inputs only, which a buffer would
+    shift) or a sharding `rule` (it names array operands), and where
+    `not_taken_by` names a compiler that cannot take them."""
+    traced = traced_positions(args)
+    if not traced:
+        return args, ()
+    first = args[traced[0]]
+    if not_taken_by is not None:
+        raise traced_refused(
+            op, traced[0], first, "numbax reads on the device for "
+            f"numba-cuda kernels only, not for {not_taken_by} ones")
+    if aliases:
+        raise traced_refused(
+            op, traced[0], first, "an op with input_output_aliases cannot "
+            "take (its indices count array inputs only, and a traced "
+            "scalar would shift them)")
+    if rule:
+        raise traced_refused(
+            op, traced[0], first, "an op with a sharding rule "
+            "(sharding_rule= or batch_partitionable=True) cannot take")
+    return tuple(as_buffer(a) if i in traced else a
+                 for i, a in enumerate(args)), traced
+
+
+def traced_refused(op: str, position: int, value, why: str) -> TypeError:
+    """The refusal of a traced scalar where `op` cannot take one (`why`),
+    naming what jit did and the two ways to pass the value statically."""
+    dtype = np.dtype(getattr(value, "dtype", "float32")).name
+    return TypeError(
+        f"{op}: input {position} is a traced scalar (a 0-d {dtype} array: "
+        "jax.jit traces a Python scalar argument into one, its value known "
+        f"only when the program runs), which {why}. Make the value static: "
+        f"jax.jit(op, static_argnums={position}) (the value's position in "
+        "the arguments of the function you jit) or a value closed over "
+        "(jax.jit(lambda x: op(x, 2.0))); or pass a 1-element array "
+        "(x.reshape(1)) and read a[0] in the kernel")
