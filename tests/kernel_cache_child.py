@@ -2,6 +2,7 @@
 
     python tests/kernel_cache_child.py gpu DIR SCALE       numbax ops on a GPU
     python tests/kernel_cache_child.py callable DIR SCALE [MODE ...]  callables
+    python tests/kernel_cache_child.py traced DIR SCALE    a traced scalar
     python tests/kernel_cache_child.py entries DIR         numbax's entries, no GPU
     python tests/kernel_cache_child.py plans DIR           func's cached plans, no GPU
 
@@ -57,6 +58,37 @@ def gpu(scale: float):
         numba_overloads=len(kmod.affine.overloads),
         batched_overloads=sum(len(k.overloads) for k in batched),
         batched_kernels=len(batched))
+
+
+def traced(scale: float):
+    """A numba_cuda_kernel op jitted with a traced scalar (a new value per
+    call), checked against numpy; reports the traces and what Numba
+    compiled or loaded (the kernel's and the generated kernel's
+    overloads)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import kmod
+    import numbax
+
+    rng = np.random.default_rng()
+    n = 1000
+    op = numbax.numba_cuda_kernel(
+        kmod.scaled_by, jax.ShapeDtypeStruct((n,), jnp.float32), launch_dims=n)
+    f = jax.jit(op)
+    results = []
+    for a in rng.standard_normal(4).astype(np.float32):
+        x = rng.standard_normal(n).astype(np.float32)
+        got = np.asarray(f(x, a))
+        # float32 product, float64 sum, float32 store: as the kernel does.
+        want = ((a * x).astype(np.float64) + scale).astype(np.float32)
+        results.append(bool(np.allclose(got, want, rtol=1e-6, atol=1e-6)))
+    generated = list(op._batched_kernels.values())
+    report(ok=all(results), traces=f._cache_size(),
+           numba_overloads=len(kmod.scaled_by.overloads),
+           generated=len(generated),
+           generated_overloads=sum(len(k.overloads) for k in generated))
 
 
 def callable_op(scale: float, modes: list):
@@ -457,6 +489,8 @@ if __name__ == "__main__":
     sys.path.insert(0, sys.argv[2])
     if sys.argv[1] == "gpu":
         gpu(float(sys.argv[3]))
+    elif sys.argv[1] == "traced":
+        traced(float(sys.argv[3]))
     elif sys.argv[1] == "callable":
         callable_op(float(sys.argv[3]), sys.argv[4:] or ["plain"])
     elif sys.argv[1] == "plans":

@@ -56,6 +56,13 @@ def by_global(x, poison, y):  # the same code in every module written here
         y[i] = FACTOR * x[i]
 
 
+@cuda.jit(cache=True)
+def scaled_by(x, a, y):  # a: a scalar parameter, traced under jit
+    i = cuda.grid(1)
+    if i < x.size:
+        y[i] = a * x[i] + {scale}
+
+
 def make_plain():
     @cuda.jit(cache=True)
     def made(x, poison, y):
@@ -88,7 +95,7 @@ def run_child(mode, directory, *args, hash_seed=None):
     if hash_seed is not None:
         env["PYTHONHASHSEED"] = str(hash_seed)
     env.pop("NUMBA_ENABLE_CUDASIM", None)
-    if mode not in ("gpu", "callable"):
+    if mode not in ("gpu", "callable", "traced"):
         env["JAX_PLATFORMS"] = "cpu"
     proc = subprocess.run(
         [sys.executable, CHILD, mode, str(directory), *map(str, args)],
@@ -192,6 +199,23 @@ def test_an_edited_and_reloaded_kernel_misses_in_the_same_process(tmp_path):
     write_kernels(tmp_path, "2.0")
     got = run_child("reload", tmp_path)
     assert got == {"first": True, "after_edit": False}, got
+
+
+@pytest.mark.gpu
+def test_warm_start_of_a_traced_scalar_kernel(tmp_path, gpu_only):
+    """A jitted op with a traced scalar launches the generated kernel that
+    reads it: the first process compiles it (and the body) through Numba
+    and writes numbax's entries, the second loads both from them, with
+    correct results for every value and one trace."""
+    write_kernels(tmp_path, "1.0")
+    cold = run_child("traced", tmp_path, 1.0)
+    assert cold["ok"] and cold["traces"] == 1, cold
+    assert cold["numba_overloads"] == 1, cold
+    assert cold["generated"] == 1 and cold["generated_overloads"] == 1, cold
+    warm = run_child("traced", tmp_path, 1.0)
+    assert warm["ok"] and warm["traces"] == 1, warm
+    assert warm["numba_overloads"] == 0, warm
+    assert warm["generated"] == 1 and warm["generated_overloads"] == 0, warm
 
 
 @pytest.mark.gpu
