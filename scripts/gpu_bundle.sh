@@ -3,8 +3,9 @@
 # has no network: the numbax release wheel for that machine's Python (built
 # the release way, scripts/build_wheel.sh: zig for glibc 2.28, tagged
 # manylinux_2_28 or lower, so the GPU check runs the wheel users install;
-# gpu_check.sh checks that tag again) and numpy<2.5 (numba-cuda 0.30
-# cannot compile kernels under the numpy 2.5 such machines carry).
+# gpu_check.sh checks that tag again), numpy<2.5 (numba-cuda 0.30
+# cannot compile kernels under the numpy 2.5 such machines carry) and
+# pytest-xdist (gpu_check.sh's TEST_SHARDS).
 #
 #   bash scripts/gpu_bundle.sh                 # for Python 3.12 (pyenv's, if any)
 #   GPU_PYTHON=3.13 PYTHON=/path/python3.13 bash scripts/gpu_bundle.sh
@@ -53,7 +54,9 @@ pack() {
   rm -rf "$tmp"
 }
 [ "${WITH_MLIR:-0}" = 1 ] || rm -f .whl/numba-cuda-mlir-*
-pack "$(grep -E '^numpy==' requirements-dev.txt | sed 's/\s*#.*//')"
+for dep in numpy pytest-xdist execnet; do
+  pack "$(grep -E "^$dep==" requirements-dev.txt | sed 's/\s*#.*//')"
+done
 [ "${WITH_MLIR:-0}" = 1 ] && pack "numba-cuda-mlir==${MLIR_VERSION:-0.6.0}"
 ls -la .whl
 du -sh .whl

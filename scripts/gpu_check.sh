@@ -14,7 +14,7 @@
 # first. Logs and JSON go to $OUT (default /tmp/numbax-gpu). TEST_TIMEOUT,
 # MULTIGPU_TIMEOUT (default: TEST_TIMEOUT) and BENCH_TIMEOUT (seconds,
 # default none) bound the gpu tests, the multigpu tests and the benchmarks;
-# TEST_SHARDS=N splits the gpu tests over N concurrent pytest processes;
+# TEST_SHARDS=N spreads the gpu tests over N pytest-xdist workers;
 # BENCH_ARGS adds options to the benchmark run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -90,46 +90,17 @@ fi
 ngpu=$(cat "$OUT/gpu_count" 2>/dev/null)
 case "$ngpu" in ''|*[!0-9]*) ngpu=0 ;; esac
 
-# TEST_SHARDS=N runs the gpu tests as N pytest processes at once, on
-# disjoint sets of test files (the suite is mostly CPU-bound compiles, so this
-# divides its wall time on a machine with cores to spare).
+# TEST_SHARDS=N spreads the gpu tests over N pytest-xdist workers (the
+# suite is mostly CPU-bound compiles, so this divides its wall time on a
+# machine with cores to spare).
 shards=${TEST_SHARDS:-1}
 case "$shards" in ''|*[!0-9]*|0) shards=1 ;; esac
-rm -f "$OUT"/pytest.log "$OUT"/pytest-shard*.log
-if [ "$shards" = 1 ]; then
-  echo "== gpu tests"
-  timeout "${TEST_TIMEOUT:-0}" $PY -m pytest -m gpu -q -p no:cacheprovider tests "${pytest_args[@]}" 2>&1 | tee "$OUT/pytest.log"
-  test_status=${PIPESTATUS[0]}
-  shard_logs=("$OUT/pytest.log")
-  shard_status=("$test_status")
-else
-  # Parts of about equal size (scripts/split_tests.py); never more parts
-  # than files, and no empty part (pytest would run the whole suite).
-  plan=$($PY scripts/split_tests.py "$shards") || { echo "split_tests.py failed"; exit 1; }
-  mapfile -t parts < <(echo "$plan" | grep -v '^ *$')
-  shards=${#parts[@]}
-  echo "== gpu tests ($shards processes at once)"
-  pids=() shard_logs=()
-  for k in $(seq 1 "$shards"); do
-    read -r -a files <<< "${parts[$(( k - 1 ))]}"
-    log="$OUT/pytest-shard$k.log"
-    shard_logs+=("$log")
-    timeout -k 30 "${TEST_TIMEOUT:-0}" $PY -m pytest -m gpu -q -p no:cacheprovider "${files[@]}" "${pytest_args[@]}" > "$log" 2>&1 &
-    pids+=($!)
-  done
-  test_status=0 shard_status=() selected=0
-  for pid in "${pids[@]}"; do
-    wait "$pid"; st=$?
-    shard_status+=("$st")
-    # 5: the extra pytest args selected no test of this part; a failure
-    # only if they select none at all.
-    if [ "$st" = 5 ]; then continue; fi
-    selected=1
-    [ "$st" = 0 ] || test_status=$st
-  done
-  [ "$selected" = 1 ] || test_status=5
-  for log in "${shard_logs[@]}"; do grep -E "^(FAILED|ERROR) " "$log"; done
-fi
+xdist=()
+[ "$shards" = 1 ] || xdist=(-n "$shards")
+echo "== gpu tests${xdist[*]:+ ($shards workers)}"
+timeout -k 30 "${TEST_TIMEOUT:-0}" $PY -m pytest -m gpu -q -rfE -p no:cacheprovider "${xdist[@]}" \
+  tests "${pytest_args[@]}" 2>&1 | tee "$OUT/pytest.log"
+test_status=${PIPESTATUS[0]}
 
 # tests/test_multigpu.py and tests/test_multiprocess.py: not marked `gpu`, so
 # the run above leaves them out; they need 2 GPUs.
@@ -167,13 +138,8 @@ died() {
     echo " -- then the process died with signal $(( $1 - 128 )) (exit status $1)"
   fi
 }
-for i in "${!shard_logs[@]}"; do
-  log=${shard_logs[$i]}
-  label="gpu tests"
-  [ "$shards" = 1 ] || label="gpu tests $(( i + 1 ))/$shards"
-  summary=$(closing_line "$log")
-  echo "$label: ${summary:-no pytest summary line (see $log)}$(died "${shard_status[$i]}")"
-done
+summary=$(closing_line "$OUT/pytest.log")
+echo "gpu tests: ${summary:-no pytest summary line (see $OUT/pytest.log)}$(died "$test_status")"
 if [ -f "$OUT/pytest-multigpu.log" ]; then
   summary=$(closing_line "$OUT/pytest-multigpu.log")
   echo "multigpu tests: ${summary:-no pytest summary line (see $OUT/pytest-multigpu.log)}$(died "$multigpu_status")"

@@ -13,8 +13,11 @@ python -m pip install -q -r requirements-dev.txt
 # numbax is installed from its wheel, built the way a release is (isolated,
 # against the oldest supported jaxlib's FFI headers: one binary for every
 # supported jaxlib). NUMBAX_BUILD=source builds against the installed jaxlib
-# instead (offline; that build runs only on jaxlibs at least as new).
-if [ "${NUMBAX_BUILD:-wheel}" = source ]; then
+# instead (offline; that build runs only on jaxlibs at least as new);
+# NUMBAX_BUILD=none only the tools (scripts/test.sh: its matrix tests wheels).
+if [ "${NUMBAX_BUILD:-wheel}" = none ]; then
+  exit 0
+elif [ "${NUMBAX_BUILD:-wheel}" = source ]; then
   python -m pip install -q --no-build-isolation --no-deps --force-reinstall .
 else
   wheel=$(PYTHON=python bash scripts/build_wheel.sh)
