@@ -7,8 +7,7 @@ real CUDA. Tests that only make sense in one mode say so with the
 `simulator_only` or `gpu_only` fixtures. A test that could leave the CUDA
 context corrupted if what it checks were broken runs in a pytest process of
 its own (`in_own_process`). The helpers below the fixtures (poisoned
-outputs, comparisons with numpy, expected errors) serve the adversarial
-tests/test_gpu_*.py files most.
+outputs, comparisons with numpy, expected errors) are every file's.
 
 Tests marked `multigpu` need 2 or more local devices: GPUs of one host, or
 (a dry run of the test code) fake CPU devices under the simulator:
@@ -193,7 +192,7 @@ def x64_enabled(on: bool):
         jax.config.update("jax_enable_x64", previous)
 
 
-# -- helpers of the tests/test_gpu_*.py files --------------------------------
+# -- shared helpers: poisoned outputs, comparisons with numpy, errors --------
 
 # Every vmap_method a numba_cuda_kernel takes (a callable's also takes the
 # others but None: it has no default way to batch).
