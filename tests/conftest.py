@@ -234,21 +234,6 @@ def assert_close(got, want, what="", rtol=1e-6, atol=1e-6):
                                    err_msg=what)
 
 
-def assert_raises(types, fn, *args, contains=(), what=""):
-    """fn(*args), and the wait for its result, raises one of `types` with
-    each string of `contains` in its message; returns the exception. Another
-    exception propagates (the test errors), no exception fails."""
-    import jax
-
-    with pytest.raises(types) as info:
-        jax.block_until_ready(fn(*args))
-    message = str(info.value)
-    missing = [c for c in contains if c not in message]
-    assert not missing, (f"{what}: {type(info.value).__name__} lacks {missing}: "
-                         f"{message[:300]}")
-    return info.value
-
-
 def outcome(fn, *args):
     """("ok", fn(*args)) or ("err", the name of the exception's type)."""
     try:

@@ -163,7 +163,7 @@ def test_csr_user_batching_rule_replaces_the_loop(csr, rng, x64):
     batched_x = str(jax.make_jaxpr(jax.vmap(f, in_axes=(None, 0)))(data, xs))
     assert "csr_matmat[" in batched_x and "scan[" not in batched_x
     # NotImplemented from the rule: the default, which for a numbax kernel
-    # (issue 12) is the kernel's own batching (one launch when it folds),
+    # is the kernel's own batching (one launch when it folds),
     # not a loop.
     ds = rng.standard_normal((2, len(data)))
     batched_d = str(jax.make_jaxpr(jax.vmap(f, in_axes=(0, None)))(ds, xs[0]))

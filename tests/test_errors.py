@@ -12,8 +12,7 @@ test_run_time_errors.py.
 Errors on the GPU paths: a func that raises or makes a launch CUDA
 refuses fails that call alone (30 calls, failing and good in turn);
 vmap_fold refuses whatever a call refuses, with the same error; grad, jvp,
-vjp and grad of vmap of an op without rules, and vmap of a callable without
-a vmap_method, raise errors that name the op (and the missing option).
+vjp and grad of vmap of an op without rules raise errors that name the op.
 """
 
 import functools
@@ -30,7 +29,7 @@ from numba import cuda
 import numbax
 from conftest import f32_spec, run_child
 from shared_kernels import adds_text, affine, launch_affine, reverse
-from conftest import SIMULATOR, assert_close, assert_raises, grid_for, kernel_op, outcome
+from conftest import SIMULATOR, assert_close, grid_for, kernel_op, outcome
 from shared_kernels import add_one
 
 pytestmark = pytest.mark.gpu
@@ -260,7 +259,7 @@ LAUNCH_CASES = [
     ({"launch_dims": 4, "shared_mem": 2**40}, r"below 2\*\*31"),
     ({"grid": 1, "block": 4, "vmap_method": "sequential"},
      "explicit grid cannot be combined with vmap_method"),
-    # Issue 11: every ffi_call vmap_method is accepted; others name them.
+    # Every ffi_call vmap_method is accepted; others name them.
     ({"launch_dims": 4, "vmap_method": "expand_dimz"},
      "vmap_method must be one of None, 'expand_dims', 'broadcast_all', "
      "'legacy_vectorized', 'sequential'; got 'expand_dimz'"),
@@ -750,9 +749,10 @@ def test_func_exceptions_and_bad_launches_between_good_calls(rng):
         if mode is None:
             assert_close(op(x), x + 1, f"good call {i}")
         else:
-            assert_raises((jax.errors.JaxRuntimeError, ValueError), op, x,
-                          contains=("ZeroDivisionError",) if mode == "zero" else (),
-                          what=f"{mode} call {i}")
+            with pytest.raises((jax.errors.JaxRuntimeError, ValueError)) as info:
+                jax.block_until_ready(op(x))
+            for part in ("ZeroDivisionError",) if mode == "zero" else ():
+                assert part in str(info.value), f"{mode} call {i}: {info.value}"
     state["fail"] = None
     assert_close(op(x), x + 1, "final")
 
@@ -842,8 +842,10 @@ def add_one_op(maker):
 @pytest.mark.parametrize("maker", ["kernel", "callable"])
 def test_differentiating_an_op_without_rules_names_it(maker, how, rng):
     op, name = add_one_op(maker)
-    assert_raises((ValueError, TypeError, NotImplementedError), DIFFERENTIATE[how], op,
-                  jnp.asarray(f32(rng, N)), contains=(f"numba_cuda_{maker}", name))
+    with pytest.raises((ValueError, TypeError, NotImplementedError)) as info:
+        jax.block_until_ready(DIFFERENTIATE[how](op, jnp.asarray(f32(rng, N))))
+    for part in (f"numba_cuda_{maker}", name):
+        assert part in str(info.value), str(info.value)
 
 
 @pytest.mark.usefixtures("x64")
@@ -854,14 +856,3 @@ def test_stop_gradient_around_an_op_without_rules(maker, rng):
     g = jax.grad(lambda v, w: op(jax.lax.stop_gradient(v)).sum() + (w ** 2).sum(),
                  argnums=1)(x, x)
     assert_close(g, 2 * np.asarray(x), "stop_gradient")
-
-
-@pytest.mark.usefixtures("x64")
-def test_vmap_of_a_callable_without_vmap_method_names_op_and_option(rng):
-    op = numbax.numba_cuda_callable(add_one_launch, SPEC_GPU)
-    xs = jnp.asarray(f32(rng, (3, N)))
-    for how, f in (("vmap", jax.vmap(op)), ("jit(vmap)", jax.jit(jax.vmap(op))),
-                   ("vmap(jit)", jax.vmap(jax.jit(op)))):
-        assert_raises(NotImplementedError, f, xs, what=how,
-                      contains=("numba_cuda_callable(", "add_one_launch", "vmap_method"))
-    assert_close(jax.jit(op)(np.asarray(xs[0])), np.asarray(xs[0]) + 1, "unbatched")

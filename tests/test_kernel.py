@@ -249,7 +249,7 @@ def test_not_a_dispatcher_is_type_error():
     ({"launch_dims": 4, "threads_per_block": 0}, "threads_per_block"),
     ({"grid": 1, "block": 4, "vmap_method": "sequential"}, "vmap_method"),
     ({"launch_dims": 4, "shared_mem": -1}, "shared_mem"),
-    # Issue 11: 'expand_dims' is accepted now; a garbage string is not.
+    # 'expand_dims' is accepted; a garbage string is not.
     ({"launch_dims": 4, "vmap_method": "expand_dimz"}, "vmap_method"),
 ])
 def test_wrap_time_errors(kwargs, match):

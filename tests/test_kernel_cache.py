@@ -161,7 +161,7 @@ def test_broken_or_unwritable_caches_are_misses(tmp_path):
 
 
 def test_a_garbage_index_is_rebuilt_by_the_next_save(tmp_path):
-    """Issue 38, item 8a: an index file that is not an index made every
+    """An index file that is not an index made every
     save fail too (logged at DEBUG only), so the kernel never warm-started
     again. The next save rebuilds it (with a warning naming the file), and
     later loads hit."""
@@ -180,7 +180,7 @@ def test_a_garbage_index_is_rebuilt_by_the_next_save(tmp_path):
 
 
 def test_a_held_cache_lock_bounds_the_save(tmp_path):
-    """Issue 38, item 8b: the writer's file lock waited without a bound for
+    """The writer's file lock waited without a bound for
     another process holding it. It waits LOCK_WAIT_S, then skips the save
     (the kernel still runs, compiled by Numba), warning once; once the lock
     is free, saves write again."""

@@ -21,8 +21,7 @@ import pytest
 from numba import cuda
 
 import numbax
-from jax import export as jexport
-from conftest import SIMULATOR, assert_close, assert_raises, grid_for, kernel_op, random_array
+from conftest import SIMULATOR, assert_close, grid_for, kernel_op, random_array
 from shared_kernels import add_one
 
 pytestmark = pytest.mark.gpu
@@ -48,9 +47,9 @@ def launch_double(x, out, stream):
     double[1, 32, stream](x, out)
 
 
-# -- item 7: name= -------------------------------------------------------------
+# -- name= ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("bad", [123, ("a", 1), b"bytes", 1.5])
+@pytest.mark.parametrize("bad", [123, ("a", 1), b"bytes", 1.5, True])
 def test_non_str_name_is_refused_by_both_op_kinds(bad):
     with pytest.raises(TypeError, match=r"numba_cuda_kernel: name must be a "
                        r"str .* got"):
@@ -104,7 +103,7 @@ def test_valid_name_is_the_key_identity():
     assert "op_names.double/kernel;" in text
 
 
-# -- item 9: grad through a kernel ----------------------------------------------
+# -- grad through a kernel -----------------------------------------------------
 
 def test_grad_through_a_kernel_names_the_op_and_xlacustomkernel():
     op = numbax.numba_cuda_kernel(double, SPEC, launch_dims=8)
@@ -124,17 +123,7 @@ def test_grad_through_a_kernel_names_the_op_and_xlacustomkernel():
         jax.linear_transpose(op, x)(x)
 
 
-def test_kernel_under_grad_with_stopped_inputs_still_runs():
-    op = numbax.numba_cuda_kernel(double, SPEC, launch_dims=8)
-    x = jnp.arange(8, dtype=jnp.float32)
-
-    def f(w):
-        return (op(jax.lax.stop_gradient(x)) * w).sum()
-    g = jax.grad(f)(jnp.float32(1.0))
-    assert float(g) == pytest.approx(float(2 * np.arange(8).sum()))
-
-
-# -- item 10: two kernels given one name= -------------------------------------
+# -- two kernels given one name= ----------------------------------------------
 
 def test_export_of_two_kernels_sharing_a_name_blames_the_name():
     a = numbax.numba_cuda_kernel(double, SPEC, launch_dims=8,
@@ -155,9 +144,18 @@ def test_export_of_two_kernels_sharing_a_name_blames_the_name():
     assert "name= of its own" in message
     # Neither the op's vmap summary mid-sentence nor a wrong cause.
     assert "vmap:" not in message and "closures" not in message
+    # A name of its own exports and round-trips.
+    unique = numbax.numba_cuda_kernel(triple, SPEC, launch_dims=8, name="op_names.unique")
+    exported = jax.export.export(
+        jax.jit(unique), disabled_checks=numbax.export_disabled_checks())(x)
+    try:
+        back = jax.export.deserialize(exported.serialize())
+    except ImportError:  # serialize needs the flatbuffers package
+        back = exported
+    np.testing.assert_allclose(np.asarray(back.call(x)), 3.0)
 
 
-# -- item 11: vmap of a callable made without vmap_method ----------------------
+# -- vmap of a callable made without vmap_method ------------------------------
 
 def test_vmap_of_callable_without_vmap_method_names_op_and_option():
     op = numbax.numba_cuda_callable(launch_double, SPEC)
@@ -292,18 +290,9 @@ def make(maker, name):
 
 
 MAKERS = ["kernel", "callable"]
-BAD_NAMES = [(123, TypeError), (("a", 1), TypeError), ("", ValueError), ("   ", ValueError),
-             (b"bytes", TypeError), (True, TypeError)]
 ODD_NAMES = {"separators": "a/b;c=d", "5000 characters": "x" * 5000,
              "non-ASCII": "ünï©ødé ✓", "newline": "line\nbreak",
              "key fields": "in=float32[1];batch=3", "key fields 2": "gpu.k/callable;outs="}
-
-
-@pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("name, error", BAD_NAMES, ids=[repr(n) for n, _ in BAD_NAMES])
-@pytest.mark.parametrize("maker", MAKERS)
-def test_bad_name_is_refused_naming_the_op(maker, name, error):
-    assert_raises(error, make, maker, name, contains=(f"numba_cuda_{maker}",))
 
 
 @pytest.mark.usefixtures("x64")
@@ -358,24 +347,3 @@ def test_program_lowered_before_a_twin_runs_its_own_kernel_after_eviction(small_
     got = np.asarray(lowered.compile()(x))
     assert not np.allclose(got, x * 10), "ran the OTHER op's kernel (x * 10)"
     assert_close(got, x + 1, "a's program, lowered before the twin")
-
-
-@pytest.mark.usefixtures("x64")
-def test_export_refuses_a_shared_name_and_round_trips_a_unique_one(rng):
-    a = kernel_op(add_one, (N,), F32, name="gpu_names.export_shared")
-    b = kernel_op(times_ten, (N,), F32, name="gpu_names.export_shared")
-    sds = jax.ShapeDtypeStruct((N,), F32)
-    x = random_array(rng, N, np.float32)
-    jax.block_until_ready((jax.jit(a)(x), jax.jit(b)(x)))
-    checks = numbax.export_disabled_checks()
-    exc = assert_raises(ValueError, jexport.export(jax.jit(a), disabled_checks=checks), sds,
-                        contains=("numba_cuda_kernel(", "gpu_names.export_shared"))
-    assert "closures made by one factory" not in str(exc), str(exc)[:200]
-    assert "vmap:" not in str(exc), f"a vmap summary in the message: {str(exc)[:200]}"
-    unique = kernel_op(times_ten, (N,), F32, name="gpu_names.export_unique")
-    exported = jexport.export(jax.jit(unique), disabled_checks=checks)(sds)
-    try:
-        back = jexport.deserialize(exported.serialize())
-    except ImportError:  # serialize needs the flatbuffers package
-        back = exported
-    assert_close(back.call(x), x * 10, "deserialised call")

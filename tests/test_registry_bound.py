@@ -9,11 +9,10 @@ drops them all. An XLACustomKernel keeps what its generator returned (one
 op per static value or shape) the same way: the most recently used
 MAX_GENERATED, an evicted one released once no compiled program holds it.
 
-The registry of op keys stays bounded: a kernel op vmapped over 60 batch
-sizes with the bound lowered to 8 entries (and 4 launchers) keeps right
-results for evicted sizes, for a program lowered before the eviction and
-after clear_caches(); callables over 150 shapes stay within the default
-bound.
+A kernel op vmapped over 60 batch sizes (24 in the simulator) with the
+bound lowered to 8 entries and 4 launchers keeps right results for evicted
+sizes, for a program lowered before the eviction and after clear_caches();
+callables over 150 shapes stay within the default bound.
 """
 
 import gc
@@ -58,27 +57,6 @@ def total_entries():
 def small_bounds(monkeypatch):
     monkeypatch.setattr(registry, "MAX_ENTRIES", 6, raising=False)
     monkeypatch.setattr(simulator, "MAX_LAUNCHERS", 4)
-
-
-def test_kernel_vmap_over_many_batch_sizes_stays_bounded(small_bounds):
-    op = numbax.numba_cuda_kernel(
-        plus_one, jax.ShapeDtypeStruct((N,), jnp.float32), launch_dims=N)
-    f = jax.vmap(op)
-    # Lowered now (its key's entry made), compiled and instantiated after
-    # the entry was evicted: rebuilt from the key.
-    early = jnp.full((20, N), 7.0, jnp.float32)
-    lowered = jax.jit(f).lower(early)
-    for b in range(1, 16):
-        xs = jnp.arange(b * N, dtype=jnp.float32).reshape(b, N)
-        np.testing.assert_array_equal(np.asarray(f(xs)), np.asarray(xs) + 1)
-        assert total_entries() <= 6
-        assert len(op._launchers) <= 4
-    np.testing.assert_array_equal(np.asarray(lowered.compile()(early)), 8.0)
-    # The first programs run again, compiled anew.
-    jax.clear_caches()
-    for b in (1, 2, 3):
-        xs = jnp.full((b, N), 5.0, jnp.float32)
-        np.testing.assert_array_equal(np.asarray(jax.jit(f)(xs)), 6.0)
 
 
 def test_callable_over_many_shapes_stays_bounded(small_bounds):
@@ -234,7 +212,7 @@ def test_a_foreign_plain_key_of_a_shared_name_is_still_refused():
 
 
 def test_clear_caches_while_first_calls_of_new_kernel_ops_run(simulator_only):
-    # Issue 38, item 5: numbax.clear_caches() from another thread while new
+    # numbax.clear_caches() from another thread while new
     # kernel ops make their first calls. A kernel op's simulator launcher is
     # what its registry entry refers to (weakly); clear_caches dropped it
     # between the trace and XLA's instantiate stage, and about a third of
@@ -289,12 +267,8 @@ M = 16 if SIMULATOR else 64
 DEFAULT_BOUND = 4096
 
 
-def total_entries_gpu():
-    return sum(numbax.registry_size())
-
-
 @pytest.mark.usefixtures("x64")
-def test_kernel_vmap_over_many_batch_sizes_with_a_small_bound(small_registry, rng):
+def test_kernel_vmap_over_many_batch_sizes_stays_bounded(small_registry, rng):
     small_registry(8, launchers=4)
     op = kernel_op(add_one, (M,), jnp.float32)
     f = jax.vmap(op)
@@ -304,7 +278,7 @@ def test_kernel_vmap_over_many_batch_sizes_with_a_small_bound(small_registry, rn
     for b in range(1, 25 if SIMULATOR else 61):
         xs = random_array(rng, (b, M), np.float32)
         assert_close(f(xs), xs + 1, f"batch {b}")
-        peak = max(peak, total_entries_gpu())
+        peak = max(peak, total_entries())
         assert len(op._launchers) <= 4, len(op._launchers)  # private: no public count
     assert peak <= 8, f"the registry grew to {peak} entries (bound 8)"
     for b in (1, 2, 3, 5):  # evicted long ago
@@ -313,7 +287,7 @@ def test_kernel_vmap_over_many_batch_sizes_with_a_small_bound(small_registry, rn
     assert_close(lowered.compile()(early), early + 1, "lowered before the eviction")
     jax.clear_caches()
     numbax.clear_caches()
-    assert total_entries_gpu() == 0, numbax.registry_size()
+    assert total_entries() == 0, numbax.registry_size()
     xs = random_array(rng, (7, M), np.float32)
     assert_close(f(xs), xs + 1, "after clear_caches")
 
@@ -327,4 +301,4 @@ def test_callables_over_many_shapes_stay_within_the_default_bound(rng):
         op = numbax.numba_cuda_callable(launch, jax.ShapeDtypeStruct((n,), jnp.float32))
         x = random_array(rng, n, np.float32)
         assert_close(op(x), x + 1, f"n={n}")
-    assert total_entries_gpu() <= DEFAULT_BOUND, numbax.registry_size()
+    assert total_entries() <= DEFAULT_BOUND, numbax.registry_size()

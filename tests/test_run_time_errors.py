@@ -434,7 +434,7 @@ _INPUT_VIEWS = {
 @pytest.mark.usefixtures("simulator_only")
 @pytest.mark.parametrize("view", list(_INPUT_VIEWS))
 def test_simulator_kernels_read_inputs_through_views(view, rng):
-    # Issue 38, item 6: a func passing a reshaped or sliced input to a
+    # A func passing a reshaped or sliced input to a
     # kernel failed with "ValueError: assignment destination is read-only":
     # the view was a bare numpy array, which Numba's simulator copies to a
     # device array and back after the launch, into the read-only input.

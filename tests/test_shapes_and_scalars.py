@@ -79,7 +79,7 @@ def x64():
         jax.config.update("jax_enable_x64", previous)
 
 
-# -- item 1: shapes from the inputs ---------------------------------------------
+# -- shapes from the inputs -----------------------------------------------------
 
 @pytest.mark.gpu
 def test_one_kernel_op_three_shapes_in_one_program(rng):
@@ -338,7 +338,7 @@ def test_export_round_trip_with_shape_functions_and_scalars(tmp_path, rng):
     assert result["n"] == 5 and result["err"] < 1e-5, result
 
 
-# -- item 2: scalars by value -------------------------------------------------
+# -- scalars by value ---------------------------------------------------------
 
 # Every kind of scalar, and what the kernel must compute with it (numpy's
 # view of the same typed value): x * s in float64 (complex for a complex).

@@ -1,4 +1,4 @@
-"""Python and NumPy scalars passed to numbax ops by value (issue 34, item 2).
+"""Python and NumPy scalars passed to numbax ops by value.
 
 A ``bool``, ``int``, ``float``, ``complex`` or NumPy scalar (``np.float32(2)``,
 ``np.int16(3)``, ``np.bool_(True)``, ...) given to an op where an input goes
