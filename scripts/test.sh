@@ -1,15 +1,12 @@
 #!/usr/bin/env bash
-# Sets up everything and runs every test that can run without a GPU, in
-# under 10 minutes on a 2-core machine, in two lanes side by side:
-#   - the checks (build/checks.log): .venv with the pinned tools
-#     (scripts/setup.sh), the C++ unit tests, lint (ruff, mypy,
-#     clang-format, the docs site) and bounded fuzzing of the call-frame
-#     decoding;
-#   - the Python tests on JAX's CPU backend through Numba's CUDA simulator,
-#     on numbax's release wheel in fresh venvs at both ends of the supported
-#     range (scripts/wheel_matrix.sh, pytest-xdist in each row).
-# The last lines are each matrix row's pytest closing line, then the result;
-# the exit status is 1 if anything failed. GPU tests: scripts/gpu_check.sh.
+# Sets up everything and runs every test that can run without a GPU, in two
+# lanes side by side: the checks (build/checks.log: .venv with the pinned
+# tools, the C++ unit tests, lint, bounded fuzzing) and the Python tests on
+# JAX's CPU backend through Numba's CUDA simulator, on the release wheel in
+# fresh venvs at both ends of the supported range (scripts/wheel_matrix.sh,
+# pytest-xdist in each row). The last lines are each row's pytest closing
+# line and the verdict; the exit status is 1 if anything failed. What CI
+# runs (.ci/run). GPU tests: scripts/gpu_check.sh.
 #
 #   bash scripts/test.sh [-- pytest args for every matrix row]
 set -euo pipefail
@@ -33,8 +30,7 @@ fi
 mkdir -p build
 
 checks() {
-  # numbax itself is not built here: the checks need only the pinned tools
-  # and jaxlib's headers, and the matrix tests the release wheels.
+  # No numbax build: the checks need the tools only; the matrix tests wheels.
   NUMBAX_BUILD=none bash scripts/setup.sh || return 1
   . .venv/bin/activate
   local st=0

@@ -1,30 +1,22 @@
 #!/usr/bin/env bash
-# Tests numbax's release wheel, not the source tree, at both ends of what
-# numbax declares: the oldest and newest supported JAX, and the oldest and
-# newest supported Python, each in a fresh venv with no build tools.
+# Tests numbax's release wheel, not the source tree, in fresh venvs without
+# build tools, at both ends of the supported JAX and Python ranges.
 #
 #   bash scripts/wheel_matrix.sh [--wheel PATH] [ROW...] [-- pytest args]
 #
-# ROW is JAX_VERSION:SCOPE:PYTHON. SCOPE is all (every test file) or subset
-# (SUBSET, below: what a JAX or Python release can break), either optionally
-# followed by +multigpu: the `multigpu` tests' dry run on 2 fake CPU devices
-# too. PYTHON is found as pythonX.Y on PATH or under ~/.pyenv/versions, else
-# Debian's build is fetched (scripts/lib/python_from_debian.sh: how 3.14
-# comes to this machine). Default: ROWS, each end of the supported Python
-# (3.11, 3.14) and JAX (0.8.1, 0.12) range and the GPU machine's jax 0.11.2,
-# on two Pythons, so one wheel per Python is built (3.12 and 3.13 run in the
-# release workflow). --wheel names the wheel for rows of its Python; the
-# others are built here (scripts/build_wheel.sh), each Python's beside the
-# others. Every wheel must be tagged manylinux_2_28 or lower for this
-# machine (scripts/lib/wheel_tag.py), or its rows fail.
-#
-# Each row runs its files in one pytest process whose tests pytest-xdist
-# spreads over MATRIX_WORKERS workers (default: the cores). The multigpu
-# dry run is a pytest run of its own: XLA_FLAGS must be set before JAX
-# starts (tests/conftest.py). Needs PyPI access (each venv installs its JAX).
-# NUMBAX_MATRIX_DIR (default /tmp/numbax-matrix) keeps the venvs and logs.
-# The last lines are each row's pytest closing line; the exit status is 1
-# if any row failed or ran no test.
+# ROW is JAX_VERSION:SCOPE:PYTHON, SCOPE all (every test file) or subset
+# (SUBSET), +multigpu adding the `multigpu` tests' dry run on 2 fake CPU
+# devices (a pytest run of its own: XLA_FLAGS must be set before JAX starts).
+# Default: ROWS, each end of Python (3.11, 3.14) and JAX (0.8.1, 0.12), and
+# the GPU machine's 0.11.2; 3.12 and 3.13 run in the release workflow.
+# Pythons come from PATH, ~/.pyenv or Debian (scripts/lib/python_from_debian.sh).
+# --wheel is the wheel for its Python's rows; the others are built here, side
+# by side, and each must be tagged manylinux_2_28 or lower. A row is one
+# pytest process, its tests spread by pytest-xdist over MATRIX_WORKERS
+# (default: the cores). NUMBAX_MATRIX_DIR (/tmp/numbax-matrix) keeps venvs
+# and logs. The last lines are each row's pytest closing line; the exit
+# status is 1 if a row failed or ran no test (pytest's 5, unless pytest args
+# were given).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROWS=("0.10.2:all:3.11" "0.8.1:subset:3.11"
@@ -51,15 +43,12 @@ done
 [ ${#rows[@]} -gt 0 ] || rows=("${ROWS[@]}")
 rm -rf "$WORK" && mkdir -p "$WORK"
 
-# Pins for everything but jax/jaxlib (requirements-dev.txt, as constraints:
-# pip refuses extras there).
+# requirements-dev.txt's pins but jax's, as constraints (no extras there).
 grep -vE '^\s*(#|$)|^(jax|jaxlib)[=<> ]|\[' requirements-dev.txt \
   | sed 's/\s*#.*//' > "$WORK/constraints.txt"
 pin() { grep -E "^$1==" requirements-dev.txt | sed 's/\s*#.*//'; }
 
-# find_python X.Y: a runnable interpreter of that version (a pyenv shim on
-# PATH may name one it cannot run, so each candidate is tried), else
-# Debian's.
+# find_python X.Y: one that runs (a pyenv shim may name one it cannot).
 find_python() {
   local c
   for c in "$(command -v "python$1" 2>/dev/null)" \
@@ -112,9 +101,8 @@ run_row() {
     > "$WORK/pip-$jax_v.log" 2>&1 || { tail -20 "$WORK/pip-$jax_v.log"; result[$1]="install failed"; return 1; }
   # No compiler or build tool in the venv: the wheel is all numbax needs.
   ! ls "$venv"/bin/{cmake,ninja} 2>/dev/null || { result[$1]="a build tool in the test venv"; return 1; }
-  # From the checkout, with numbax's sources under src/ (never on sys.path):
-  # every `import numbax`, the tests' subprocesses' too, is the wheel's.
-  # Bytecode is written even where PYTHONDONTWRITEBYTECODE is set.
+  # From the checkout (src/ never on sys.path): every `import numbax` is the
+  # wheel's. Bytecode is written even where PYTHONDONTWRITEBYTECODE is set.
   pytest_in() {  # LOG [ENV...] -- pytest args
     local log=$1 env=(); shift
     while [ "$1" != -- ]; do env+=("$1"); shift; done; shift
@@ -123,7 +111,7 @@ run_row() {
   }
   pytest_in "$WORK/pytest-$jax_v.log" -- -n "$WORKERS" "${files[@]}" || rc=$?
   closing "${rc:-0}" "$WORK/pytest-$jax_v.log" || st=1
-  result[$1]="$(versions "$venv") [$scope]: $(tail -1 "$WORK/pytest-$jax_v.log")"
+  result[$1]="$(cd "$WORK" && "$venv/bin/python" -c "import sys, jax, jaxlib.version, numbax._build_info as b; print(f'Python {sys.version.split()[0]}, jax {jax.__version__} jaxlib {jaxlib.version.__version__}, numbax built against FFI {b.XLA_FFI_API[0]}.{b.XLA_FFI_API[1]}')" 2>&1 | tail -1) [$scope]: $(tail -1 "$WORK/pytest-$jax_v.log")"
   if [[ $scope == *+multigpu ]]; then
     rc=0
     pytest_in "$WORK/multigpu-$jax_v.log" XLA_FLAGS=--xla_force_host_platform_device_count=2 \
@@ -134,15 +122,11 @@ run_row() {
   fi
   return $st
 }
-# closing RC LOG: pytest's status, 5 (no test selected) a failure unless
-# pytest args were given; a failing run's failures are printed.
+# closing RC LOG: 0, or 5 with pytest args given; else prints the failures.
 closing() {
   [ "$1" = 0 ] || { [ "$1" = 5 ] && [ ${#pytest_args[@]} -gt 0 ]; } && return 0
-  grep -E "^(FAILED|ERROR) " "$2" | head -40 || tail -30 "$2"
+  { grep -E "^(FAILED|ERROR) " "$2" || tail -30 "$2"; } | head -40
   return 1
-}
-versions() {
-  (cd "$WORK" && "$1/bin/python" -c "import sys, jax, jaxlib.version, numbax._build_info as b; print(f'Python {sys.version.split()[0]}, jax {jax.__version__} jaxlib {jaxlib.version.__version__}, numbax built against FFI {b.XLA_FFI_API[0]}.{b.XLA_FFI_API[1]}')" 2>&1 | tail -1)
 }
 
 status=0
@@ -152,8 +136,5 @@ for row in "${rows[@]}"; do
   run_row "$jax_v" "$scope" "$py" || status=1
 done
 echo "== wheel matrix (at ${SECONDS} s)"
-for row in "${rows[@]}"; do
-  jax_v=${row%%:*}
-  echo "  jax $jax_v: ${result[$jax_v]}"
-done
+for row in "${rows[@]}"; do echo "  jax ${row%%:*}: ${result[${row%%:*}]}"; done
 exit $status
