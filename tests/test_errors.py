@@ -153,7 +153,7 @@ def test_non_numeric_input(value):
                          ids=["jax", "numpy-0d-array"])
 def test_zero_d_input(value):
     # 0-d arrays (JAX's, also traced ones, and NumPy's) are traced scalars
-    # (issue 43, item D): a callable's func gets a 1-element array, a
+    # a callable's func gets a 1-element array, a
     # kernel the value (tests/test_shapes_and_scalars.py); a kernel that
     # reads an array there fails to compile, on the GPU, saying so.
     seen = []

@@ -205,7 +205,7 @@ def test_kernel_with_an_explicit_uint8_signature_takes_float8(rng):
     np.testing.assert_array_equal(bits_of(got), bits_of(x) ^ 0x80)
 
 
-# --- One op per float8 type (issue 43, A) ------------------------------------
+# --- One op per float8 type ------------------------------------
 # Seven of the eight float8 types share np.dtype(...).str ('<V1'), which the
 # op's interning key once spelled its outputs with: the op made for one type
 # was returned for another, and its results, typed as the first, read every

@@ -258,7 +258,7 @@ def test_wrap_time_errors(kwargs, match):
 
 
 def test_zero_d_input_for_an_array_parameter_says_traced_scalar(gpu_only):
-    # A 0-d array is a traced scalar (issue 43, item D): affine reads an
+    # A 0-d array is a traced scalar: affine reads an
     # array there, so Numba cannot compile it, and the message says why.
     op = numbax.numba_cuda_kernel(affine, SPEC, launch_dims=4)
     with pytest.raises(Exception, match="traced scalars.*1-element array"):

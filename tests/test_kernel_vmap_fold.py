@@ -151,7 +151,7 @@ def scaled_copy(x, scale, out):
 @pytest.mark.parametrize("args", [(1.0,), (np.float32(2.5),), (3, True)],
                          ids=["float", "np.float32", "int-bool"])
 def test_vmap_fold_of_scalars_alone_is_refused_naming_the_op(args):
-    # Issue 43, L: the third pass refused vmap_fold(1.5) (a 0-d input);
+    # The third pass refused vmap_fold(1.5) (a 0-d input);
     # since scalars go by value it answered folds=True on the simulator,
     # where jax.vmap has nothing to batch (its test had been moved to a
     # 0-d JAX array, and the GPU test of the same case is skipped in the

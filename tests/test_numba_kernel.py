@@ -1,4 +1,4 @@
-"""numba_kernel: Numba @njit kernels as XLA ops on JAX's CPU backend (issue 44).
+"""numba_kernel: Numba @njit kernels as XLA ops on JAX's CPU backend.
 
 No simulator needed: every test here passes with and without
 NUMBA_ENABLE_CUDASIM=1 (CI sets it), since numba_kernel never touches

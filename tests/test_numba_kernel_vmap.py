@@ -1,4 +1,4 @@
-"""jax.vmap of numba_kernel: the whole batch in one handler call (issue 44).
+"""jax.vmap of numba_kernel: the whole batch in one handler call.
 
 vmap_method None and 'sequential': the kernel sees one slice at a time,
 every slice (of every nested level) run from one custom call, looped by the

@@ -173,7 +173,7 @@ def test_vmap_of_callable_without_vmap_method_names_op_and_option():
 
 
 def test_vmap_of_a_named_callable_without_vmap_method_names_its_name():
-    # Issue 43, M: a lambda's qualified name (__main__.<lambda>) says
+    # A lambda's qualified name (__main__.<lambda>) says
     # nothing; the message names the op's name= too.
     op = numbax.numba_cuda_callable(
         lambda x, out, stream: launch_double(x, out, stream), SPEC,

@@ -214,7 +214,7 @@ def test_no_nvtx_tool_here():
     assert _core.nvtx_attached() is False
 
 
-# --- A name belongs to the use (issue 43, B) ---------------------------------
+# --- A name belongs to the use ---------------------------------
 # Interned kernel ops (or one callable op a generator returns) are shared by
 # every XLACustomKernel whose generator returns them and by plain calls: the
 # first XLACustomKernel's name once stuck to the op, and every later use was

@@ -479,7 +479,7 @@ def test_callable_gets_the_python_value():
     assert seen[1] == (bool, False, int, 7, float, 0.5)
 
 
-# -- traced scalars (issue 43, item D) -------------------------------------------
+# -- traced scalars -------------------------------------------
 
 @cuda.jit
 def scale_shift(x, a, b, out):

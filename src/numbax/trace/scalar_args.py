@@ -247,7 +247,7 @@ def parameter(scalar: Scalar, formal, op: str, where: str) -> tuple:
     return (scalar.position, array.dtype.kind, array.tobytes())
 
 
-# -- traced scalars (issue 43, item D) -------------------------------------------
+# -- traced scalars -------------------------------------------
 #
 # Under jax.jit a Python scalar argument becomes a 0-d array: its value is
 # known only when the program runs. numbax passes such a value (any 0-d
