@@ -4,16 +4,22 @@ At trace time (:func:`key`) or when XLA instantiates a program whose key
 this process did not trace (op.entry_for_call), the kernel is compiled by
 its compiler for the call's argument types (and, for a folded vmap, the
 generated batched kernel too), and the registry gets an entry whose
-``plan()`` builds the LaunchPlan C++ launches from (plan.py).
+``plan()`` builds the LaunchPlan C++ launches from (plan.py). The CUDA
+platform's lowering of the kernel primitive is registered here: the shared
+body (primitive.lower) with numbax's kernel target and :func:`key`.
 """
 
 from __future__ import annotations
 
 import weakref
+from functools import partial
 
-from ..runtime import numba_bridge, registry
+import numpy as np
+from jax.interpreters import mlir
+
+from ..runtime import numba_bridge, registry, targets
 from ..trace import checks, scalar_args
-from . import calls, sharding, vmap
+from . import calls, primitive, sharding, vmap
 from .launch_config import Call
 from .plan import builder
 
@@ -120,3 +126,17 @@ def key(op, avals, out_avals, batch, broadcast, call: Call | None = None,
         return made
     return calls.program_key(op, avals, batch, broadcast, call, split,
                             make_entry)
+
+
+def _lowered_key(ctx, op, avals, out_shapes, batch, broadcast, call,
+                 split) -> str:
+    # The outputs as XLA lowers them, which key() checks against the call's.
+    del out_shapes
+    outs = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_out]
+    return key(op, avals, outs, batch, broadcast, call, split)
+
+
+mlir.register_lowering(
+    primitive.numbax_kernel_p,
+    partial(primitive.lower, targets.KERNEL_TARGET, _lowered_key),
+    platform="cuda")

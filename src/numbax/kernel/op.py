@@ -393,18 +393,6 @@ class NumbaCudaKernel(ops.Op):
         """The Call of an op without shape functions and scalars."""
         return self._resolve((), ())[0]
 
-    def _split(self, ctx, avals, batch, broadcast, call):
-        return sharding.split_of(self, ctx, avals, batch, broadcast, call)
-
-    def _gpu_key(self, avals, out_avals, batch, broadcast, call=None,
-                 split=None):
-        return gpu.key(self, avals, out_avals, batch, broadcast, call, split)
-
-    def _simulator_key(self, avals, out_shapes, batch, broadcast, call=None,
-                       split=None):
-        return simulator.key(self, avals, out_shapes, batch, broadcast, call,
-                             split)
-
     def entry_for_call(self, key, call, platform):
         """The kernel compiled here once per key, from the call part."""
         avals, batch, broadcast, aliases, resolved, units = \

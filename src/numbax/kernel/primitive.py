@@ -1,22 +1,26 @@
 """numbax_kernel_p: the JAX primitive every numba_cuda_kernel binds.
 
-Its abstract eval (the op's declared outputs), its lowering to numbax's
-kernel target (the CUDA platform) or to a simulator launch (the CPU), and
-its refusals of differentiation, naming the user's op; its batching rule is
-in vmap.py. The op itself (op.py) is a static parameter: what the rules
-need of it (keys, labels, aliases) they ask it for.
+Its abstract eval (the op's declared outputs), the lowering every platform
+shares (:func:`lower`: the split XLA may make, the export check, the custom
+call) and its refusals of differentiation, naming the user's op. Each
+platform registers the lowering in its own module, with its target and its
+key bound first: gpu.py for CUDA (numbax's kernel target), simulator.py for
+the CPU (a simulator launch); the batching rule is in vmap.py. The op itself
+(op.py) is a static parameter: what the rules need of it (keys, labels,
+aliases) they ask it for.
 """
 
 from __future__ import annotations
 
-from functools import partial
+from typing import Callable
 
 import jax
 import numpy as np
-from jax.interpreters import ad, mlir
+from jax.interpreters import ad
 
 from ..runtime import compat, keys, registry, targets
 from ..trace import checks, profile_names, sharding_rules
+from . import sharding
 
 numbax_kernel_p = compat.eager_primitive("numbax_kernel")
 
@@ -29,19 +33,25 @@ def _abstract_eval(*args, op, out_shapes, batch, broadcast, call):
     return [compat.shaped_array(s, d) for s, d in out_shapes]
 
 
-def _lower(ctx, *args, op, out_shapes, batch, broadcast, call, platform):
+def lower(target: str, key_of: Callable[..., str], ctx, *args, op,
+          out_shapes, batch, broadcast, call):
+    """The lowering every platform shares; each platform registers it with
+    its own part (gpu.py for CUDA, simulator.py for the CPU) bound first.
+
+    Args:
+      target: the platform's FFI target (runtime/targets.py); a call XLA
+        may split goes to its ``*_batch`` twin.
+      key_of: ``key_of(ctx, op, avals, out_shapes, batch, broadcast, call,
+        split)``, the call's key on the platform (its registry entry made
+        now, so that compile errors surface at trace time).
+      ctx, args, op, out_shapes, batch, broadcast, call: what JAX hands a
+        lowering rule of numbax_kernel_p.
+    """
     avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_in]
     # How XLA may split the call: the op's rule, and the vmapped axis of a
     # batched call (in a program of several devices); None: not at all.
-    split = op._split(ctx, avals, batch, broadcast, call)
-    if platform == "cuda":
-        outs = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_out]
-        key = op._gpu_key(avals, outs, batch, broadcast, call, split)
-        target = targets.KERNEL_TARGET
-    else:
-        key = op._simulator_key(avals, out_shapes, batch, broadcast, call,
-                                split)
-        target = targets.CALLABLE_TARGET
+    split = sharding.split_of(op, ctx, avals, batch, broadcast, call)
+    key = key_of(ctx, op, avals, out_shapes, batch, broadcast, call, split)
     if (getattr(ctx.module_context.lowering_parameters, "for_export", False)
             and keys.is_ambiguous(key)):
         raise registry.ambiguous_export_error(op._label, key, op.name)
@@ -59,12 +69,6 @@ def _lower(ctx, *args, op, out_shapes, batch, broadcast, call, platform):
             target,
             operand_output_aliases=dict(aliases),
         )(ctx, *args, key=key)
-
-
-mlir.register_lowering(numbax_kernel_p, partial(_lower, platform="cuda"),
-                       platform="cuda")
-mlir.register_lowering(numbax_kernel_p, partial(_lower, platform="cpu"),
-                       platform="cpu")
 
 
 def _jvp_rule(primals, tangents, *, op, **params):

@@ -4,17 +4,21 @@ On the CPU a kernel op lowers to numbax's callable target, whose func is a
 *launcher*: the simulator's version of the C++ launch (kernel_handler.cc),
 with the same slicing of a vmapped batch and the same chunks when it folds.
 The op keeps one per call shape and batch size (at most MAX_LAUNCHERS); the
-registry refers to each weakly (:class:`LauncherRef`).
+registry refers to each weakly (:class:`LauncherRef`). The CPU platform's
+lowering of the kernel primitive is registered here: the shared body
+(primitive.lower) with the callable target and :func:`key`.
 """
 
 from __future__ import annotations
 
 import weakref
+from functools import partial
 
 import numpy as np
+from jax.interpreters import mlir
 
-from ..runtime import registry
-from . import calls, sharding, vmap
+from ..runtime import registry, targets
+from . import calls, primitive, sharding, vmap
 from .launch_config import Call
 
 # Simulator launchers kept per op (one per unbatched/batched call shape).
@@ -123,6 +127,18 @@ def key(op, avals, out_shapes, batch, broadcast, call: Call | None = None,
             name=call.name or op.profile_name, units=units)
     return calls.program_key(op, avals, batch, broadcast, call, split,
                             make_entry)
+
+
+def _lowered_key(ctx, op, avals, out_shapes, batch, broadcast, call,
+                 split) -> str:
+    del ctx
+    return key(op, avals, out_shapes, batch, broadcast, call, split)
+
+
+mlir.register_lowering(
+    primitive.numbax_kernel_p,
+    partial(primitive.lower, targets.CALLABLE_TARGET, _lowered_key),
+    platform="cpu")
 
 
 def entry(op, key, avals, batch, broadcast, aliases, call: Call, units):
