@@ -45,7 +45,7 @@ def gpu(scale: float):
     gotb = np.asarray(jax.jit(jax.vmap(op))(
         xb, jnp.full((b, n), jnp.nan, jnp.float32)))
     decision = op.vmap_fold(x, x)  # the inputs of one unbatched call
-    batched = list(op._batched_kernels.values())
+    batched = list(op.fold_cache.batched_kernels.values())
     # The kernel computes in float64 and stores float32: so does numpy here.
     want = (scale * x.astype(np.float64) + 1).astype(np.float32)
     wantb = (scale * xb.astype(np.float64) + 1).astype(np.float32)
@@ -84,7 +84,7 @@ def traced(scale: float):
         # float32 product, float64 sum, float32 store: as the kernel does.
         want = ((a * x).astype(np.float64) + scale).astype(np.float32)
         results.append(bool(np.allclose(got, want, rtol=1e-6, atol=1e-6)))
-    generated = list(op._batched_kernels.values())
+    generated = list(op.fold_cache.batched_kernels.values())
     report(ok=all(results), traces=f._cache_size(),
            numba_overloads=len(kmod.scaled_by.overloads),
            generated=len(generated),

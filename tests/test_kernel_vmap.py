@@ -76,7 +76,7 @@ def per_slice(op, *xs, in_axes=0):
 def assert_folded(op, *unbatched):
     decision = op.vmap_fold(*unbatched)
     assert decision.folds, decision
-    assert op._batched_kernels, "no batched kernel was built"
+    assert op.fold_cache.batched_kernels, "no batched kernel was built"
     assert f"blockIdx.{decision.axis}" in repr(op)
 
 
@@ -268,7 +268,7 @@ def test_kernel_reading_both_free_axes_falls_back(rng):
     assert not decision.folds
     assert "reads grid axis z/y" in decision.reason
     assert "one launch per slice" in repr(op)
-    assert not op._batched_kernels
+    assert not op.fold_cache.batched_kernels
 
 
 @cuda.jit(device=True)

@@ -115,10 +115,9 @@ class NumbaCudaKernel(ops.Op):
         # functions or calls with scalars.
         self._calls = shape_fns.Memo()
         self._fixed: Call | None = None  # the Call of the fixed form
-        # (unbatched argument types, grid) -> FoldDecision (vmap.py), and
-        # the batched kernels compiled for folded launches.
-        self._fold_decisions: dict = {}
-        self._batched_kernels: dict = {}
+        #: How jax.vmap launches the op: its fold decisions and batched
+        #: kernels, vmap.py's to read and write.
+        self.fold_cache = vmap.FoldCache()
         self.__name__ = getattr(kernel, "__name__", "numba_cuda_kernel")
         # Chosen once: everything that depends on the compiler asks it.
         compiler = compilers.compiler_of(kernel)

@@ -27,11 +27,12 @@ anything it cannot follow as a read of every axis (no fold). Slices run in
 one launch share nothing but the read-only inputs: outputs and aliased
 buffers are per slice.
 
-Here too: the op's decisions per signature (:func:`fold_for`, kept on the
-op), the batching rule of the kernel primitive (:func:`batch_rule`) and
-nested vmaps, whose levels flatten into one batch of every level's slices
-(:func:`_flatten`); the flat batch holds nothing but unbatched calls, so
-the same decision holds at any depth.
+Here too: the op's decisions per signature (:func:`fold_for`, kept in the
+op's :class:`FoldCache`, which only this module reads), the batching rule
+of the kernel primitive (:func:`batch_rule`) and nested vmaps, whose
+levels flatten into one batch of every level's slices (:func:`_flatten`);
+the flat batch holds nothing but unbatched calls, so the same decision
+holds at any depth.
 """
 
 from __future__ import annotations
@@ -163,6 +164,23 @@ def decide(*, vmap_method, grid, cooperative: bool,
 
 # -- the op's decisions, one per signature ------------------------------------
 
+class FoldCache:
+    """One op's vmap state, kept by the op (``op.fold_cache``) and read and
+    written only here: its fold decisions and the batched kernels compiled
+    for its folded launches. Both live as long as the op: a decision
+    depends on the kernel and the signature only, and a batched kernel
+    keeps its compiled code."""
+
+    __slots__ = ("decisions", "batched_kernels")
+
+    def __init__(self):
+        # (unbatched argument types, grid) -> FoldDecision.
+        self.decisions: dict[tuple, FoldDecision] = {}
+        # (arguments, broadcast per parameter, axis, frozen globals' id,
+        # scalar positions) -> the generated batched kernel.
+        self.batched_kernels: dict[tuple, object] = {}
+
+
 def static_fold(op, grid) -> FoldDecision | None:
     """The decision when it does not depend on the compiled code."""
     if op.vmap_method == "sequential" or all(grid[a] != 1 for a in FOLD_AXES):
@@ -176,7 +194,7 @@ def fold_for(op, argtypes, grid, compiled=None, n_in=None) -> FoldDecision:
     decided once per op (`compiled`: the kernel compiled for them, if the
     caller has it)."""
     key = (argtypes, tuple(grid))
-    decision = op._fold_decisions.get(key)
+    decision = op.fold_cache.decisions.get(key)
     if decision is not None:
         return decision
     decision = static_fold(op, grid)
@@ -191,7 +209,7 @@ def fold_for(op, argtypes, grid, compiled=None, n_in=None) -> FoldDecision:
             why = fold.unknown_globals_reason(op.kernel, argtypes)
             if why:
                 decision = fallback(why)
-    op._fold_decisions[key] = decision
+    op.fold_cache.decisions[key] = decision
     return decision
 
 
@@ -209,13 +227,13 @@ def _batched_kernel(op, num_args, broadcast, decision, argtypes, scalars,
     key = (num_args, broadcast, axis,
            id(frozen) if frozen else None, tuple(scalars)) + (
                (tuple(traced),) if traced else ())
-    kernel = op._batched_kernels.get(key)
+    kernel = op.fold_cache.batched_kernels.get(key)
     if kernel is None:
         kernel = op._compiler.batched_kernel(
             op.kernel, num_args, broadcast,
             None if decision is None else axis_index(decision), frozen,
             tuple(scalars), **({"traced": tuple(traced)} if traced else {}))
-        op._batched_kernels[key] = kernel
+        op.fold_cache.batched_kernels[key] = kernel
     return kernel
 
 
@@ -269,7 +287,7 @@ def refuse_fold(op, argtypes, grid, what: str, exc) -> FoldDecision:
     ('build', 'compile'): those calls launch per slice."""
     decision = fallback(f"the batched kernel did not {what} "
                         f"({type(exc).__name__}: {exc})")
-    op._fold_decisions[(argtypes, tuple(grid))] = decision
+    op.fold_cache.decisions[(argtypes, tuple(grid))] = decision
     return decision
 
 
@@ -293,7 +311,7 @@ def summary(op) -> str:
               else static_fold(op, op._launch()[0]))
     if static is not None:
         return str(static)
-    decisions = list(op._fold_decisions.values())
+    decisions = list(op.fold_cache.decisions.values())
     if not decisions:
         return "one launch per batch if the compiled kernel allows " \
             "(op.vmap_fold(*args) tells)"
@@ -302,7 +320,7 @@ def summary(op) -> str:
     return "; ".join(
         "(" + ", ".join(str(t) for t in types) + ")"
         + (f" grid {g}" if op._dims_fn is not None else "") + f": {d}"
-        for (types, g), d in op._fold_decisions.items())
+        for (types, g), d in op.fold_cache.decisions.items())
 
 
 # -- the batching rule of numbax_kernel_p -------------------------------------
