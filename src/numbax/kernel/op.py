@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
 import jax
@@ -104,12 +103,8 @@ class NumbaCudaKernel(ops.Op):
         self.vmap_method = vmap_method
         self.input_output_aliases = input_output_aliases
         self.name = name
-        # Simulator launchers, kept alive here (the registry refers to them
-        # weakly), most recently used last, at most simulator.MAX_LAUNCHERS:
-        # one per batch size would grow without bound. An evicted one is
-        # made again when a program needs it; instantiated call sites hold
-        # their own.
-        self._launchers: OrderedDict = OrderedDict()
+        #: The op's launches on the CPU, simulator.py's to read and write.
+        self.launchers = simulator.Launchers()
         self._arities_checked: set = set()
         # Signature -> (Call, out tree, 64-bit outputs), for ops with shape
         # functions or calls with scalars.
@@ -408,7 +403,7 @@ class NumbaCudaKernel(ops.Op):
 
     def forget_cached(self):
         """numbax.clear_caches(): drop every simulator launcher."""
-        self._launchers.clear()
+        self.launchers.clear()
 
     def with_sharding_rule(self, rule: str) -> NumbaCudaKernel:
         # outs as the op was given them: a shape function stays one (the

@@ -3,15 +3,17 @@
 On the CPU a kernel op lowers to numbax's callable target, whose func is a
 *launcher*: the simulator's version of the C++ launch (kernel_handler.cc),
 with the same slicing of a vmapped batch and the same chunks when it folds.
-The op keeps one per call shape and batch size (at most MAX_LAUNCHERS); the
-registry refers to each weakly (:class:`LauncherRef`). The CPU platform's
-lowering of the kernel primitive is registered here: the shared body
-(primitive.lower) with the callable target and :func:`key`.
+The op keeps one per call shape and batch size in its :class:`Launchers`
+(at most MAX_LAUNCHERS), which only this module reads; the registry refers
+to each weakly (:class:`LauncherRef`). The CPU platform's lowering of the
+kernel primitive is registered here: the shared body (primitive.lower)
+with the callable target and :func:`key`.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections import OrderedDict
 from functools import partial
 
 import numpy as np
@@ -23,6 +25,47 @@ from .launch_config import Call
 
 # Simulator launchers kept per op (one per unbatched/batched call shape).
 MAX_LAUNCHERS = 256
+
+
+class Launchers:
+    """One op's simulator launchers, kept by the op (``op.launchers``) and
+    read and written only here.
+
+    They are kept alive here (the registry refers to them weakly), most
+    recently used last, at most MAX_LAUNCHERS: one per batch size would
+    grow without bound. An evicted one is made again when a program needs
+    it; instantiated call sites hold their own.
+    """
+
+    __slots__ = ("_made",)
+
+    def __init__(self):
+        # Launch signature (launcher()) -> launcher, least recently used first.
+        self._made: OrderedDict = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    def get(self, signature):
+        return self._made.get(signature)
+
+    def keep(self, signature, made):
+        """`made`, or the launcher another thread kept for `signature`
+        first, now the most recently used; the least recently used ones
+        beyond MAX_LAUNCHERS are dropped."""
+        made = self._made.setdefault(signature, made)
+        try:
+            self._made.move_to_end(signature)
+            while len(self._made) > max(1, MAX_LAUNCHERS):
+                self._made.popitem(last=False)
+        except KeyError:  # another thread evicted it meanwhile
+            pass
+        return made
+
+    def clear(self) -> None:
+        """numbax.clear_caches(): drop them all (LauncherRef makes one
+        again from the op when C++ asks for it)."""
+        self._made.clear()
 
 
 class LauncherRef:
@@ -81,7 +124,7 @@ def launcher(op, avals, out_shapes, batch, broadcast, aliases=(),
     signature = (n_in, batch, tuple(broadcast), fold_axis, max_slices,
                  aliases, grid, block, scalars, tuple(grid_from)) + (
                      (traced,) if traced else ())
-    made = op._launchers.get(signature)
+    made = op.launchers.get(signature)
     if made is None:
         formals = op._formals(argtypes, scalars, n_in + len(scalars))
         values = op._scalar_values(scalars, formals)
@@ -95,15 +138,8 @@ def launcher(op, avals, out_shapes, batch, broadcast, aliases=(),
             {o for _, o in aliases},
             [(s.position, v) for s, v in zip(scalars, values)],
             tuple(grid_from))
-        # Kept alive here: the registry refers to it weakly.
-        made = op._launchers.setdefault(signature, made)
-    try:
-        op._launchers.move_to_end(signature)
-        while len(op._launchers) > max(1, MAX_LAUNCHERS):
-            op._launchers.popitem(last=False)
-    except KeyError:  # another thread evicted it meanwhile
-        pass
-    return made
+    # Kept alive by the op: the registry refers to it weakly.
+    return op.launchers.keep(signature, made)
 
 
 def key(op, avals, out_shapes, batch, broadcast, call: Call | None = None,
