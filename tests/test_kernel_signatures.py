@@ -200,8 +200,8 @@ def test_list_of_a_signatures_runs_the_version_numba_picks(dtype, rng):
     cfg = two_a_signatures[1, N]
     numbas = _dispatcher.Dispatcher._cuda_call(
         two_a_signatures, d_x, d_out, **{nd._LAUNCH_CONFIG_KW: cfg})
-    argtypes = op._argtypes([((N,), np.dtype(dtype))] * 2, 0)
-    assert op._compile(argtypes, 1) is numbas
+    argtypes = op.kernel_argtypes([((N,), np.dtype(dtype))] * 2, 0)
+    assert op.compile_kernel(argtypes, 1) is numbas
 
 
 # -- inside a numba_cuda_callable: the fast launch path (GPU) --------------------

@@ -165,7 +165,7 @@ def test_numba_cuda_kernel_accepts_it(mlir_kernels):
     double, _ = mlir_kernels
     op = numbax.numba_cuda_kernel(
         double, jax.ShapeDtypeStruct((8,), jnp.float32), launch_dims=8)
-    assert op._compiler is mlir_compiler.COMPILER
+    assert op.compiler is mlir_compiler.COMPILER
     assert "double" in repr(op)
     # Same op for the same arguments (interned), as for numba-cuda kernels.
     assert op is numbax.numba_cuda_kernel(
@@ -564,7 +564,7 @@ def test_kernels_it_cannot_load_are_refused_before_compiling(
     tys = mlir_compiler.COMPILER.argtypes([((8,), np.float32)] * 2, 0, (), 'op')
     with pytest.raises(ValueError, match=r"numba_cuda_kernel\(\S*kernel\): "
                                          + message):
-        mlir_compiler.COMPILER.compile(kernel, tys, op._label)
+        mlir_compiler.COMPILER.compile(kernel, tys, op.label)
 
 
 @needs_mlir

@@ -690,7 +690,7 @@ def test_traced_scalar_refusals_name_jit_and_the_static_ways(monkeypatch):
         takes_scalars = False
 
     op = numbax.numba_cuda_kernel(scale_into, like, launch_dims=4)
-    monkeypatch.setattr(op, "_compiler", NoScalars())
+    monkeypatch.setattr(op, "compiler", NoScalars())
     with pytest.raises(TypeError, match=(
             r"input 1 is a traced scalar.*not for numba-cuda-mlir ones.*"
             r"static_argnums=1.*closed over")):

@@ -23,10 +23,10 @@ def program_key(op, avals, batch, broadcast, call: Call, split,
     """The key of a lowered call (registry.program_key: `make_entry(key)`
     makes its entry where the registry has none)."""
     return registry.program_key(
-        op.kernel, op._group,
+        op.kernel, op.group_key,
         spec(op, avals, batch, broadcast,
              vmap.fold_spec(op, avals, batch, broadcast, call),
-             op._alias_pairs(), call,
+             op.alias_pairs(), call,
              split.lead_spec() if split is not None else ""),
         make_entry)
 
@@ -47,9 +47,9 @@ def spec(op, avals, batch, broadcast, fold: str = "", aliases: tuple = (),
         # that resolves the key has nothing else to go by.
         # (And outputs narrowed to 32 bits with x64 off, which the op's
         # declared outs do not say: op._checked_call.)
-        if op._outs_fn is not None or _narrowed(op, call):
+        if op.outs_fn is not None or _narrowed(op, call):
             spec += f";out={keys.avals_text(call.outs)}"
-        if op._dims_fn is not None:
+        if op.dims_fn is not None:
             spec += (f";grid={'x'.join(map(str, call.grid))}"
                      f";block={'x'.join(map(str, call.block))}")
         spec += scalar_args.scalars_spec(call.scalars)
@@ -87,7 +87,7 @@ def parse(op, call: str):
                        filter(None, fields.get("traced", "").split(",")))
     except ValueError:
         raise ValueError(f"{op!r}: malformed call spec {call!r}") from None
-    if op._outs_fn is not None or "out" in fields:
+    if op.outs_fn is not None or "out" in fields:
         if "out" not in fields:
             raise ValueError(f"{op!r}: call spec {call!r} has no out=")
         outs = tuple((tuple(s), np.dtype(d)) for s, d in
@@ -95,7 +95,7 @@ def parse(op, call: str):
     else:
         outs = tuple((tuple(s.shape), np.dtype(s.dtype))
                      for s in op.out_specs)
-    if op._dims_fn is not None:
+    if op.dims_fn is not None:
         try:
             grid, block = (tuple(int(n) for n in fields[k].split("x"))
                            for k in ("grid", "block"))
@@ -104,7 +104,7 @@ def parse(op, call: str):
                 f"{op!r}: call spec {call!r} has no grid= and "
                 "block=") from None
     else:
-        grid, block, _ = op._launch()
+        grid, block, _ = op.fixed_launch()
     return (avals, batch, broadcast, keys.parse_aliases(fields),
             Call(outs, tuple(grid), tuple(block), scalars,
                  keys.parse_profile(fields), traced=traced),

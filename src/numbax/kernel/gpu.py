@@ -28,7 +28,7 @@ def entry(op, key, avals, batch, broadcast, aliases=(),
           call: Call | None = None, units=((), ())) -> registry.KernelEntry:
     """The registry entry of one call: the kernel compiled now, the plan
     built when XLA instantiates the program."""
-    call = call if call is not None else op._fixed_call()
+    call = call if call is not None else op.fixed_call()
     out_avals = call.out_avals(batch)
     dtypes = [d for _, d in list(avals) + out_avals]
     if numba_bridge.has_bfloat16(dtypes):
@@ -38,10 +38,10 @@ def entry(op, key, avals, batch, broadcast, aliases=(),
     all_avals = list(avals) + list(out_avals)
     scalars, traced = call.scalars, call.traced
     # The body's types: a traced scalar as the value it holds.
-    argtypes = op._argtypes(all_avals, batch, scalars, traced)
+    argtypes = op.kernel_argtypes(all_avals, batch, scalars, traced)
     n_in = len(avals) + len(scalars)
     try:
-        compiled = op._compile(argtypes, n_in)
+        compiled = op.compile_kernel(argtypes, n_in)
     except Exception as exc:
         named = None if not traced else checks.renamed(exc, (
             f"{exc}; inputs {', '.join(map(str, traced))} are traced "
@@ -51,8 +51,8 @@ def entry(op, key, avals, batch, broadcast, aliases=(),
         if named is None:
             raise
         raise named from exc
-    formals = op._formals(argtypes, scalars, n_in)
-    params = op._scalar_params(scalars, formals)
+    formals = op.scalar_formals(argtypes, scalars, n_in)
+    params = op.scalar_params(scalars, formals)
     if traced:
         _check_traced_formals(op, argtypes, traced, n_in)
     grid, block, empty = call.grid, call.block, call.empty
@@ -64,9 +64,9 @@ def entry(op, key, avals, batch, broadcast, aliases=(),
             # The batched kernel takes the whole buffers, and each
             # scalar as the version that runs types it.
             tys = scalar_args.merge(
-                op._argtypes(all_avals, 0), scalars, list(formals))
-            compiled = op._compiler.compile_batched(
-                op.kernel, batched, tuple(tys), op._label)
+                op.kernel_argtypes(all_avals, 0), scalars, list(formals))
+            compiled = op.compiler.compile_batched(
+                op.kernel, batched, tuple(tys), op.label)
             fold_axis = vmap.axis_index(decision)
         except Exception as exc:
             vmap.refuse_fold(op, argtypes, grid, "compile", exc)
@@ -93,12 +93,12 @@ def _check_traced_formals(op, argtypes, traced, n_in):
     explicit signature gives its parameter: the generated kernel passes the
     value as it is (a launch by value converts; a buffer's element is not
     converted)."""
-    formals = op._compiler.parameter_types(op.kernel, argtypes, op._label,
+    formals = op.compiler.parameter_types(op.kernel, argtypes, op.label,
                                            n_in)
     for p in traced:
         if formals[p] != argtypes[p]:
             raise TypeError(
-                f"{op._label}: input {p} is a traced scalar of type "
+                f"{op.label}: input {p} is a traced scalar of type "
                 f"{argtypes[p]} (jax.jit traces a Python scalar argument "
                 "into a 0-d array), but the kernel's signature has "
                 f"{formals[p]} there, and numbax passes a traced value "
@@ -111,12 +111,12 @@ def key(op, avals, out_avals, batch, broadcast, call: Call | None = None,
         split=None) -> str:
     """The key of a call lowered for a GPU; the kernel is compiled now, at
     trace time, so that compile errors surface here."""
-    call = call if call is not None else op._fixed_call()
+    call = call if call is not None else op.fixed_call()
     if [tuple(s) for s, _ in out_avals] != [
             s for s, _ in call.out_avals(batch)]:
         raise ValueError(f"{op!r}: outputs {out_avals} do not match "
                          f"outs {list(call.outs)} (batch {batch})")
-    aliases = op._alias_pairs()
+    aliases = op.alias_pairs()
     units = (split.buffer_units() if split is not None
              else ((), ()))
     made = entry(op, "", avals, batch, broadcast, aliases, call, units)

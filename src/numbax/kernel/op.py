@@ -63,7 +63,21 @@ def _check_fold_args(op: str, args) -> None:
 
 
 class NumbaCudaKernel(ops.Op):
-    """The function of JAX arrays returned by :func:`numba_cuda_kernel`."""
+    """The function of JAX arrays returned by :func:`numba_cuda_kernel`.
+
+    Besides what users call (the op itself, ``vmap_fold``, ``repr``), the
+    op holds what the modules of its family (kernel/) ask of it, public
+    for them and not part of numbax's API (docs/api.md): its configuration
+    as given (``kernel``, ``grid``, ``launch_dims``, ...; the shape
+    functions ``outs_fn`` and ``dims_fn``), its ``compiler``, its
+    registry ``group_key``, ``label`` and ``py_func``, the state other
+    modules own and keep on it (``fold_cache``: vmap.py's,
+    ``launchers``: simulator.py's), and the methods ``fixed_launch``,
+    ``fixed_call``, ``alias_pairs``, ``has_rule`` and what depends on the
+    compiler (``kernel_argtypes``, ``compile_kernel``, ``scalar_formals``,
+    ``scalar_values``, ``scalar_params``). Everything else (underscored) is
+    this module's own.
+    """
 
     vmap_launches_batch = True
 
@@ -77,18 +91,19 @@ class NumbaCudaKernel(ops.Op):
             None if sharding_rule is None else sharding_rules.parse(
                 sharding_rule, f"numbax.numba_cuda_kernel("
                 f"{keys.base_name(getattr(kernel, 'py_func', kernel))})"))
-        # outs= and launch_dims= may be functions of the call's arguments
-        # (shape_fns.py): resolved per signature when a call is traced.
-        self._outs_fn = outs if shape_fns.is_function(outs) else None
-        self._dims_fn = (launch_dims if shape_fns.is_function(launch_dims)
-                         else None)
-        if self._has_rule() and (self._outs_fn is not None
-                                 or self._dims_fn is not None):
+        #: outs= and launch_dims= when given as functions of the call's
+        #: arguments (shape_fns.py), resolved per signature when a call is
+        #: traced; else None.
+        self.outs_fn = outs if shape_fns.is_function(outs) else None
+        self.dims_fn = (launch_dims if shape_fns.is_function(launch_dims)
+                        else None)
+        if self.has_rule() and (self.outs_fn is not None
+                                or self.dims_fn is not None):
             raise _rule_with_shape_fns_error(
                 f"numbax.numba_cuda_kernel("
                 f"{keys.base_name(getattr(kernel, 'py_func', kernel))})",
                 self.batch_partitionable)
-        if self._outs_fn is None:
+        if self.outs_fn is None:
             self.out_specs, self.out_tree = checks.normalize_outs(
                 outs, op=f"numba_cuda_kernel("
                 f"{keys.base_name(getattr(kernel, 'py_func', kernel))})")
@@ -114,28 +129,30 @@ class NumbaCudaKernel(ops.Op):
         #: kernels, vmap.py's to read and write.
         self.fold_cache = vmap.FoldCache()
         self.__name__ = getattr(kernel, "__name__", "numba_cuda_kernel")
-        # Chosen once: everything that depends on the compiler asks it.
+        #: The kernel's Compiler (compilers/base.py), chosen once:
+        #: everything that depends on the compiler asks it.
         compiler = compilers.compiler_of(kernel)
         assert compiler is not None, "numba_cuda_kernel checked the kernel"
-        self._compiler = compiler
+        self.compiler = compiler
         self._identity = self._value_identity()
         # JAX hashes the op (a primitive parameter) on every eager bind.
         self._hash = id(self) if self._identity is None else hash(
             self._identity)
-        # Registered now, not when first traced: a process that only
-        # creates the op can run a deserialised program that calls it (the
-        # kernel is compiled then, from the shapes and dtypes in the key).
-        self._group = registry.register_op(
+        #: The registry's group of the op, the first parts of its keys.
+        #: Registered now, not when first traced: a process that only
+        #: creates the op can run a deserialised program that calls it (the
+        #: kernel is compiled then, from the shapes and dtypes in the key).
+        self.group_key = registry.register_op(
             self, kernel, name=name, config=self._config(),
             num_outputs=len(self.out_specs or ()))
 
     @property
-    def _label(self) -> str:
+    def label(self) -> str:
         """How error messages name the op."""
-        return f"numbax.numba_cuda_kernel({keys.base_name(self._py_func)})"
+        return f"numbax.numba_cuda_kernel({keys.base_name(self.py_func)})"
 
     def __repr__(self):
-        return f"{self._label[:-1]}, vmap: {vmap.summary(self)})"
+        return f"{self.label[:-1]}, vmap: {vmap.summary(self)})"
 
     @property
     def _function(self):
@@ -150,11 +167,11 @@ class NumbaCudaKernel(ops.Op):
         ``axis`` (the grid axis indexing the slice) and ``reason``. On a
         GPU this compiles the kernel for those types, as a call would.
         """
-        _check_fold_args(self._label, args)
+        _check_fold_args(self.label, args)
         # The checks a call runs: what a call refuses gets no verdict.
         inputs, call, _ = self._checked_call(args, shapes=True)
         avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in inputs]
-        argtypes = self._argtypes(avals + call.out_avals(0), 0, call.scalars,
+        argtypes = self.kernel_argtypes(avals + call.out_avals(0), 0, call.scalars,
                                   call.traced)
         return vmap.fold_for(self, argtypes, call.grid, n_in=len(args))
 
@@ -172,7 +189,7 @@ class NumbaCudaKernel(ops.Op):
             aliases = tuple(sorted(aliases.items(), key=repr))
         # keys.dtype_name, not .str: seven float8 types share '<V1', and
         # an op of one returned for another read every value wrongly.
-        outs = self._outs_fn if self._outs_fn is not None else tuple(
+        outs = self.outs_fn if self.outs_fn is not None else tuple(
             (tuple(s.shape), keys.dtype_name(s.dtype))
             for s in self.out_specs)
         identity = (
@@ -197,10 +214,11 @@ class NumbaCudaKernel(ops.Op):
         return self._identity == other._identity
 
     @property
-    def _py_func(self):
+    def py_func(self):
+        """The kernel's Python function."""
         return getattr(self.kernel, "py_func", self.kernel)
 
-    def _launch(self):
+    def fixed_launch(self):
         """(grid, block, empty) of one unbatched launch, for an op whose
         launch is fixed (not a launch_dims function)."""
         if self.launch_dims is not None:
@@ -216,10 +234,10 @@ class NumbaCudaKernel(ops.Op):
         """(Call, out tree, 64-bit outputs) of a call with `inputs` (arrays
         or ShapeDtypeStructs) and `scalars`: the fixed form's, or what the
         shape functions return for them (once per signature)."""
-        if self._outs_fn is None and self._dims_fn is None:
+        if self.outs_fn is None and self.dims_fn is None:
             fixed = self._fixed
             if fixed is None:
-                grid, block, _ = self._launch()
+                grid, block, _ = self.fixed_launch()
                 outs = tuple((tuple(s.shape), np.dtype(s.dtype))
                              for s in self.out_specs)
                 fixed = self._fixed = Call(outs, grid, block)
@@ -237,11 +255,11 @@ class NumbaCudaKernel(ops.Op):
     def _resolve_by_functions(self, args, scalars):
         """(Call, out tree, 64-bit outputs) from what the shape functions
         return for the call's `args`."""
-        op = self._label
-        specs, tree = shape_fns.outs_for(self._outs_fn, self.out_specs,
+        op = self.label
+        specs, tree = shape_fns.outs_for(self.outs_fn, self.out_specs,
                                          self.out_tree, args, op)
-        if self._dims_fn is not None:
-            result = shape_fns.evaluate(self._dims_fn, "launch_dims", args,
+        if self.dims_fn is not None:
+            result = shape_fns.evaluate(self.dims_fn, "launch_dims", args,
                                          op)
             what = shape_fns.where("launch_dims", args)
             try:
@@ -254,7 +272,7 @@ class NumbaCudaKernel(ops.Op):
                     message = f"{op}: {message}"
                 raise ValueError(message) from None
         else:
-            grid, block, _ = self._launch()
+            grid, block, _ = self.fixed_launch()
         outs = tuple((tuple(s.shape), np.dtype(s.dtype)) for s in specs)
         return (Call(outs, tuple(grid), tuple(block), tuple(scalars),
                      traced=scalar_args.traced_positions(args)),
@@ -264,17 +282,17 @@ class NumbaCudaKernel(ops.Op):
         """(input buffers, Call, out tree) of a call with `args`, checked as
         a call checks them (arrays, or with `shapes` ShapeDtypeStructs, and
         scalars passed by value): dtypes, ranks, arity, aliases."""
-        op = self._label
+        op = self.label
         args, traced = scalar_args.with_traced_buffers(
             args, op, aliases=bool(self.input_output_aliases),
-            rule=self._has_rule(), not_taken_by=None
-            if self._compiler.takes_scalars else self._compiler.name)
+            rule=self.has_rule(), not_taken_by=None
+            if self.compiler.takes_scalars else self.compiler.name)
         arrays, scalars = scalar_args.split(args, op)
-        if scalars and not self._compiler.takes_scalars:
+        if scalars and not self.compiler.takes_scalars:
             raise TypeError(
                 f"{op}: input {scalars[0].position} is a scalar "
                 f"({scalars[0].value!r}), but numbax passes scalars by value "
-                f"to numba-cuda kernels only, not to {self._compiler.name} "
+                f"to numba-cuda kernels only, not to {self.compiler.name} "
                 "ones; pass it as a 1-element array (jnp.array([value])) and "
                 "read a[0] in the kernel")
         positions = None if not scalars else [
@@ -293,12 +311,12 @@ class NumbaCudaKernel(ops.Op):
         nargs = len(args) + call.num_outputs
         if nargs not in self._arities_checked:
             checks.check_arity(
-                self._py_func, nargs, op,
+                self.py_func, nargs, op,
                 checks.arg_layout(len(args), call.num_outputs),
                 what="kernel")
             self._arities_checked.add(nargs)
         if self.input_output_aliases is not None:
-            specs = self.out_specs if self._outs_fn is None and \
+            specs = self.out_specs if self.outs_fn is None and \
                 not narrow else [jax.ShapeDtypeStruct(s, d)
                                  for s, d in call.outs]
             checks.check_aliases(self.input_output_aliases, inputs, specs,
@@ -310,45 +328,47 @@ class NumbaCudaKernel(ops.Op):
         return self._checked_call(args, shapes)[0]
 
     # -- what depends on the compiler --------------------------------------
-    def _argtypes(self, avals, batch, scalars=(), traced=()):
+    def kernel_argtypes(self, avals, batch, scalars=(), traced=()):
         """The kernel's argument types: arrays for `avals` (the leading axis
         dropped when `batch`), and each scalar's Numba type at its
         position; at the positions in `traced` (buffers in `avals`) the
         type of their element, which the kernel's body receives."""
-        tys = self._compiler.argtypes(avals, batch, scalars, self._label)
+        tys = self.compiler.argtypes(avals, batch, scalars, self.label)
         if not traced:
             return tys
         return tuple(t.dtype if i in traced else t
                      for i, t in enumerate(tys))
 
-    def _compile(self, argtypes, n_in=None):
-        return self._compiler.compile(self.kernel, tuple(argtypes),
-                                      self._label, n_in)
+    def compile_kernel(self, argtypes, n_in=None):
+        """The kernel compiled by its compiler for `argtypes` (`n_in`:
+        how many of them are inputs)."""
+        return self.compiler.compile(self.kernel, tuple(argtypes),
+                                     self.label, n_in)
 
-    def _formals(self, argtypes, scalars, n_in):
+    def scalar_formals(self, argtypes, scalars, n_in):
         """The types the kernel's parameters at the scalars' positions have
         in the version that runs: the explicit signature's, or the scalars'
         own."""
         if not scalars:
             return ()
-        formals = self._compiler.parameter_types(self.kernel, argtypes,
-                                                 self._label, n_in)
+        formals = self.compiler.parameter_types(self.kernel, argtypes,
+                                                self.label, n_in)
         return tuple(formals[s.position] for s in scalars)
 
-    def _scalar_values(self, scalars, formals):
+    def scalar_values(self, scalars, formals):
         """Each scalar as the kernel parameter of type `formals[i]`
         receives it (a NumPy scalar of its dtype)."""
         names = signatures.parameter_names(self.kernel)
         return [scalar_args.converted(
-                    s, f, self._label,
+                    s, f, self.label,
                     signatures.describe_argument(s.position, None, names))
                 for s, f in zip(scalars, formals)]
 
-    def _scalar_params(self, scalars, formals):
+    def scalar_params(self, scalars, formals):
         """(position, kind, bytes) per scalar, for the LaunchPlan."""
         names = signatures.parameter_names(self.kernel)
         return [scalar_args.parameter(
-                    s, f, self._label,
+                    s, f, self.label,
                     signatures.describe_argument(s.position, None, names))
                 for s, f in zip(scalars, formals)]
 
@@ -356,37 +376,39 @@ class NumbaCudaKernel(ops.Op):
         """What the op was created with, as its key spells it: 'fn' for a
         shape function (the call part then spells what it returned)."""
         dims = lambda d: "x".join(map(str, d))  # noqa: E731
-        if self._outs_fn is not None:
+        if self.outs_fn is not None:
             outs = "fn"
         else:
             outs = keys.avals_text(
                 (tuple(o.shape), o.dtype) for o in self.out_specs)
-        if self._dims_fn is not None:
+        if self.dims_fn is not None:
             launch = "grid=fn;block=fn"
         else:
-            grid, block, _ = self._launch()
+            grid, block, _ = self.fixed_launch()
             launch = f"grid={dims(grid)};block={dims(block)}"
         # Only an op with a rule says so: every other op's key stays what it
         # was before rules existed.
-        rule = ("" if not self._has_rule() else ";rule=batch"
+        rule = ("" if not self.has_rule() else ";rule=batch"
                 if self.batch_partitionable else
                 f";rule={str(self.sharding_rule).replace(', ', ',')}")
         return f"kernel;outs={outs};{launch};smem={self.shared_mem}{rule}"
 
-    # -- what other parts ask of an op (runtime/ops.py) --------------------
-    def _has_rule(self) -> bool:
+    # -- what the family's other modules ask of the op ---------------------
+    def has_rule(self) -> bool:
+        """Whether the op has a sharding rule (or batch_partitionable)."""
         return self.batch_partitionable or self.sharding_rule is not None
 
-    def _alias_pairs(self) -> tuple:
+    def alias_pairs(self) -> tuple:
         """input_output_aliases as sorted (input, output) int pairs (checked
-        by _checked_inputs before any trace)."""
+        by _checked_call before any trace)."""
         return tuple(sorted((int(i), int(o)) for i, o in
                             (self.input_output_aliases or {}).items()))
 
-    def _fixed_call(self) -> Call:
+    def fixed_call(self) -> Call:
         """The Call of an op without shape functions and scalars."""
         return self._resolve((), ())[0]
 
+    # -- what other parts ask of an op (runtime/ops.py) --------------------
     def entry_for_call(self, key, call, platform):
         """The kernel compiled here once per key, from the call part."""
         avals, batch, broadcast, aliases, resolved, units = \
@@ -408,7 +430,7 @@ class NumbaCudaKernel(ops.Op):
     def with_sharding_rule(self, rule: str) -> NumbaCudaKernel:
         # outs as the op was given them: a shape function stays one (the
         # rule is then refused, naming it).
-        outs = self._outs_fn if self._outs_fn is not None else \
+        outs = self.outs_fn if self.outs_fn is not None else \
             jax.tree_util.tree_unflatten(self.out_tree, self.out_specs)
         return numba_cuda_kernel(
             self.kernel, outs, grid=self.grid, block=self.block,

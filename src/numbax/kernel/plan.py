@@ -30,12 +30,12 @@ def builder(op_ref, compiled, grid, block, empty, batch, broadcast, n_in,
         op = op_ref()
         if op is None:
             raise LookupError("the numba_cuda_kernel op was collected")
-        compiler = op._compiler
+        compiler = op.compiler
         # What the compiler keeps across the devices of one plan.
         shared: dict = {}
         functions = [
             compiler.function_on(compiled, ordinal, grid=grid, block=block,
-                                 shared_mem=op.shared_mem, label=op._label,
+                                 shared_mem=op.shared_mem, label=op.label,
                                  shared=shared)
             for ordinal in range(len(cuda.gpus))]
         # By keyword: a field that C++ (csrc/launch_plan.h) and this

@@ -29,7 +29,7 @@ numbax_kernel_p = compat.eager_primitive("numbax_kernel")
 def _abstract_eval(*args, op, out_shapes, batch, broadcast, call):
     # jax.export's symbolic extents reach here through jax.vmap's batch
     # axis too (a direct call is refused in checks.as_input_arrays).
-    checks.check_concrete_avals(args, op._label)
+    checks.check_concrete_avals(args, op.label)
     return [compat.shaped_array(s, d) for s, d in out_shapes]
 
 
@@ -54,7 +54,7 @@ def lower(target: str, key_of: Callable[..., str], ctx, *args, op,
     key = key_of(ctx, op, avals, out_shapes, batch, broadcast, call, split)
     if (getattr(ctx.module_context.lowering_parameters, "for_export", False)
             and keys.is_ambiguous(key)):
-        raise registry.ambiguous_export_error(op._label, key, op.name)
+        raise registry.ambiguous_export_error(op.label, key, op.name)
     aliases = op.input_output_aliases or {}
     name = (call.name if call is not None else None) or op.profile_name
     if split is not None:
@@ -75,13 +75,13 @@ def _jvp_rule(primals, tangents, *, op, **params):
     # Only called with a tangent that is not a symbolic zero: stop_gradient
     # around every input still lets the op run under jax.grad.
     del primals, tangents, params
-    raise checks.not_differentiable(op._label, "the kernel")
+    raise checks.not_differentiable(op.label, "the kernel")
 
 
 def _transpose_rule(cotangents, *args, op, **params):
     # jax.linear_transpose treats the op as linear in an input: it is not.
     del cotangents, args, params
-    raise checks.not_differentiable(op._label, "the kernel")
+    raise checks.not_differentiable(op.label, "the kernel")
 
 
 # Name the user's op (JAX's own refusals name numbax's shared primitive).

@@ -30,30 +30,30 @@ def check_rule(op, in_shapes, outs) -> None:
         extents = {int(s[0]) for s in list(in_shapes) + list(outs)}
         if len(extents) > 1:
             raise ValueError(
-                f"{op._label}: batch_partitionable=True declares that "
+                f"{op.label}: batch_partitionable=True declares that "
                 "axis 0 of every input and output is one independent "
                 "batch axis, so their leading extents must be equal; got "
                 f"inputs {[tuple(s) for s in in_shapes]}, outputs "
                 f"{list(outs)}. Give a sharding_rule that says which "
                 "arrays share the axis (e.g. 'i j, j -> i j'), or use "
                 "jax.shard_map")
-    split = sharding_rules.split(rule, in_shapes, outs, op._label,
-                                 aliases=op._alias_pairs())
+    split = sharding_rules.split(rule, in_shapes, outs, op.label,
+                                 aliases=op.alias_pairs())
     if op.launch_dims is not None:
-        sharding_rules.launch_ties(op.launch_dims, split, op._label)
+        sharding_rules.launch_ties(op.launch_dims, split, op.label)
 
 
 def grid_from(op, avals, batch, outs) -> tuple:
     """Per grid axis, the axis of output 0 (as the call's buffers have it)
     whose local extent that axis covers, or -1: the op's rule ties the
     leading launch axes to the split factors."""
-    if not op._has_rule() or op.launch_dims is None:
+    if not op.has_rule() or op.launch_dims is None:
         return (-1, -1, -1)
     shapes = [tuple(s)[1:] if batch else tuple(s) for s, _ in avals]
     rule = unbatched_rule(op, shapes, outs)
-    split = sharding_rules.split(rule, shapes, outs, op._label,
-                                 aliases=op._alias_pairs())
-    ties = sharding_rules.launch_ties(op.launch_dims, split, op._label)
+    split = sharding_rules.split(rule, shapes, outs, op.label,
+                                 aliases=op.alias_pairs())
+    ties = sharding_rules.launch_ties(op.launch_dims, split, op.label)
     shift = 1 if batch else 0
     ties = tuple(t + shift if t >= 0 else -1 for t in ties)
     return ties + (-1,) * (3 - len(ties))
@@ -72,5 +72,5 @@ def split_of(op, ctx, avals, batch, broadcast, call):
         rule = sharding_rules.vmapped(base, [not b for b in broadcast])
     else:
         rule, vmap_only = unbatched_rule(op, in_shapes, outs), False
-    return sharding_rules.split_for(ctx, rule, vmap_only, op._label,
-                                    aliases=op._alias_pairs())
+    return sharding_rules.split_for(ctx, rule, vmap_only, op.label,
+                                    aliases=op.alias_pairs())

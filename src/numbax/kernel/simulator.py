@@ -108,13 +108,13 @@ def launcher(op, avals, out_shapes, batch, broadcast, aliases=(),
              call: Call | None = None, grid_from=(-1, -1, -1)):
     """The function the CPU handler calls: the launch(es) in the
     simulator, made once per call shape and kept on the op."""
-    op._compiler.check_simulated(op._label)
-    call = call if call is not None else op._fixed_call()
+    op.compiler.check_simulated(op.label)
+    call = call if call is not None else op.fixed_call()
     grid, block, empty = call.grid, call.block, call.empty
     n_in = len(avals)
     all_avals = list(avals) + [(tuple(s), np.dtype(d)) for s, d in out_shapes]
     scalars, traced = call.scalars, call.traced
-    argtypes = op._argtypes(all_avals, batch, scalars, traced)
+    argtypes = op.kernel_argtypes(all_avals, batch, scalars, traced)
     decision, batched = vmap.folded(op, argtypes, grid, batch, broadcast,
                                     scalars=scalars, traced=traced)
     fold_axis = -1 if batched is None else vmap.axis_index(decision)
@@ -126,14 +126,14 @@ def launcher(op, avals, out_shapes, batch, broadcast, aliases=(),
                      (traced,) if traced else ())
     made = op.launchers.get(signature)
     if made is None:
-        formals = op._formals(argtypes, scalars, n_in + len(scalars))
-        values = op._scalar_values(scalars, formals)
+        formals = op.scalar_formals(argtypes, scalars, n_in + len(scalars))
+        values = op.scalar_values(scalars, formals)
         # With traced scalars, each launch (or slice) runs the generated
         # kernel that reads them on the device and calls the body.
         kernel = op.kernel if not traced or batched is not None else \
             vmap.traced_kernel(op, argtypes, scalars, traced)
         made = make_launcher(
-            kernel, op.shared_mem, op._py_func, n_in, grid, block,
+            kernel, op.shared_mem, op.py_func, n_in, grid, block,
             empty, batch, broadcast, batched, fold_axis, max_slices,
             {o for _, o in aliases},
             [(s.position, v) for s, v in zip(scalars, values)],
@@ -146,9 +146,9 @@ def key(op, avals, out_shapes, batch, broadcast, call: Call | None = None,
         split=None) -> str:
     """The key of a call lowered for the CPU; its launcher made now, so
     that its errors surface at trace time."""
-    call = call if call is not None else op._fixed_call()
+    call = call if call is not None else op.fixed_call()
     n_in = len(avals)
-    aliases = op._alias_pairs()
+    aliases = op.alias_pairs()
     ties = sharding.grid_from(op, avals, batch, call.out_shapes)
     units = (split.buffer_units() if split is not None
              else ((), ()))

@@ -199,8 +199,8 @@ def fold_for(op, argtypes, grid, compiled=None, n_in=None) -> FoldDecision:
         return decision
     decision = static_fold(op, grid)
     if decision is None:
-        cooperative, read, why = op._compiler.grid_reads(
-            op.kernel, lambda: compiled or op._compile(argtypes, n_in))
+        cooperative, read, why = op.compiler.grid_reads(
+            op.kernel, lambda: compiled or op.compile_kernel(argtypes, n_in))
         decision = decide(
             vmap_method=op.vmap_method, grid=grid, cooperative=cooperative,
             axes_read=read, unreadable=why)
@@ -229,7 +229,7 @@ def _batched_kernel(op, num_args, broadcast, decision, argtypes, scalars,
                (tuple(traced),) if traced else ())
     kernel = op.fold_cache.batched_kernels.get(key)
     if kernel is None:
-        kernel = op._compiler.batched_kernel(
+        kernel = op.compiler.batched_kernel(
             op.kernel, num_args, broadcast,
             None if decision is None else axis_index(decision), frozen,
             tuple(scalars), **({"traced": tuple(traced)} if traced else {}))
@@ -241,7 +241,7 @@ def traced_kernel(op, argtypes, scalars, traced):
     """The generated kernel a call with traced scalars launches unbatched
     (or per slice): it reads each traced scalar from its 1-element buffer
     and calls the kernel's body with it (compilers/fold.py). `argtypes`:
-    the body's (op._argtypes with `traced`), compiled first by the caller,
+    the body's (op.kernel_argtypes with `traced`), compiled first by the caller,
     so that the body reads the globals the kernel was compiled with."""
     positions = tuple(s.position for s in scalars)
     return _batched_kernel(op, len(argtypes), (False,) * len(argtypes),
@@ -251,11 +251,11 @@ def traced_kernel(op, argtypes, scalars, traced):
 def compiled_traced(op, argtypes, avals, batch, scalars, traced, formals):
     """traced_kernel compiled for the buffers (`avals`) as one slice sees
     them, each scalar passed by value typed as `formals` give it."""
-    tys = scalar_args.merge(op._argtypes(avals, batch), scalars,
+    tys = scalar_args.merge(op.kernel_argtypes(avals, batch), scalars,
                             list(formals))
-    return op._compiler.compile_batched(
+    return op.compiler.compile_batched(
         op.kernel, traced_kernel(op, argtypes, scalars, traced), tuple(tys),
-        op._label)
+        op.label)
 
 
 def folded(op, argtypes, grid, batch, broadcast, compiled=None, scalars=(),
@@ -295,7 +295,7 @@ def fold_spec(op, avals, batch, broadcast, call) -> str:
     """'axis:max slices per launch' for a folded vmapped call, else ''."""
     if batch <= 0:
         return ""
-    argtypes = op._argtypes(list(avals) + call.out_avals(batch), batch,
+    argtypes = op.kernel_argtypes(list(avals) + call.out_avals(batch), batch,
                             call.scalars, call.traced)
     decision, batched = folded(op, argtypes, call.grid, batch, broadcast,
                                scalars=call.scalars, traced=call.traced)
@@ -307,8 +307,8 @@ def fold_spec(op, avals, batch, broadcast, call) -> str:
 
 def summary(op) -> str:
     """How vmap launches the op, in words, as far as decided (repr)."""
-    static = (None if op._dims_fn is not None
-              else static_fold(op, op._launch()[0]))
+    static = (None if op.dims_fn is not None
+              else static_fold(op, op.fixed_launch()[0]))
     if static is not None:
         return str(static)
     decisions = list(op.fold_cache.decisions.values())
@@ -319,7 +319,7 @@ def summary(op) -> str:
         return str(decisions[0])
     return "; ".join(
         "(" + ", ".join(str(t) for t in types) + ")"
-        + (f" grid {g}" if op._dims_fn is not None else "") + f": {d}"
+        + (f" grid {g}" if op.dims_fn is not None else "") + f": {d}"
         for (types, g), d in op.fold_cache.decisions.items())
 
 
