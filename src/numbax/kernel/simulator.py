@@ -225,12 +225,13 @@ def make_launcher(kernel, shared_mem, py_func, n_in, grid, block, empty, batch,
         if empty or 0 in local_grid or (batch and not local_batch):
             # As the GPU handler: outputs are zero-filled, except one
             # aliased to an input, which keeps the input's values.
-            inputs = {a._ary.__array_interface__["data"][0]
-                      for a in arrays[:n_in]}
+            # (A simulator array hands NumPy's attributes on to the host
+            # array it wraps: XLA's buffer.)
+            inputs = {a.ctypes.data for a in arrays[:n_in]}
             for o, out in enumerate(arrays[n_in:]):
                 if (o not in aliased_outputs and
-                        out._ary.__array_interface__["data"][0] not in inputs):
-                    out._ary.fill(0)
+                        out.ctypes.data not in inputs):
+                    out.fill(0)
             return None
         if batched is not None:
             for start in range(0, local_batch, max_slices):
