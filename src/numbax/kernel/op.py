@@ -65,18 +65,11 @@ def _check_fold_args(op: str, args) -> None:
 class NumbaCudaKernel(ops.Op):
     """The function of JAX arrays returned by :func:`numba_cuda_kernel`.
 
-    Besides what users call (the op itself, ``vmap_fold``, ``repr``), the
-    op holds what the modules of its family (kernel/) ask of it, public
-    for them and not part of numbax's API (docs/api.md): its configuration
-    as given (``kernel``, ``grid``, ``launch_dims``, ...; the shape
-    functions ``outs_fn`` and ``dims_fn``), its ``compiler``, its
-    registry ``group_key``, ``label`` and ``py_func``, the state other
-    modules own and keep on it (``fold_cache``: vmap.py's,
-    ``launchers``: simulator.py's), and the methods ``fixed_launch``,
-    ``fixed_call``, ``alias_pairs``, ``has_rule`` and what depends on the
-    compiler (``kernel_argtypes``, ``compile_kernel``, ``scalar_formals``,
-    ``scalar_values``, ``scalar_params``). Everything else (underscored) is
-    this module's own.
+    It holds what kernel/'s other modules ask of it, public for them, not
+    numbax's API (docs/api.md): its configuration, ``compiler``,
+    ``group_key``, ``label``, ``py_func``, their state kept on it
+    (``fold_cache``: vmap.py's, ``launchers``: simulator.py's), and its
+    methods without an underscore (``fixed_call``, ``kernel_argtypes``, ...).
     """
 
     vmap_launches_batch = True
@@ -91,9 +84,8 @@ class NumbaCudaKernel(ops.Op):
             None if sharding_rule is None else sharding_rules.parse(
                 sharding_rule, f"numbax.numba_cuda_kernel("
                 f"{keys.base_name(getattr(kernel, 'py_func', kernel))})"))
-        #: outs= and launch_dims= when given as functions of the call's
-        #: arguments (shape_fns.py), resolved per signature when a call is
-        #: traced; else None.
+        #: outs= and launch_dims= given as functions of the call's arguments
+        #: (shape_fns.py, resolved per signature when traced), else None.
         self.outs_fn = outs if shape_fns.is_function(outs) else None
         self.dims_fn = (launch_dims if shape_fns.is_function(launch_dims)
                         else None)
@@ -125,12 +117,10 @@ class NumbaCudaKernel(ops.Op):
         # functions or calls with scalars.
         self._calls = shape_fns.Memo()
         self._fixed: Call | None = None  # the Call of the fixed form
-        #: How jax.vmap launches the op: its fold decisions and batched
-        #: kernels, vmap.py's to read and write.
+        #: Its fold decisions and batched kernels, vmap.py's to read and write.
         self.fold_cache = vmap.FoldCache()
         self.__name__ = getattr(kernel, "__name__", "numba_cuda_kernel")
-        #: The kernel's Compiler (compilers/base.py), chosen once:
-        #: everything that depends on the compiler asks it.
+        #: The kernel's Compiler, chosen once: all that depends on it asks it.
         compiler = compilers.compiler_of(kernel)
         assert compiler is not None, "numba_cuda_kernel checked the kernel"
         self.compiler = compiler
@@ -323,11 +313,7 @@ class NumbaCudaKernel(ops.Op):
                                   op)
         return inputs, call, tree
 
-    def _checked_inputs(self, args, shapes=False):
-        """The call's input buffers, checked as a call checks them."""
-        return self._checked_call(args, shapes)[0]
-
-    # -- what depends on the compiler --------------------------------------
+    # -- what depends on the compiler (asked by gpu.py, simulator.py) -------
     def kernel_argtypes(self, avals, batch, scalars=(), traced=()):
         """The kernel's argument types: arrays for `avals` (the leading axis
         dropped when `batch`), and each scalar's Numba type at its
