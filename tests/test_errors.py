@@ -774,9 +774,10 @@ ODD_ARGS = {
 # A kernel typing error: the simulator finds it when the kernel runs, after
 # the call was traced, so vmap_fold cannot know it.
 TYPED_AT_RUN_TIME_IN_THE_SIMULATOR = ("2-d",)
-# Scalars alone: vmap_fold refuses them (TypeError naming the op: jax.vmap
-# has no array to batch) whatever the call does.
-FOLD_REFUSES_SCALARS_ALONE = ("python float",)
+# Scalars alone (a 0-d array is a traced scalar): vmap_fold refuses them
+# (TypeError naming the op: jax.vmap has no array to batch) whatever the
+# call does.
+FOLD_REFUSES_SCALARS_ALONE = ("python float", "0-d")
 
 
 @pytest.mark.usefixtures("x64")

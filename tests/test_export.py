@@ -303,6 +303,7 @@ def test_plugin_callback_never_reenters_jax_plugin_lock():
         "[('numbax_callable_batch', False), ('numbax_callable_batch', True), "
         "('numbax_callable_capture_batch', False), "
         "('numbax_callable_capture_batch', True), "
+        "('numbax_cpu_kernel_batch', False), ('numbax_cpu_kernel_batch', True), "
         "('numbax_kernel_batch', False), ('numbax_kernel_batch', True)]"), \
         line[-1]
 

@@ -37,31 +37,6 @@ def _is_device_function(kernel) -> bool:
     return bool(getattr(kernel, "_device", False))  # the simulator's kernels
 
 
-def _rule_with_shape_fns_error(op: str, batch_partitionable: bool):
-    what = ("batch_partitionable=True" if batch_partitionable
-            else "sharding_rule=")
-    return ValueError(
-        f"{op}: {what} cannot be combined with outs= or launch_dims= given "
-        "as a function of the call's arguments: the rule ties the launch to "
-        "fixed outputs and launch dimensions. Give outs and launch_dims as "
-        "values (one op per shape), or use numba_cuda_callable, whose rules "
-        "take shape functions (docs/errors.md)")
-
-
-def _check_fold_args(op: str, args) -> None:
-    """Refuses (TypeError naming the op) vmap_fold of scalars alone, which
-    jax.vmap cannot batch (it maps arrays; a scalar goes by value to every
-    slice): since scalars are passed by value, vmap_fold(1.0) gave a verdict
-    (the third reliability pass refused it, as a 0-d input)."""
-    if args and all(scalar_args.is_scalar(a) for a in args):
-        kinds = ", ".join(type(a).__name__ for a in args)
-        raise TypeError(
-            f"{op}: vmap_fold: every input is a scalar ({kinds}), and "
-            "jax.vmap batches arrays only (a scalar is passed by value to "
-            "every slice): pass the call's unbatched array inputs, as "
-            "arrays or jax.ShapeDtypeStructs, with its scalars beside them")
-
-
 class NumbaCudaKernel(ops.Op):
     """The function of JAX arrays returned by :func:`numba_cuda_kernel`.
 
@@ -91,7 +66,7 @@ class NumbaCudaKernel(ops.Op):
                         else None)
         if self.has_rule() and (self.outs_fn is not None
                                 or self.dims_fn is not None):
-            raise _rule_with_shape_fns_error(
+            raise sharding.rule_with_shape_fns_error(
                 f"numbax.numba_cuda_kernel("
                 f"{keys.base_name(getattr(kernel, 'py_func', kernel))})",
                 self.batch_partitionable)
@@ -157,7 +132,7 @@ class NumbaCudaKernel(ops.Op):
         ``axis`` (the grid axis indexing the slice) and ``reason``. On a
         GPU this compiles the kernel for those types, as a call would.
         """
-        _check_fold_args(self.label, args)
+        vmap.check_fold_args(self.label, args)
         # The checks a call runs: what a call refuses gets no verdict.
         inputs, call, _ = self._checked_call(args, shapes=True)
         avals = [(tuple(a.shape), np.dtype(a.dtype)) for a in inputs]

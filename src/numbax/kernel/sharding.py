@@ -13,6 +13,17 @@ from __future__ import annotations
 from ..trace import sharding_rules
 
 
+def rule_with_shape_fns_error(op: str, batch_partitionable: bool):
+    what = ("batch_partitionable=True" if batch_partitionable
+            else "sharding_rule=")
+    return ValueError(
+        f"{op}: {what} cannot be combined with outs= or launch_dims= given "
+        "as a function of the call's arguments: the rule ties the launch to "
+        "fixed outputs and launch dimensions. Give outs and launch_dims as "
+        "values (one op per shape), or use numba_cuda_callable, whose rules "
+        "take shape functions (docs/errors.md)")
+
+
 def unbatched_rule(op, in_shapes, outs):
     """The op's own rule for unbatched inputs of `in_shapes`, or None."""
     if op.batch_partitionable:
