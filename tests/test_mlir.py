@@ -90,7 +90,8 @@ def test_numbax_works_and_never_imports_it_when_absent():
         assert np.array_equal(np.asarray(jax.jit(cop)(x)), 2 * x)
 
         assert not mlir_compiler.COMPILER.owns(double) and not mlir_compiler.COMPILER.owns(func)
-        print("bridge:", numba_cuda_mlir_launch.install_launch_bridge())
+        print("bridge:", numba_cuda_mlir_launch.install_launch_bridge(
+            mlir_compiler.LAUNCH_NEEDS))
         print("imported:", sorted(m for m in sys.modules
                                   if m.startswith("numba_cuda_mlir")))
     """, simulator=True)
@@ -319,7 +320,7 @@ def test_launch_bridge_takes_numbax_stream_and_keeps_foreign_syncs():
     # would need the driver.
     out = run_python("""
         import numbax
-        from numbax.compilers import numba_cuda_mlir_launch
+        from numbax.compilers import numba_cuda_mlir, numba_cuda_mlir_launch
         from numba.cuda.cudadrv import driver as numba_driver
         from numba_cuda_mlir import cuda, descriptor
 
@@ -337,7 +338,8 @@ def test_launch_bridge_takes_numbax_stream_and_keeps_foreign_syncs():
         except TypeError as exc:
             print("before: refused:", exc)
 
-        print("bridge:", numba_cuda_mlir_launch.install_launch_bridge())
+        print("bridge:", numba_cuda_mlir_launch.install_launch_bridge(
+            numba_cuda_mlir.LAUNCH_NEEDS))
         launcher = fill[128, 32, numbax_stream]
         print("launch stream:", hex(launcher._launch_stream))
 
@@ -737,13 +739,14 @@ def test_configure_answers_repeats_with_what_numba_cuda_mlir_would_return():
         warnings.simplefilter("ignore")
         from numba_cuda_mlir import cuda
         import numbax.compilers.numba_cuda_mlir_launch as m
+        from numbax.compilers.numba_cuda_mlir import LAUNCH_NEEDS
 
         @cuda.jit
         def k(x, y):
             i = cuda.grid(1)
 
         own = type(k).configure
-        assert m.install_launch_bridge().startswith("on")
+        assert m.install_launch_bridge(LAUNCH_NEEDS).startswith("on")
         assert type(k).configure is not own
         a = k[16, 256, 0]
         assert k[16, 256, 0] is a and own(k, 16, 256, 0) is a

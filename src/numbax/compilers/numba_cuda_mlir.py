@@ -35,7 +35,7 @@ import numpy as np
 
 from ..runtime import compat, numba_bridge
 from ..trace import checks
-from . import fold, grid_reads, signatures
+from . import fold, grid_reads, numba_cuda_mlir_launch, signatures
 from .base import MEMREF_ABI, Compiler
 from .cubin import CubinKernel
 
@@ -303,9 +303,12 @@ class NumbaCudaMlir(Compiler):
         return compiled.function_on(ordinal, shared_mem)
 
     def install_launch_hook(self):
-        # Imported here: the launch bridge builds on this module.
-        from . import numba_cuda_mlir_launch
-        numba_cuda_mlir_launch.install_launch_bridge()
+        numba_cuda_mlir_launch.install_launch_bridge(LAUNCH_NEEDS)
 
 
 COMPILER = NumbaCudaMlir()
+# What the launch bridge needs of this module, handed to it (it imports
+# nothing of this module, so the two form no circle).
+LAUNCH_NEEDS = numba_cuda_mlir_launch.Needs(
+    DESCRIPTOR, version, verified, needs_its_loader, loadable,
+    capability_of_chip)

@@ -8,19 +8,36 @@ launch when the arrays already live on the launch's stream, and puts
 numbax's C++ launch hook (``csrc/fast_launch.h``) on its configured
 launcher, with the plan builders it asks (:func:`_fast_check`,
 :func:`_fast_plan`). Nothing here imports ``numba_cuda_mlir`` unless the
-user did.
+user did. What it needs of the compiler (numba_cuda_mlir.py) comes in as a
+:class:`Needs`, so the two modules do not import each other (as
+numba_cuda_launch.py needs nothing of numba_cuda.py).
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 from .. import _core
 from ..runtime import numba_bridge
-from . import numba_cuda_mlir
 from .base import FLOATS, INTS, OTHER
+
+
+class Needs(NamedTuple):
+    """What the bridge needs of numba_cuda_mlir.py, handed in by it."""
+
+    descriptor: str  # the module numba-cuda-mlir's dispatcher lives in
+    version: Callable[[], str | None]
+    verified: Callable[[str | None], bool]
+    needs_its_loader: Callable[[Any, dict], str | None]
+    loadable: Callable[..., Any]
+    capability_of_chip: Callable[[str | None], tuple[int, int] | None]
+
+
+# Set by the first install_launch_bridge, read by the plan builders it
+# installs (which run only after it).
+_needs: Needs | None = None
 
 _bridge_lock = threading.Lock()
 _bridge_note = "not installed"
@@ -86,7 +103,7 @@ def _file_front(dispatcher, front, marshaller) -> None:
     table[front] = (filed, marshaller)
 
 
-def install_launch_bridge() -> str:
+def install_launch_bridge(needs: Needs) -> str:
     """Lets func pass numbax's stream to numba-cuda-mlir launches, without a
     host synchronisation per launch. Idempotent; a no-op until the user
     imported numba_cuda_mlir, and on releases not verified.
@@ -104,10 +121,11 @@ def install_launch_bridge() -> str:
       sync is skipped only when the array's stream is the launch's stream
       (the interface's rule: work on one stream is already ordered).
     """
-    global _bridge_note, _bridge_done
+    global _bridge_note, _bridge_done, _needs
     if _bridge_done:  # called on every trace of a callable: stay cheap
         return _bridge_note
-    descriptor = sys.modules.get(numba_cuda_mlir.DESCRIPTOR)
+    _needs = needs
+    descriptor = sys.modules.get(needs.descriptor)
     if descriptor is None:
         return "off until numba_cuda_mlir is imported"
     with _bridge_lock:
@@ -115,8 +133,8 @@ def install_launch_bridge() -> str:
             return _bridge_note
         _bridge_done = True
         dispatcher_cls = descriptor.MLIRDispatcher
-        found = numba_cuda_mlir.version()
-        if not numba_cuda_mlir.verified(found):
+        found = needs.version()
+        if not needs.verified(found):
             _bridge_note = (f"off: numba-cuda-mlir {found} is not verified "
                             "(0.6.x is)")
             return _bridge_note
@@ -249,7 +267,8 @@ def _launch_is_plain(cfg) -> bool:
     if getattr(dispatcher, "_requires_launch_config", False) or getattr(
             dispatcher, "_literal_arg_positions", ()):
         return False
-    descriptor = sys.modules.get(numba_cuda_mlir.DESCRIPTOR)
+    assert _needs is not None  # the bridge that installed this set it
+    descriptor = sys.modules.get(_needs.descriptor)
     planners = getattr(descriptor, "_planner_registry", None)
     return planners is not None and not planners.has_planners
 
@@ -310,7 +329,7 @@ def _fast_plan(cfg, args, ours, device):
         return "plan_error"  # its dispatch works otherwise: keep it
     metadata = getattr(compiled, "metadata", None) or {}
     if (metadata.get("cubin") is None or metadata.get("func_name") is None
-            or numba_cuda_mlir.needs_its_loader(dispatcher, metadata)):
+            or _needs is None or _needs.needs_its_loader(dispatcher, metadata)):
         return "unsupported_kernel"
     packing = []
     for ty, value, slot in zip(sig_args, args, ours):
@@ -326,9 +345,9 @@ def _fast_plan(cfg, args, ours, device):
             return "foreign_argument"
         packing.append(how)
     options = getattr(dispatcher, "targetoptions", {}) or {}
-    kernel = numba_cuda_mlir.loadable(
+    kernel = _needs.loadable(
         compiled, metadata["cubin"], metadata["func_name"],
-        numba_cuda_mlir.capability_of_chip(options.get("chip")) or (0, 0))
+        _needs.capability_of_chip(options.get("chip")) or (0, 0))
     if not kernel.loaded and _stream_capturing(_marshaller_stream(cfg)):
         # Loading the library is a driver call a capture must not see. A
         # capture-mode op's first call runs plainly, on another stream: its
