@@ -526,5 +526,9 @@ def _child_main(arg: str) -> int:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--large":
         sys.exit(_child_main(sys.argv[2]))
-    from .run import main
-    sys.exit(main(["--cpu", *sys.argv[1:]], prog="python -m numbax.bench.cpu"))
+    # Only the suite's child runs this module as a script: importing run.py
+    # here would close a circle (run.py imports this module).
+    print("python -m numbax.bench.cpu runs a child of the CPU rows "
+          "(--large SPEC); time the rows with: python -m numbax bench --cpu",
+          file=sys.stderr)
+    sys.exit(2)
