@@ -123,10 +123,4 @@ void SetDryLaunchRecord(DryLaunch* record);
 // numbax.bench.bridge_cost). Plans already recorded keep theirs.
 void SetResolveFunctions(bool on);
 
-// Drops every cached plan (and the references they hold).
-void ClearLaunchPlans();
-size_t LaunchPlanCount();
-// The handle each launchable plan passes to cuLaunchKernel (tests).
-std::vector<uintptr_t> LaunchPlanFunctions();
-
 }  // namespace numbax

@@ -3,8 +3,6 @@
 #include <cstring>
 #include <utility>
 
-#include "fast_launch.h"
-
 namespace numbax {
 namespace {
 

@@ -96,4 +96,10 @@ bool ParsePlan(PyObject* t, Plan* plan);
 // emptying the cache first when it is full.
 void StorePlan(const PlanKey& key, std::shared_ptr<Plan> plan);
 
+// Drops every cached plan (and the references they hold).
+void ClearLaunchPlans();
+size_t LaunchPlanCount();
+// The handle each launchable plan passes to cuLaunchKernel (tests).
+std::vector<uintptr_t> LaunchPlanFunctions();
+
 }  // namespace numbax

@@ -18,6 +18,7 @@
 #include "cuda_driver.h"
 #include "device_binding.h"
 #include "fast_launch.h"
+#include "fast_launch_plans.h"
 #include "fast_launch_testing.h"
 #include "graph_cache.h"
 #include "interpreter.h"
