@@ -45,7 +45,7 @@ def _plan(op_ref, layout: wrapper.Layout, aliases: tuple, units: tuple):
             layout.batch_ndim, op.parallel == "xla", op._serialise,
             tuple(x for pair in aliases for x in pair), tuple(lead),
             tuple(trail), (cfunc, op.kernel),
-            wrapper.diagnose(op.kernel, layout, op._label))
+            wrapper.diagnose(op.kernel, layout, op.label))
 
 
 class NumbaKernel(ops.Op):
@@ -58,7 +58,8 @@ class NumbaKernel(ops.Op):
     def __init__(self, kernel, outs, *, vmap_method, input_output_aliases,
                  name, parallel, launch_dims, sharding_rule):
         self.kernel = kernel  # strong: the registry refers to it weakly
-        self._label = op = f"numba_kernel({keys.base_name(kernel)})"
+        # Public: the lowering (primitive.py) names the op in its messages.
+        self.label = op = f"numba_kernel({keys.base_name(kernel)})"
         self._outs_fn = outs if shape_fns.is_function(outs) else None
         if self._outs_fn is None:
             self.out_specs, self.out_tree = checks.normalize_outs(outs, op=op)
@@ -114,7 +115,7 @@ class NumbaKernel(ops.Op):
             cfunc = wrapper.compile_wrapper(self.kernel, layout)
         except Exception as exc:  # noqa: BLE001 - Numba's many errors
             raise TypeError(
-                f"{self._label}: numbax could not compile the kernel's "
+                f"{self.label}: numbax could not compile the kernel's "
                 f"wrapper for this call ({type(exc).__name__}: {exc})") \
                 from exc
         with self._wrappers_lock:
@@ -131,7 +132,7 @@ class NumbaKernel(ops.Op):
             head = ("(begin, end) as uint64 first (launch_dims was given), "
                     if self._range >= 0 else "")
             raise TypeError(
-                f"{self._label}: the kernel cannot be compiled for this "
+                f"{self.label}: the kernel cannot be compiled for this "
                 f"call's arguments ({shown}): numba_kernel calls it with "
                 f"{head}the inputs (C-contiguous arrays; scalars by value), "
                 f"then the outputs. Numba said: {type(exc).__name__}: "
@@ -141,14 +142,14 @@ class NumbaKernel(ops.Op):
             return
         if getattr(cres, "objectmode", False):
             raise TypeError(
-                f"{self._label}: the kernel compiled in object mode, which "
+                f"{self.label}: the kernel compiled in object mode, which "
                 "needs Python (and the GIL) on every call; numba_kernel "
                 "runs nopython kernels only. Decorate it with @numba.njit "
                 "and make it compile in nopython mode")
         from numba.core import types
         if cres.signature.return_type != types.none:
             raise TypeError(
-                f"{self._label}: the kernel returns a value "
+                f"{self.label}: the kernel returns a value "
                 f"({cres.signature.return_type}); numba_kernel discards "
                 "return values, so results must be written into the output "
                 "arrays (the kernel's last arguments) and the kernel must "
@@ -183,8 +184,8 @@ class NumbaKernel(ops.Op):
                                    tuple(aliases), units),
             owner_ref=weakref.ref(self))
 
-    def _key(self, avals_in, out_shapes, scalars, aliases, batched,
-             batch_ndim) -> str:
+    def call_key(self, avals_in, out_shapes, scalars, aliases, batched,
+                 batch_ndim) -> str:
         layout = self._layout(avals_in, out_shapes, scalars, batched,
                               batch_ndim)
         self._wrapper(layout)  # compiled now: errors at trace time
@@ -232,11 +233,11 @@ class NumbaKernel(ops.Op):
 
     def _by_function(self, args):
         outs, tree = shape_fns.outs_for(self._outs_fn, self.out_specs,
-                                        self.out_tree, args, self._label)
+                                        self.out_tree, args, self.label)
         return outs, tree, checks.wide_outputs(outs)
 
     def __call__(self, *args):
-        op = self._label
+        op = self.label
         arrays, scalars = scalar_args.split(args, op)
         positions = [i for i, a in enumerate(args)
                      if not scalar_args.is_scalar(a)]

@@ -30,12 +30,12 @@ def _abstract_eval(*avals, op, out_shapes, scalars, aliases, batched,
 def _lower(ctx, *args, op, out_shapes, scalars, aliases, batched,
            batch_ndim, rule, vmap_only):
     avals_in = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_in]
-    key = op._key(avals_in, list(out_shapes), scalars, aliases, batched,
+    key = op.call_key(avals_in, list(out_shapes), scalars, aliases, batched,
                   batch_ndim)
     if (getattr(ctx.module_context.lowering_parameters, "for_export", False)
             and keys.is_ambiguous(key)):
-        raise registry.ambiguous_export_error(op._label, key, op.name)
-    split = sharding_rules.split_for(ctx, rule, vmap_only, op._label,
+        raise registry.ambiguous_export_error(op.label, key, op.name)
+    split = sharding_rules.split_for(ctx, rule, vmap_only, op.label,
                                      aliases=aliases)
     if split is None:
         with profile_names.named(ctx, op.profile_name):
@@ -51,7 +51,7 @@ def _lower(ctx, *args, op, out_shapes, scalars, aliases, batched,
 def _lower_elsewhere(ctx, *args, op, **params):
     del ctx, args, params
     raise NotImplementedError(
-        f"{op._label}: numba_kernel runs @njit kernels on JAX's CPU backend "
+        f"{op.label}: numba_kernel runs @njit kernels on JAX's CPU backend "
         "only, and this program is placed on another platform. Put the "
         "call on the CPU (jax.jit(..., device=jax.devices('cpu')[0]) or "
         "JAX_PLATFORMS=cpu), or use numba_cuda_kernel with a @cuda.jit "
@@ -64,12 +64,12 @@ mlir.register_lowering(numbax_cpu_kernel_p, _lower_elsewhere)
 
 def _jvp_rule(primals, tangents, *, op, **params):
     del primals, tangents, params
-    raise checks.not_differentiable(op._label, "the kernel")
+    raise checks.not_differentiable(op.label, "the kernel")
 
 
 def _transpose_rule(cotangents, *args, op, **params):
     del cotangents, args, params
-    raise checks.not_differentiable(op._label, "the kernel")
+    raise checks.not_differentiable(op.label, "the kernel")
 
 
 ad.primitive_jvps[numbax_cpu_kernel_p] = _jvp_rule
