@@ -375,8 +375,8 @@ def _not_differentiable(bind, op: str):
 # jax.linear_transpose inlines custom_jvp, so _not_differentiable cannot
 # name the op there; what it then meets first, walking back from the
 # results, is this identity of numbax's own, whose transpose names the op
-# (under it: ffi_call or numbax_callable_batch, which are
-# shared and cannot). Only in traced calls (with custom_jvp); it lowers to
+# (under it: numbax's callable primitive, shared by every op, which
+# cannot). Only in traced calls (with custom_jvp); it lowers to
 # nothing, so the compiled program is the same.
 _results_p = Primitive("numbax_callable_results")
 _results_p.multiple_results = True
@@ -439,8 +439,9 @@ def numba_cuda_callable(
         ``jax.ffi.ffi_call`` gives it; ``'sequential'`` calls ``func`` once
         per slice, in order, from one custom call that XLA may split along
         the batch across devices (docs/quickstart.md, "Batching").
-      input_output_aliases: ``{input index: output index}``, passed to
-        ``jax.ffi.ffi_call`` unchanged (after checking shapes and dtypes).
+      input_output_aliases: ``{input index: output index}``, passed to the
+        custom call unchanged (after checking shapes and dtypes), with the
+        meaning ``jax.ffi.ffi_call`` gives it.
       scratch: optional ShapeDtypeStruct(s): temporary buffers XLA allocates
         for the call, passed to ``func`` after the outputs (None or an empty
         sequence: none).

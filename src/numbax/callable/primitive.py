@@ -1,9 +1,9 @@
-"""numbax_callable_batch_p: the JAX primitive every traced callable call binds.
+"""callable_call_p: the JAX primitive every numba_cuda_callable call binds.
 
-``numba_cuda_callable`` binds it for its traced calls (eager calls of ops
-without a rule keep ``jax.ffi.ffi_call``). Without a rule it lowers to the
-custom call ``jax.ffi.ffi_call`` would give the plain targets, named after
-the op (``profile_name``, profile_names.py). A call with a sharding rule
+``numba_cuda_callable`` binds it for every call, eager or traced, with a
+rule or without (none goes through ``jax.ffi.ffi_call``). Without a rule it
+lowers to the custom call ``jax.ffi.ffi_call`` would give the plain targets,
+named after the op (``profile_name``, profile_names.py). A call with a sharding rule
 (the op's ``sharding_rule=``, ``batch_partitionable=True``, or the vmapped
 axis that ``jax.vmap`` adds: trace/sharding_rules.py) is lowered by
 ``sharding_rules.lower_split`` to numbax's ``*_batch`` targets: under
@@ -22,7 +22,9 @@ from jax.interpreters import mlir
 from ..runtime import compat, registry, targets
 from ..trace import checks, profile_names, sharding_rules
 
-numbax_callable_batch_p = compat.eager_primitive("numbax_callable_batch")
+# Named "numbax_callable_batch" in jaxprs and HLO metadata since it first
+# carried only the batched calls; the name stays, as programs show it.
+callable_call_p = compat.eager_primitive("numbax_callable_batch")
 
 
 def bind(target: str, inputs, result_specs, *, key: str, aliases,
@@ -39,7 +41,7 @@ def bind(target: str, inputs, result_specs, *, key: str, aliases,
                        for s in result_specs)
     # The primitive's parameter is op_key, not key: jax 0.8-0.9 cache
     # abstract evaluation in a function whose own argument is named key.
-    return numbax_callable_batch_p.bind(
+    return callable_call_p.bind(
         *inputs, target=target, op_key=key, out_shapes=out_shapes,
         aliases=tuple(sorted((aliases or {}).items())),
         vmap_method=vmap_method, rule=rule, vmap_only=bool(vmap_only),
@@ -47,7 +49,7 @@ def bind(target: str, inputs, result_specs, *, key: str, aliases,
         op_label=label, profile_name=profile_name)
 
 
-@numbax_callable_batch_p.def_effectful_abstract_eval
+@callable_call_p.def_effectful_abstract_eval
 def _abstract_eval(*avals, target, op_key, out_shapes, aliases, vmap_method,
                    rule, vmap_only, n_scratch, has_side_effect=False,
                    op_label=None, profile_name=None, slices=None):
@@ -81,4 +83,4 @@ def _lower(ctx, *args, target, op_key, out_shapes, aliases, vmap_method,
         profile_name=profile_name)
 
 
-mlir.register_lowering(numbax_callable_batch_p, _lower)
+mlir.register_lowering(callable_call_p, _lower)

@@ -27,7 +27,7 @@ from jax.interpreters import batching
 from ..runtime import registry
 from ..trace import checks, sharding_rules
 from ..trace.vmap import batch_size, loop_over_batch
-from .primitive import numbax_callable_batch_p
+from .primitive import callable_call_p
 
 
 def batch_rule(args, dims, *, target, op_key, out_shapes, aliases, vmap_method,
@@ -51,7 +51,7 @@ def batch_rule(args, dims, *, target, op_key, out_shapes, aliases, vmap_method,
         return _sequential(args, dims, **seq)
     if vmap_method == "sequential_unrolled":
         outs = loop_over_batch(
-            partial(numbax_callable_batch_p.bind, out_shapes=out_shapes,
+            partial(callable_call_p.bind, out_shapes=out_shapes,
                     rule=rule, vmap_only=vmap_only, **params),
             args, dims, unroll=True)
         return outs, [0] * len(outs)
@@ -81,7 +81,7 @@ def batch_rule(args, dims, *, target, op_key, out_shapes, aliases, vmap_method,
             [tuple(np.shape(a))[1:] if f is not None else tuple(np.shape(a))
              for a, f in zip(new_args, batched)],
             [s for s, _ in out_shapes])
-        outs = numbax_callable_batch_p.bind(
+        outs = callable_call_p.bind(
             *new_args, out_shapes=new_shapes,
             rule=sharding_rules.vmapped(base, batched),
             vmap_only=vmap_only or rule is None, **params)
@@ -133,7 +133,7 @@ def _sequential(args, dims, *, op_key, out_shapes, aliases, rule, vmap_only,
          for a, f in zip(new_args, flags)],
         [s for s, _ in out_shapes])
     sliced = tuple(flags) + tuple(result_flags)
-    outs = numbax_callable_batch_p.bind(
+    outs = callable_call_p.bind(
         *new_args, op_key=registry.with_slices(op_key, sliced),
         out_shapes=new_shapes, aliases=aliases, n_scratch=n_scratch,
         rule=sharding_rules.vmapped(base, [True if f else None for f in flags],
@@ -178,7 +178,7 @@ def _sequential_again(args, dims, *, op_key, out_shapes, aliases, rule,
         new_args.append(a.reshape((total,) + a.shape[2:]))
         flags.append(True)
     sliced = tuple(flags) + tuple(result_flags)
-    outs = numbax_callable_batch_p.bind(
+    outs = callable_call_p.bind(
         *new_args, op_key=registry.with_slices(op_key, sliced),
         out_shapes=new_shapes, aliases=aliases, n_scratch=n_scratch,
         rule=sharding_rules.Rule(tuple(operands), rule.results),
@@ -188,4 +188,4 @@ def _sequential_again(args, dims, *, op_key, out_shapes, aliases, rule,
     return outs, [0 if f else None for f in result_flags]
 
 
-batching.primitive_batchers[numbax_callable_batch_p] = batch_rule
+batching.primitive_batchers[callable_call_p] = batch_rule

@@ -160,7 +160,7 @@ class NumbaCuda(Compiler):
             if capability == compiled.capability:
                 return compiled.function_on(ordinal, shared_mem)
             # Compiled by Numba with this device's context current, as a
-            # trace on XLA's thread would be (kernel/entries.py).
+            # trace on XLA's thread would be (kernel/gpu.py's entry).
             compiled = _core.call_on_device(ordinal, compiled.numba_kernel)
         handle = shared.get(capability)
         if compiled.cooperative:

@@ -1,6 +1,6 @@
 """The launch plan a numba_cuda_kernel's C++ call site launches from.
 
-Built when XLA instantiates a program (entries.py compiles the kernel, at
+Built when XLA instantiates a program (gpu.py compiles the kernel, at
 trace time or from the key): the compiled kernel's CUfunction in every
 visible device's primary context, which the kernel's compiler gives
 (Compiler.function_on), with the launch's grid, block, fold and the
