@@ -10,7 +10,9 @@ the modules the tree has. Read from the files: nothing is imported.
 """
 
 import ast
+import io
 import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -183,6 +185,73 @@ def test_module_imports_have_no_circle():
         visit(m)
 
 
+def _find_circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One circle of `graph` (its nodes in order, the first repeated at the
+    end), or None."""
+    done: set[str] = set()
+    stack: list[str] = []
+
+    def visit(node):
+        if node in stack:
+            return stack[stack.index(node):] + [node]
+        if node in done:
+            return None
+        stack.append(node)
+        for child in sorted(graph.get(node, ())):
+            if (circle := visit(child)) is not None:
+                return circle
+        stack.pop()
+        done.add(node)
+        return None
+
+    for node in sorted(graph):
+        if (circle := visit(node)) is not None:
+            return circle
+    return None
+
+
+def _every_import(module: str, path: Path) -> set[str]:
+    """The numbax modules `module` names in any import: at the top, inside
+    a function, or under TYPE_CHECKING."""
+    found = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names
+                      if a.name.split(".")[0] == "numbax"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) -
+                                          node.level + 1]
+                source = ".".join(base + ([node.module] if node.module
+                                          else []))
+            else:
+                source = node.module or ""
+            if source.split(".")[0] != "numbax":
+                continue
+            for alias in node.names:
+                child = f"{source}.{alias.name}"
+                found.add(child if child in MODULES else source)
+    # A package's __init__ imports its modules: the edge a module has to
+    # its own package is its parent's import, not a circle.
+    return {m for m in found if m in MODULES and m != module
+            and not module.startswith(m + ".")}
+
+
+def test_no_import_circle_anywhere_not_even_lazy_or_type_only():
+    # An import inside a function or under TYPE_CHECKING still ties two
+    # modules together: neither can be read, typed or moved without the
+    # other. A module that needs something of one that imports it gets it
+    # passed in (as compilers/numba_cuda_mlir_launch.py gets its Needs).
+    graph = {m: _every_import(m, p) for m, p in MODULES.items()
+             if p.suffix == ".py" and m not in LEAVES}
+    circle = _find_circle(graph)
+    assert circle is None, (
+        "modules importing each other (lazy and type-only imports "
+        "included): " + " -> ".join(circle or ()) + "; hand the one below "
+        "what it needs, or let it say so in a Protocol")
+
+
 def _family_modules(family: str) -> dict[str, Path]:
     return {m: p for m, p in MODULES.items()
             if m.startswith(f"numbax.{family}.") and p.suffix == ".py"}
@@ -228,21 +297,28 @@ def test_a_family_has_no_import_circle_not_even_type_only(family):
         visit(m)
 
 
-# The families whose modules keep to their op's public members (all of
-# them: a new family joins when it is added).
-OWNING_FAMILIES = ("callable", "custom_kernel", "kernel")
+# Every family keeps to its op's public members: a new family is checked
+# as soon as FAMILIES names it.
+OWNING_FAMILIES = FAMILIES
 
 
 @pytest.mark.parametrize("family", OWNING_FAMILIES)
 def test_no_private_member_of_an_op_is_read_outside_its_module(family):
-    # The op's private members are those its op.py assigns on self; the
-    # family's other modules own their state, and use the op's public one.
+    # The op's private members are those its op.py uses on self and the
+    # private methods its classes define; the family's other modules own
+    # their state, and use the op's public members.
     op_path = PACKAGE / family / "op.py"
-    private = {node.attr for node in ast.walk(ast.parse(op_path.read_text()))
+    op_tree = ast.parse(op_path.read_text())
+    private = {node.attr for node in ast.walk(op_tree)
                if isinstance(node, ast.Attribute)
                and isinstance(node.value, ast.Name)
                and node.value.id == "self" and node.attr.startswith("_")
                and not node.attr.startswith("__")}
+    private |= {node.name for cls in ast.walk(op_tree)
+                if isinstance(cls, ast.ClassDef) for node in cls.body
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.name.startswith("_")
+                and not node.name.startswith("__")}
     found = []
     for m, p in _family_modules(family).items():
         if p == op_path:
@@ -257,6 +333,106 @@ def test_no_private_member_of_an_op_is_read_outside_its_module(family):
         "modules reaching into their op's private members (give the state "
         "to the module that uses it, or make what it needs public):\n"
         + "\n".join(found))
+
+
+# csrc/'s ends, as docs/architecture.md names them: the bindings and the
+# capture handler on top (no file includes them), the pieces every handler
+# builds on at the bottom (they include no file of csrc/).
+CSRC = ROOT / "csrc"
+CSRC_TOP = ("module", "capture_handler")
+CSRC_BOTTOM = ("call_frame", "interpreter", "call_guard", "python_hooks",
+               "ffi_binding", "status_codes")
+
+
+def _csrc_units() -> dict[str, set[str]]:
+    """csrc/'s include graph by unit (a .cc and its .h are one unit, named
+    by their stem): unit -> the other units its files include."""
+    units: dict[str, set[str]] = {}
+    for path in sorted(CSRC.iterdir()):
+        if path.suffix not in (".cc", ".h"):
+            continue
+        own = units.setdefault(path.stem, set())
+        for name in re.findall(r'^\s*#\s*include\s+"([^"]+)"',
+                               path.read_text(), re.M):
+            if (CSRC / name).is_file() and Path(name).stem != path.stem:
+                own.add(Path(name).stem)
+    return units
+
+
+def test_csrc_includes_run_one_way():
+    # "No include back up": the units of csrc/ form a graph without a
+    # circle (so each can be read, and tested, with only those below it),
+    # whose ends are the ones docs/architecture.md names.
+    units = _csrc_units()
+    circle = _find_circle(units)
+    assert circle is None, (
+        "csrc/ files including each other (a .cc and its .h as one unit): "
+        + " -> ".join(circle or ()) + "; move what both need into a header "
+        "of its own below them, or declare a file's functions in its own "
+        "header")
+    included = {u for targets in units.values() for u in targets}
+    assert not included & set(CSRC_TOP), (
+        f"{sorted(included & set(CSRC_TOP))} are csrc/'s top: nothing "
+        "includes them (docs/architecture.md)")
+    reaching = {u: sorted(units[u]) for u in CSRC_BOTTOM if units.get(u)}
+    assert not reaching, (
+        f"csrc/'s bottom includes files of csrc/: {reaching} "
+        "(docs/architecture.md: they include none)")
+    assert set(CSRC_TOP) | set(CSRC_BOTTOM) <= set(units), (
+        "docs/architecture.md's ends of csrc/ name units that do not exist: "
+        f"{sorted(set(CSRC_TOP) | set(CSRC_BOTTOM) - set(units))}")
+
+
+# Files of other projects that comments name (their headers, their
+# modules), which this repository does not hold.
+FOREIGN_FILES = {
+    "cuda.h", "vector_types.h", "vector_functions.h", "device_types.h",
+    "nvtxImpl.h", "nvtx3/nvtxDetail/nvtxTypes.h",  # CUDA and NVTX headers
+    "descriptor.py",  # numba-cuda-mlir's dispatcher module
+}
+_FILE_NAME = re.compile(r"(?<![\w/.])((?:\w+/)*\w+\.(?:py|pyi|cc|h))(?!\.?\w)")
+
+
+def _commentary(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of each docstring and comment of a source file."""
+    text = path.read_text()
+    if path.suffix != ".py":
+        return [(n, line.split("//", 1)[1])
+                for n, line in enumerate(text.splitlines(), 1)
+                if "//" in line]
+    found = [(n.lineno if not isinstance(n, ast.Module) else 1, doc)
+             for n in ast.walk(ast.parse(text))
+             if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                               ast.AsyncFunctionDef))
+             and (doc := ast.get_docstring(n, clean=False))]
+    found += [(t.start[0], t.string) for t in tokenize.generate_tokens(
+        io.StringIO(text).readline) if t.type == tokenize.COMMENT]
+    return found
+
+
+def test_no_docstring_or_comment_names_a_file_that_does_not_exist():
+    # A file named as "the one that does this" must be there to read; a
+    # rename or a merge that left its old name behind sends the reader
+    # nowhere. A name is found if some file of the repository ends with it.
+    tracked = [p.relative_to(ROOT).as_posix() for top in
+               ("src", "csrc", "tests", "scripts", "docs", "cmake",
+                "benchmarks", "examples") if (ROOT / top).is_dir()
+               for p in (ROOT / top).rglob("*") if p.is_file()]
+
+    def exists(name):
+        return any(t == name or t.endswith("/" + name) for t in tracked)
+
+    missing = []
+    sources = sorted(PACKAGE.rglob("*.py")) + sorted(
+        p for p in CSRC.iterdir() if p.suffix in (".cc", ".h"))
+    for path in sources:
+        for line, text in _commentary(path):
+            missing += [f"{path.relative_to(ROOT)}:{line}: {name}"
+                        for name in _FILE_NAME.findall(text)
+                        if name not in FOREIGN_FILES and not exists(name)]
+    assert not missing, (
+        "docstrings and comments naming files that do not exist (name the "
+        "file that now does it):\n" + "\n".join(missing))
 
 
 def _documented_map() -> dict[str, set[str]]:
@@ -297,3 +473,16 @@ def test_the_architecture_map_lists_every_module():
 @pytest.mark.parametrize("part", sorted(MAY_IMPORT))
 def test_every_part_of_the_layers_exists(part):
     assert any(_part(m) == part for m in MODULES), part
+
+
+def test_the_build_asks_for_the_python_the_package_requires():
+    # CMake's find_package(Python X.Y) is a floor: it must be the one
+    # pyproject.toml's requires-python promises, or a build on an older
+    # interpreter starts and fails later, far from the reason.
+    floor = re.search(r'requires-python\s*=\s*">=\s*(\d+\.\d+)"',
+                      (ROOT / "pyproject.toml").read_text())
+    asked = re.search(r"find_package\(Python\s+(\d+\.\d+)",
+                      (ROOT / "CMakeLists.txt").read_text())
+    assert floor and asked and asked.group(1) == floor.group(1), (
+        f"CMakeLists.txt asks for Python {asked and asked.group(1)}, "
+        f"pyproject.toml requires {floor and floor.group(1)}: make them one")
