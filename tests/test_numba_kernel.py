@@ -298,3 +298,28 @@ def test_cache_true_kernels_wrappers_load_from_numbas_cache(tmp_path):
         assert proc.returncode == 0, proc.stderr[-3000:]
         hits.append(int(proc.stdout.split("HITS")[1].split()[0]))
     assert hits == [0, 1], hits
+
+
+@pytest.mark.parametrize("layout", ["[::1]", "[:]"])
+def test_kernels_with_explicit_signatures_run(rng, layout):
+    # @njit("sig") disables compilation: numbax must use the kernel's own
+    # overload (a C-contiguous one, or one Numba converts C arrays to), not
+    # ask Numba to compile, which it refuses ("compilation disabled").
+    import numba
+
+    @numba.njit(f"void(float32{layout}, float32, float32{layout})")
+    def shift(x, c, out):
+        for i in range(x.size):
+            out[i] = x[i] + c
+    x = random_array(rng, (37,), np.float32)
+    op = numbax.numba_kernel(shift, spec((37,)))
+    assert_close(jax.jit(lambda v: op(v, np.float32(1.5)))(x),
+                 x + np.float32(1.5))
+    assert_close(jax.vmap(lambda r: op(r, np.float32(2)))(
+        np.stack([x, -x])), np.stack([x + 2, 2 - x]))
+    # An overload the call cannot use is still refused at trace time,
+    # naming the op, the call's types and the fix.
+    with pytest.raises(TypeError,
+                       match=r"numba_kernel\(.*shift\): the kernel cannot"):
+        op(x.astype(np.float64) if jax.config.jax_enable_x64 else
+           x.astype(np.int32), np.float32(1))

@@ -127,7 +127,7 @@ class NumbaKernel(ops.Op):
         argtypes = wrapper.slice_types(layout)
         shown = ", ".join(str(t) for t in argtypes)
         try:
-            self.kernel.compile(argtypes)
+            argtypes = _compiled_types(self.kernel, argtypes)
         except Exception as exc:  # noqa: BLE001 - Numba's typing errors
             head = ("(begin, end) as uint64 first (launch_dims was given), "
                     if self._range >= 0 else "")
@@ -269,6 +269,26 @@ class NumbaKernel(ops.Op):
             aliases=aliases, batched=(False,) * len(inputs), batch_ndim=0,
             rule=rule, vmap_only=False)
         return jax.tree_util.tree_unflatten(out_tree, list(results))
+
+
+def _compiled_types(kernel, argtypes: tuple) -> tuple:
+    """Compiles `kernel` for `argtypes` and returns the argument types of
+    the overload the wrapper's call will use. A kernel with explicit
+    signatures (``@njit("void(float32[:], ...)")``) cannot compile more:
+    its overload is then chosen as the wrapper's call chooses it (Numba
+    converts a C array to an 'A' one), and refused if none fits."""
+    if getattr(kernel, "_can_compile", True):
+        kernel.compile(argtypes)
+        return argtypes
+    from numba.core import types
+    sig = kernel.typingctx.resolve_function_type(
+        types.Dispatcher(kernel), tuple(argtypes), {})
+    if sig is None:
+        sigs = ", ".join(str(s) for s in kernel.signatures)
+        raise TypeError(f"no overload of its explicit signatures ({sigs}) "
+                        "accepts these types; add one, or drop the "
+                        "signature so Numba compiles for the call")
+    return tuple(sig.args)
 
 
 def _launch_range(launch_dims, op: str) -> int:
