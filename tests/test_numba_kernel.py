@@ -323,3 +323,24 @@ def test_kernels_with_explicit_signatures_run(rng, layout):
                        match=r"numba_kernel\(.*shift\): the kernel cannot"):
         op(x.astype(np.float64) if jax.config.jax_enable_x64 else
            x.astype(np.int32), np.float32(1))
+
+
+def test_xla_custom_kernel_passes_0d_inputs_to_a_numba_kernel(rng):
+    # numba_kernel takes 0-d arrays (as 0-d Numba arrays); an XLACustomKernel
+    # whose CPU kernel is one must pass them on, not refuse them as it must
+    # for the GPU ops, whose buffers have at least one dimension.
+    op = numbax.XLACustomKernel("numba_kernel_test_0d_input")
+
+    @op.def_numba_kernel
+    def _(*, outs):
+        return numbax.numba_kernel(K.row_sum_plus, outs)
+    x = random_array(rng, (5, 4), np.float32)
+    c = np.float32(rng.standard_normal())
+    out = jax.ShapeDtypeStruct((5,), F32)
+    want = x.sum(1) + c
+    assert_close(op(x, jnp.asarray(c), outs=out), want, rtol=1e-5)
+    assert_close(jax.jit(lambda a, b: op(a, b, outs=out))(x, c), want,
+                 rtol=1e-5)
+    cs = random_array(rng, (3,), np.float32)
+    assert_close(jax.vmap(lambda b: op(x, b, outs=out))(cs),
+                 x.sum(1)[None, :] + cs[:, None], rtol=1e-5)

@@ -54,6 +54,9 @@ class NumbaKernel(ops.Op):
     # jax.vmap runs the whole batch from one handler call (vmap.py): an
     # XLACustomKernel vmaps the op rather than loop over it.
     vmap_launches_batch = True
+    # A 0-d input reaches the kernel as a 0-d array: an XLACustomKernel
+    # passes it on (custom_kernel/primitive.py).
+    takes_0d_inputs = True
 
     def __init__(self, kernel, outs, *, vmap_method, input_output_aliases,
                  name, parallel, launch_dims, sharding_rule):

@@ -71,7 +71,9 @@ def lower(op: Lowered, ctx, *args, outs, out_tree, backends, static,
             "simulator, on the CPU")
     backend = dict(backends)[platform]
     fn = kernel_for(op, platform, backend, outs, out_tree, static)
-    if isinstance(fn, ops.Op):
+    # numba_kernel takes 0-d inputs (as 0-d Numba arrays); the GPU ops
+    # cannot.
+    if isinstance(fn, ops.Op) and not getattr(fn, "takes_0d_inputs", False):
         _refuse_scalar_inputs(op, fn, backend, ctx.avals_in)
 
     # The returned op is traced and lowered inline: it emits numbax's own
