@@ -24,7 +24,7 @@
 namespace numbax {
 
 // Which compiler's array parameters a kernel expects. The values are part
-// of numbax._core.LaunchPlan's `abi` field: keep them stable.
+// of numbax._core.LoadedKernel's `abi` field: keep them stable.
 enum class ArrayAbi : int {
   kNumba = 0,   // numba-cuda: 5 + 2*rank words, strides in bytes
   kMemref = 1,  // numba-cuda-mlir: 3 + 2*rank words, strides in elements

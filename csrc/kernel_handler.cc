@@ -37,11 +37,12 @@ ffi::Error LaunchError(const KernelSite& site, const cuda::Driver& driver,
   return Fail(site, "launch failed: " + cuda::ErrorText(driver, r));
 }
 
-cuda::CUresult Launch(const cuda::Driver& driver, const LaunchPlan& plan,
+cuda::CUresult Launch(const cuda::Driver& driver, const LoadedKernel& loaded,
                       cuda::CUfunction function, cuda::CUstream stream,
                       const std::array<unsigned, 3>& grid, void** params) {
-  return cuda::LaunchKernel(driver, function, grid.data(), plan.block.data(),
-                            plan.shared_mem, plan.cooperative, stream, params);
+  return cuda::LaunchKernel(driver, function, grid.data(), loaded.block.data(),
+                            loaded.shared_mem, loaded.cooperative, stream,
+                            params);
 }
 
 // vmap in one launch: the generated batched kernel gets whole batched
@@ -51,15 +52,15 @@ ffi::Error LaunchFolded(const KernelSite& site, const cuda::Driver& driver,
                         cuda::CUfunction function, cuda::CUstream stream,
                         const std::vector<BufferView>& buffers, int64_t batch,
                         const std::array<unsigned, 3>& slice_grid) {
-  const LaunchPlan& plan = site.plan();
+  const LoadedKernel& loaded = site.loaded();
   thread_local KernelArgs packed;
-  for (int64_t start = 0; start < batch; start += plan.max_slices) {
-    const int64_t count = std::min(plan.max_slices, batch - start);
-    packed.Reset(plan.abi);
+  for (int64_t start = 0; start < batch; start += loaded.max_slices) {
+    const int64_t count = std::min(loaded.max_slices, batch - start);
+    packed.Reset(loaded.abi);
     size_t bad = 0;
     const bool ok =
-        AddParams(plan.scalars, buffers.size(), &packed, [&](size_t i) {
-          const bool reuse = i < plan.broadcast.size() && plan.broadcast[i];
+        AddParams(loaded.scalars, buffers.size(), &packed, [&](size_t i) {
+          const bool reuse = i < loaded.broadcast.size() && loaded.broadcast[i];
           bad = i;
           return AddBatchChunk(buffers[i], batch, start, count, reuse, &packed);
         });
@@ -70,9 +71,9 @@ ffi::Error LaunchFolded(const KernelSite& site, const cuda::Driver& driver,
                             " slices along axis 0 for a vmapped launch");
     }
     std::array<unsigned, 3> grid = slice_grid;
-    grid[plan.fold_axis] = static_cast<unsigned>(count);
+    grid[loaded.fold_axis] = static_cast<unsigned>(count);
     cuda::CUresult r =
-        Launch(driver, plan, function, stream, grid, packed.params());
+        Launch(driver, loaded, function, stream, grid, packed.params());
     if (r != cuda::CUDA_SUCCESS) return LaunchError(site, driver, r);
   }
   return ffi::Error::Success();
@@ -89,9 +90,9 @@ constexpr int64_t kGraphMinSlices = 16;
 // then land in XLA's command buffer already), not for cooperative kernels
 // (graph support for cooperative launches varies between drivers), and
 // only with the driver's graph API.
-bool MayRecord(const LaunchPlan& plan, int64_t batch,
+bool MayRecord(const LoadedKernel& loaded, int64_t batch,
                const cuda::Driver& driver, cuda::CUstream stream) {
-  if (batch < kGraphMinSlices || plan.cooperative ||
+  if (batch < kGraphMinSlices || loaded.cooperative ||
       !driver.cuStreamIsCapturing || !driver.cuStreamBeginCapture ||
       !driver.cuStreamEndCapture || !driver.cuGraphInstantiateWithFlags ||
       !driver.cuGraphLaunch || !driver.cuGraphDestroy) {
@@ -106,11 +107,11 @@ ffi::Error LaunchSlices(const KernelSite& site, const cuda::Driver& driver,
                         cuda::CUfunction function, cuda::CUstream stream,
                         SliceParams& slices, int64_t batch,
                         const std::array<unsigned, 3>& grid) {
-  const LaunchPlan& plan = site.plan();
+  const LoadedKernel& loaded = site.loaded();
   for (int64_t s = 0; s < batch; ++s) {
     slices.Select(s);
     cuda::CUresult r =
-        Launch(driver, plan, function, stream, grid, slices.params());
+        Launch(driver, loaded, function, stream, grid, slices.params());
     if (r != cuda::CUDA_SUCCESS) return LaunchError(site, driver, r);
   }
   return ffi::Error::Success();
@@ -163,8 +164,8 @@ ffi::Error LaunchPerSlice(KernelSite& site, const cuda::Driver& driver,
                           cuda::CUstream stream,
                           const std::vector<BufferView>& buffers, int64_t batch,
                           const std::array<unsigned, 3>& grid) {
-  const LaunchPlan& plan = site.plan();
-  const bool may_record = MayRecord(plan, batch, driver, stream);
+  const LoadedKernel& loaded = site.loaded();
+  const bool may_record = MayRecord(loaded, batch, driver, stream);
   if (may_record) {
     cuda::CUresult r = cuda::CUDA_SUCCESS;
     if (site.graphs().LaunchFound(driver, device, buffers, stream, &r)) {
@@ -175,8 +176,8 @@ ffi::Error LaunchPerSlice(KernelSite& site, const cuda::Driver& driver,
   }
   thread_local SliceParams slices;
   size_t bad = 0;
-  if (!slices.Pack(buffers, batch, plan.broadcast, plan.abi, &bad,
-                   plan.scalars)) {
+  if (!slices.Pack(buffers, batch, loaded.broadcast, loaded.abi, &bad,
+                   loaded.scalars)) {
     return Fail(site, "buffer " + std::to_string(bad) + " (rank " +
                           std::to_string(buffers[bad].rank) +
                           ") does not hold " + std::to_string(batch) +
@@ -199,29 +200,30 @@ ffi::Error LaunchPerSlice(KernelSite& site, const cuda::Driver& driver,
 // The batch and grid of this call. A call XLA partitioned gets each
 // device's shards: the batch is the leading extent of output 0 (outputs are
 // never broadcast), and grid axes tied to an axis of output 0 cover that
-// axis's extent as received (launch_plan.h). Unpartitioned calls get the
-// plan's own values the same way (their buffers are the global arrays).
-// False when output 0 lacks an axis the plan names.
-bool LocalLaunch(const LaunchPlan& plan, const std::vector<BufferView>& buffers,
-                 int64_t* batch, std::array<unsigned, 3>* grid) {
-  *batch = plan.batch;
-  *grid = plan.grid;
-  const bool tied = plan.grid_from[0] >= 0 || plan.grid_from[1] >= 0 ||
-                    plan.grid_from[2] >= 0;
-  if (plan.batch <= 0 && !tied) return true;
-  const size_t first_output = static_cast<size_t>(plan.num_inputs);
+// axis's extent as received (loaded_kernel.h). Unpartitioned calls get the
+// kernel's own values the same way (their buffers are the global arrays).
+// False when output 0 lacks an axis the loaded kernel names.
+bool LocalLaunch(const LoadedKernel& loaded,
+                 const std::vector<BufferView>& buffers, int64_t* batch,
+                 std::array<unsigned, 3>* grid) {
+  *batch = loaded.batch;
+  *grid = loaded.grid;
+  const bool tied = loaded.grid_from[0] >= 0 || loaded.grid_from[1] >= 0 ||
+                    loaded.grid_from[2] >= 0;
+  if (loaded.batch <= 0 && !tied) return true;
+  const size_t first_output = static_cast<size_t>(loaded.num_inputs);
   if (first_output >= buffers.size()) return false;
   const BufferView& out = buffers[first_output];
-  if (plan.batch > 0) {
+  if (loaded.batch > 0) {
     if (out.rank < 1) return false;
     *batch = out.dims[0];
   }
   for (size_t a = 0; a < 3; ++a) {
-    const int axis = plan.grid_from[a];
+    const int axis = loaded.grid_from[a];
     if (axis < 0) continue;
     if (axis >= out.rank) return false;
     const int64_t extent = out.dims[axis];
-    const int64_t block = std::max<int64_t>(1, plan.block[a]);
+    const int64_t block = std::max<int64_t>(1, loaded.block[a]);
     const int64_t blocks = (extent + block - 1) / block;
     if (blocks > static_cast<int64_t>(std::numeric_limits<unsigned>::max())) {
       return false;
@@ -234,23 +236,23 @@ bool LocalLaunch(const LaunchPlan& plan, const std::vector<BufferView>& buffers,
 ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
                    std::string_view /*key*/, ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
-  const LaunchPlan& plan = site->plan();
+  const LoadedKernel& loaded = site->loaded();
   // The call as an NVTX range named after the op (free without a tool).
-  nvtx::Range range(plan.name.c_str());
+  nvtx::Range range(loaded.name.c_str());
   thread_local std::vector<BufferView> buffers;
-  if (ffi::Error err = DecodeCallBuffers(args, rets, plan.num_inputs,
-                                         plan.num_outputs, &buffers);
+  if (ffi::Error err = DecodeCallBuffers(args, rets, loaded.num_inputs,
+                                         loaded.num_outputs, &buffers);
       err.failure()) {
     return Fail(*site, err.message());
   }
   if (ffi::Error err =
-          DropUnitAxes(plan.lead_units, plan.trail_units, &buffers);
+          DropUnitAxes(loaded.lead_units, loaded.trail_units, &buffers);
       err.failure()) {
     return Fail(*site, err.message());
   }
   int64_t batch = 0;
   std::array<unsigned, 3> grid{};
-  if (!LocalLaunch(plan, buffers, &batch, &grid)) {
+  if (!LocalLaunch(loaded, buffers, &batch, &grid)) {
     return Fail(*site,
                 "output 0 does not have the axes the launch plan reads its "
                 "batch or grid from");
@@ -264,27 +266,27 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
 
   // An aliased output starts out holding its input's values, whatever
   // buffers XLA handed us (aliases.h).
-  if (!plan.aliases.empty()) {
+  if (!loaded.aliases.empty()) {
     if (std::string bad = KeepAliasedInputs(driver, stream, buffers,
-                                            plan.num_inputs, plan.aliases);
+                                            loaded.num_inputs, loaded.aliases);
         !bad.empty()) {
       return Fail(*site, bad);
     }
   }
 
   // A shard may leave nothing to launch (an axis of extent 0 here).
-  const bool empty = plan.empty_launch || grid[0] == 0 || grid[1] == 0 ||
-                     grid[2] == 0 || (plan.batch > 0 && batch == 0);
+  const bool empty = loaded.empty_launch || grid[0] == 0 || grid[1] == 0 ||
+                     grid[2] == 0 || (loaded.batch > 0 && batch == 0);
   if (empty) {
     // Nothing to launch, but outputs must never be returned uninitialised.
     // An output aliased to an input keeps the input's values (copied in
     // above where XLA did not hand both the same buffer): no kernel ran to
     // change them.
-    for (size_t i = plan.num_inputs; i < buffers.size(); ++i) {
+    for (size_t i = loaded.num_inputs; i < buffers.size(); ++i) {
       if (buffers[i].nbytes == 0) continue;
-      const int64_t output = static_cast<int64_t>(i) - plan.num_inputs;
+      const int64_t output = static_cast<int64_t>(i) - loaded.num_inputs;
       const bool aliased =
-          std::any_of(plan.aliases.begin(), plan.aliases.end(),
+          std::any_of(loaded.aliases.begin(), loaded.aliases.end(),
                       [output](const Alias& a) { return a.output == output; });
       if (aliased) continue;
       cuda::CUresult r = driver->cuMemsetD8Async(
@@ -295,29 +297,29 @@ ffi::Error Execute(void* stream_ptr, int32_t device, KernelSite* site,
     return ffi::Error::Success();
   }
 
-  if (device < 0 || static_cast<size_t>(device) >= plan.functions.size() ||
-      plan.functions[device] == nullptr) {
+  if (device < 0 || static_cast<size_t>(device) >= loaded.functions.size() ||
+      loaded.functions[device] == nullptr) {
     return Fail(
         *site, "the kernel was not loaded on device " + std::to_string(device));
   }
-  cuda::CUfunction function = plan.functions[device];
+  cuda::CUfunction function = loaded.functions[device];
 
-  if (plan.batch > 0 && plan.fold_axis >= 0) {
+  if (loaded.batch > 0 && loaded.fold_axis >= 0) {
     return LaunchFolded(*site, *driver, function, stream, buffers, batch, grid);
   }
-  if (plan.batch > 0) {
+  if (loaded.batch > 0) {
     return LaunchPerSlice(*site, *driver, device, function, stream, buffers,
                           batch, grid);
   }
   thread_local KernelArgs packed;
-  packed.Reset(plan.abi);
-  AddParams(plan.scalars, buffers.size(), &packed, [&](size_t i) {
+  packed.Reset(loaded.abi);
+  AddParams(loaded.scalars, buffers.size(), &packed, [&](size_t i) {
     const BufferView& b = buffers[i];
     packed.AddArray(b.data, b.dims, b.rank, LookupDType(b.dtype)->itemsize);
     return true;
   });
   cuda::CUresult r =
-      Launch(*driver, plan, function, stream, grid, packed.params());
+      Launch(*driver, loaded, function, stream, grid, packed.params());
   if (r != cuda::CUDA_SUCCESS) return LaunchError(*site, *driver, r);
   return ffi::Error::Success();
 }

@@ -41,11 +41,11 @@ ffi::ErrorOr<std::unique_ptr<KernelSite>> KernelSite::Create(
       if (!t) {
         error = TakePythonError();
       } else {
-        if (PyObject* owner = ReadLaunchPlan(t, &site->plan_, &error)) {
+        if (PyObject* owner = ReadLoadedKernel(t, &site->loaded_, &error)) {
           Py_INCREF(owner);
           site->owner_ = owner;
           // Each call's NVTX range: the op's name, or else its key.
-          if (site->plan_.name.empty()) site->plan_.name = site->key_;
+          if (site->loaded_.name.empty()) site->loaded_.name = site->key_;
         }
         Py_DECREF(t);
       }

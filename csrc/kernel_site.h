@@ -1,5 +1,5 @@
 // The call site of one numba_cuda_kernel custom call: its key and the
-// launch plan it resolved to at XLA's instantiate stage.
+// loaded kernel it resolved to at XLA's instantiate stage.
 #pragma once
 
 #include <Python.h>
@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "graph_cache.h"
-#include "launch_plan.h"
+#include "loaded_kernel.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace numbax {
@@ -24,20 +24,20 @@ class KernelSite {
   ~KernelSite();
 
   const std::string& key() const { return key_; }
-  const LaunchPlan& plan() const { return plan_; }
+  const LoadedKernel& loaded() const { return loaded_; }
   // Graphs of batches launched slice by slice (kernel_handler.cc).
   GraphCache& graphs() { return graphs_; }
 
  private:
   KernelSite() = default;
   std::string key_;
-  LaunchPlan plan_;
+  LoadedKernel loaded_;
   PyObject* owner_ = nullptr;  // keeps the Numba dispatcher (and module) alive
   GraphCache graphs_;
 };
 
 // Sets the Python function that resolves keys of kernels:
-//   (key) -> numbax._core.LaunchPlan
+//   (key) -> numbax._core.LoadedKernel
 void SetKernelResolver(PyObject* resolver);
 
 }  // namespace numbax

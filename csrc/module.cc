@@ -26,7 +26,7 @@
 #include "kernel_handler.h"
 #include "kernel_site.h"
 #include "launch_log.h"
-#include "launch_plan.h"
+#include "loaded_kernel.h"
 #include "nvtx.h"
 #include "python_hooks.h"
 #include "stream_cache.h"
@@ -104,7 +104,7 @@ NB_MODULE(_core, m) {
       "set_cpu_kernel_resolver",
       [](nb::object resolver) { numbax::SetCpuKernelResolver(resolver.ptr()); },
       "Sets the function that resolves numba_kernel keys at instantiate.");
-  numbax::BindLaunchPlan(m);
+  numbax::BindLoadedKernel(m);
 
   // An NVTX tool (Nsight Systems, Nsight Compute) set NVTX_INJECTION64_PATH
   // for this process: attach now, before any handler runs, so that each
@@ -249,7 +249,7 @@ NB_MODULE(_core, m) {
       },
       nb::arg("abi"), nb::arg("address"), nb::arg("shape"), nb::arg("itemsize"),
       "The parameter words numba_cuda_kernel packs for one C-contiguous "
-      "array in `abi` (LaunchPlan.abi); for tests.");
+      "array in `abi` (LoadedKernel.abi); for tests.");
   m.def(
       "pack_scalar",
       [](const std::string& how, nb::object value) {

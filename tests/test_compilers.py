@@ -216,16 +216,16 @@ def test_kernel_export_round_trip(k, rng):
     np.testing.assert_allclose(restored.call(x), 2 * x + 1, rtol=1e-6)
 
 
-def test_mlir_kernel_plan_uses_memref_abi(rng):
-    # The launch plan numbax builds says which parameter layout C++ packs.
+def test_mlir_loaded_kernel_uses_memref_abi(rng):
+    # The loaded kernel numbax builds says which parameter layout C++ packs.
     kk = kernels("numba_cuda_mlir")
     op = numbax.numba_cuda_kernel(
         kk.affine, jax.ShapeDtypeStruct((64,), jnp.float32), launch_dims=64)
     entry = gpu.entry(op, "", [((64,), np.dtype(np.float32))], 0,
                       (False,))
-    plan = entry.plan()
-    assert plan.abi == numbax.compilers.base.MEMREF_ABI
-    assert all(f != 0 for f in plan.functions)
+    loaded = entry.resolve()
+    assert loaded.abi == numbax.compilers.base.MEMREF_ABI
+    assert all(f != 0 for f in loaded.functions)
 
 
 # -- numba_cuda_callable: the kernel launched from func ----------------------

@@ -116,10 +116,11 @@ def fake_devices(monkeypatch):
     return make
 
 
-def _plans_at_once(compiled, n, plans=4):
-    """`plans` programs instantiated at once, each over devices 0..n-1."""
+def _loads_at_once(compiled, n, programs=4):
+    """`programs` programs instantiated at once, each loading the kernel on
+    devices 0..n-1."""
     threads = [threading.Thread(target=_functions, args=(compiled, n))
-               for _ in range(plans)]
+               for _ in range(programs)]
     for t in threads:
         t.start()
     for t in threads:
@@ -155,8 +156,9 @@ def test_other_capabilities_load_through_numba(fake_devices):
 def test_a_load_made_by_the_trace_on_another_device_is_reused(fake_devices):
     """The trace compiles (and Numba loads) the kernel in whatever context
     is current on the tracing thread: on two H200s that was device 1's for
-    every kernel after the first, and the plan's load on device 0 put each
-    library in two contexts. The plan must reuse the trace's load."""
+    every kernel after the first, and the instantiate's load on device 0 put
+    each library in two contexts. The instantiate must reuse the trace's
+    load."""
     looked_up = fake_devices((9, 0), (9, 0))
     compiled = _Compiled()
     _numba_loaded(compiled, 1)  # by the trace, on device 1
@@ -200,7 +202,7 @@ def test_cooperative_limit_is_asked_where_the_kernel_is_loaded(
     _numba_loaded(compiled, 1)
     _functions(compiled, 2)
     assert compiled._codelibrary.loads == 0
-    # Plan for device 0: bound to 0, then the limit asked on device 1.
+    # Loaded for device 0: bound to 0, then the limit asked on device 1.
     assert bound[:3] == [0, 1, "limit"]
 
 
@@ -222,14 +224,14 @@ def test_cooperative_kernels_share_per_capability_and_sm_count(fake_devices):
     assert compiled._codelibrary.loads == 2
 
 
-def test_concurrent_plans_with_mixed_sm_counts_load_each_device_once(
+def test_concurrent_instantiations_with_mixed_sm_counts_load_each_device_once(
         fake_devices):
     """Devices of one capability with different SM counts (H100 SXM and
     PCIe): the limit for the odd one is computed through Numba, which loads
-    the kernel there; plans instantiated at once must do that once."""
+    the kernel there; programs instantiated at once must do that once."""
     fake_devices((9, 0), (9, 0), (9, 0), sms=[132, 132, 114])
     compiled = _Compiled(cooperative=True, delay=0.05)
-    _plans_at_once(compiled, 3)
+    _loads_at_once(compiled, 3)
     assert sorted(compiled._codelibrary.loaded_on) == [0, 2]
 
 
@@ -253,13 +255,13 @@ def test_cooperative_grid_over_the_limit_is_refused_on_shared_devices(
     assert compiled._codelibrary.loads == 1
 
 
-def test_concurrent_plans_load_through_numba_once(fake_devices):
+def test_concurrent_instantiations_load_through_numba_once(fake_devices):
     """Numba's get_cufunc checks its per-device cache and then loads; two
     programs instantiated at once must not both load (two modules over one
     library in one context, unloaded twice later)."""
     fake_devices((9, 0))
     compiled = _Compiled(delay=0.05)
-    _plans_at_once(compiled, 1)
+    _loads_at_once(compiled, 1)
     assert compiled._codelibrary.loads == 1
 
 

@@ -118,8 +118,8 @@ def test_distinct_kernels_give_memory_back():
 
 
 def test_registry_holds_kernel_owners_weakly():
-    # numba_cuda_kernel's GPU key registers the op itself (its plan refers
-    # to it weakly): the registry must not keep the op alive.
+    # numba_cuda_kernel's GPU key registers the op itself (its entry's
+    # resolve refers to it weakly): the registry must not keep the op alive.
     class Owner(ops.Op):
         pass
 

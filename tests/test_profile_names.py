@@ -5,7 +5,7 @@ func's qualified name; an XLACustomKernel's own name) in the lowered
 module's locations and in the compiled HLO: the instruction is named after
 it and ``metadata={op_name=...}`` ends with it, which is what JAX's
 profiler, TensorBoard and XLA dumps show. The same name reaches C++ (the
-kernel op's LaunchPlan, the callable's resolve result), where each call on
+kernel op's LoadedKernel, the callable's resolve result), where each call on
 a GPU is an NVTX range (csrc/nvtx.h; tests/cpp/nvtx_test.cc).
 """
 
@@ -198,15 +198,15 @@ def test_the_name_reaches_the_resolver_result():
             assert registry._resolve_kernel(key).name == name
 
 
-def test_launch_plan_carries_the_name():
+def test_loaded_kernel_carries_the_name():
     kw = dict(owner=object(), functions=[], num_inputs=1, num_outputs=1,
               grid=[1, 1, 1], block=[32, 1, 1], shared_mem=0,
               cooperative=False, empty_launch=False, batch=0,
               broadcast=[False], fold_axis=-1, max_slices=65535, abi=0,
               aliases=[], scalars=[], lead_units=[], trail_units=[],
               grid_from=[-1, -1, -1])
-    assert _core.LaunchPlan(**kw).name == ""
-    assert _core.LaunchPlan(**kw, name="double").name == "double"
+    assert _core.LoadedKernel(**kw).name == ""
+    assert _core.LoadedKernel(**kw, name="double").name == "double"
 
 
 def test_no_nvtx_tool_here():

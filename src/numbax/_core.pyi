@@ -18,9 +18,9 @@ def cpu_kernel_site_type() -> dict: ...
 def set_cpu_kernel_resolver(arg: object, /) -> None:
     """Sets the function that resolves numba_kernel keys at instantiate."""
 
-class LaunchPlan:
+class LoadedKernel:
     """
-    What one numba_cuda_kernel launch needs, built by numbax at XLA's instantiate stage and read by the C++ handler on every call. Keyword arguments only.
+    A numba_cuda_kernel call's kernel, loaded on every visible device (a CUfunction per device ordinal), with what one launch needs: built by numbax at XLA's instantiate stage and read by the C++ handler on every call. Keyword arguments only.
     """
 
     def __init__(self, *, owner: object, functions: Sequence[int], num_inputs: int, num_outputs: int, grid: Sequence[int], block: Sequence[int], shared_mem: int, cooperative: bool, empty_launch: bool, batch: int, broadcast: Sequence[bool], fold_axis: int, max_slices: int, abi: int, aliases: Sequence[tuple[int, int]], scalars: Sequence[tuple[int, str, bytes]], lead_units: Sequence[int], trail_units: Sequence[int], grid_from: Sequence[int], name: str = '') -> None: ...
@@ -133,7 +133,7 @@ def numba_layout(shape: Sequence[int], strides: Sequence[int], itemsize: int) ->
 
 def pack_array_for_test(abi: int, address: int, shape: Sequence[int], itemsize: int) -> list[int]:
     """
-    The parameter words numba_cuda_kernel packs for one C-contiguous array in `abi` (LaunchPlan.abi); for tests.
+    The parameter words numba_cuda_kernel packs for one C-contiguous array in `abi` (LoadedKernel.abi); for tests.
     """
 
 def pack_scalar(how: str, value: object) -> object:

@@ -121,8 +121,8 @@ class Compiler:
     def function_on(self, compiled, ordinal: int, *, grid, block,
                     shared_mem: int, label: str, shared: dict) -> int:
         """The CUfunction of `compiled` in device `ordinal`'s primary
-        context, when XLA instantiates a program (kernel/plan.py).
-        `shared` is one dict for all the devices of one launch plan."""
+        context, when XLA instantiates a program (kernel/loaded.py).
+        `shared` is one dict for all the devices of one loaded kernel."""
         raise NotImplementedError
 
     def install_launch_hook(self) -> None:

@@ -21,7 +21,7 @@ from ..trace import checks, scalar_args
 from . import fold, grid_reads, kernel_cache, numba_cuda_launch, signatures
 from .base import NUMBA_ARRAY_ABI, Compiler
 
-# Serialises Numba's kernel loads at plan time (_load).
+# Serialises Numba's kernel loads at instantiate (kernel/loaded.py, _load).
 _NUMBA_LOAD_LOCK = threading.Lock()
 
 

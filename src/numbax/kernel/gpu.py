@@ -1,11 +1,11 @@
-"""A numba_cuda_kernel's calls on a GPU: compiled, and planned for C++.
+"""A numba_cuda_kernel's calls on a GPU: compiled, and loaded for C++.
 
 At trace time (:func:`key`) or when XLA instantiates a program whose key
 this process did not trace (op.entry_for_call), the kernel is compiled by
 its compiler for the call's argument types (and, for a folded vmap, the
 generated batched kernel too), and the registry gets an entry whose
-``plan()`` builds the LaunchPlan C++ launches from (plan.py). The CUDA
-platform's lowering of the kernel primitive is registered here: the shared
+``resolve()`` builds the LoadedKernel C++ launches from (loaded.py). The
+CUDA platform's lowering of the kernel primitive is registered here: the shared
 body (primitive.lower) with numbax's kernel target and :func:`key`.
 """
 
@@ -21,13 +21,13 @@ from ..runtime import numba_bridge, registry, targets
 from ..trace import checks, scalar_args
 from . import calls, primitive, sharding, vmap
 from .launch_config import Call
-from .plan import builder
+from .loaded import builder
 
 
 def entry(op, key, avals, batch, broadcast, aliases=(),
           call: Call | None = None, units=((), ())) -> registry.KernelEntry:
-    """The registry entry of one call: the kernel compiled now, the plan
-    built when XLA instantiates the program."""
+    """The registry entry of one call: the kernel compiled now, loaded on
+    every device when XLA instantiates the program."""
     call = call if call is not None else op.fixed_call()
     out_avals = call.out_avals(batch)
     dtypes = [d for _, d in list(avals) + out_avals]
@@ -75,17 +75,17 @@ def entry(op, key, avals, batch, broadcast, aliases=(),
         # reads the traced scalars and calls the body.
         compiled = vmap.compiled_traced(op, argtypes, all_avals, batch,
                                         scalars, traced, formals)
-    # The registry keeps `plan` but must not keep the op alive: the plan
-    # refers to it weakly, and the C++ call site that asks for the plan
-    # holds the op (the plan's owner) for as long as it lives.
+    # The registry keeps `load` but must not keep the op alive: `load`
+    # refers to it weakly, and the C++ call site that asks for the loaded
+    # kernel holds the op (its owner) for as long as it lives.
     op_ref = weakref.ref(op)
-    plan = builder(op_ref, compiled, grid, block, empty, batch, broadcast,
+    load = builder(op_ref, compiled, grid, block, empty, batch, broadcast,
                    len(avals), fold_axis, vmap.MAX_SLICES_PER_LAUNCH, aliases,
                    units, sharding.grid_from(op, avals, batch,
                                              call.out_shapes),
                    num_outputs=call.num_outputs, scalars=params,
                    name=call.name)
-    return registry.KernelEntry(key, plan, op_ref)
+    return registry.KernelEntry(key, load, op_ref)
 
 
 def _check_traced_formals(op, argtypes, traced, n_in):

@@ -4,7 +4,7 @@ The op class and the public function. What an op does with a call lives
 beside it, one job per file: its launch configuration (launch_config.py),
 the primitive it binds (primitive.py), jax.vmap (vmap.py), sharding rules
 (sharding.py), the call part of its keys (calls.py), the GPU's compile
-and launch plan (gpu.py, plan.py) and the CPU's launch through Numba's
+and load (gpu.py, loaded.py) and the CPU's launch through Numba's
 simulator (simulator.py).
 Everything that depends on the kernel's compiler goes through the op's
 Compiler (compilers/base.py), chosen once, when the op is created.
@@ -326,7 +326,7 @@ class NumbaCudaKernel(ops.Op):
                 for s, f in zip(scalars, formals)]
 
     def scalar_params(self, scalars, formals):
-        """(position, kind, bytes) per scalar, for the LaunchPlan."""
+        """(position, kind, bytes) per scalar, for the LoadedKernel."""
         names = signatures.parameter_names(self.kernel)
         return [scalar_args.parameter(
                     s, f, self.label,

@@ -66,12 +66,14 @@ class CallableEntry:
 
 @dataclass
 class KernelEntry:
-    """What a kernel key resolves to; `plan` builds the C++ launch plan."""
+    """What a kernel key resolves to; `resolve` builds, at XLA's instantiate
+    stage, what the C++ call site holds (a numba_cuda_kernel's LoadedKernel,
+    a numba_kernel's wrapper plan)."""
     key: str
-    plan: Callable[[], tuple]
+    resolve: Callable[[], tuple]
     # Weak where the owner allows it, like CallableEntry.func_ref: the
-    # registry must not keep an op alive (plan must not refer to it strongly
-    # either); the C++ call site holds what the plan returns.
+    # registry must not keep an op alive (resolve must not refer to it
+    # strongly either); the C++ call site holds what resolve returns.
     owner_ref: Callable[[], Any] = lambda: None
     extra: dict = field(default_factory=dict)
     func_id: int = 0
@@ -89,7 +91,7 @@ class Member:
     num_outputs: int
     num_scratch: int
     # Weak references to the ops created for this function: a kernel op
-    # builds its launch plan (or simulator launcher) from the call spec.
+    # builds its LoadedKernel (or simulator launcher) from the call spec.
     ops: list = field(default_factory=list)
     # hash() of the plain (unmarked) keys this member traced here whose
     # entries were evicted or cleared since, most recent last: once another
@@ -541,11 +543,11 @@ def _one_simulated_launch_at_a_time(func):
 
 
 def _resolve_kernel(key: str):
-    """Called by C++ at XLA's instantiate stage: the launch plan."""
+    """Called by C++ at XLA's instantiate stage: the LoadedKernel."""
     entry = _lookup(key, "cuda", "kernel")
     if not isinstance(entry, KernelEntry) or entry.owner_ref() is None:
         raise _missing(key, "kernel")
-    return entry.plan()
+    return entry.resolve()
 
 
 def _resolve_cpu_kernel(key: str):
@@ -554,7 +556,7 @@ def _resolve_cpu_kernel(key: str):
     entry = _lookup(key, "cpu", "numba_kernel")
     if not isinstance(entry, KernelEntry) or entry.owner_ref() is None:
         raise _missing(key, "numba_kernel")
-    return entry.plan()
+    return entry.resolve()
 
 
 def registry_size() -> tuple[int, int]:

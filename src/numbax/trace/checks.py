@@ -232,7 +232,7 @@ def check_concrete_shape(shape, op: str, what: str) -> None:
     """ValueError naming the op if `shape` has a symbolic extent (a
     jax.export.symbolic_shape dimension, as jax.export's shape polymorphism
     traces with): numbax compiles and launches for concrete shapes, and its
-    keys, launch plans and shape functions need ints (JAX's own error, an
+    keys, loaded kernels and shape functions need ints (JAX's own error, an
     InconclusiveDimensionOperation from deep in numbax, named no op)."""
     symbolic = [d for d in shape if not isinstance(d, (int, np.integer))]
     if not symbolic:

@@ -9,7 +9,7 @@ equation's name, so XLA names the HLO instruction after it
 ``jit(f)/<scopes>/double``, with ``op_type`` still numbax's primitive: JAX's
 profiler, TensorBoard and XLA dumps show it. On the GPU the C++ handlers
 push an NVTX range with the same name around each call (csrc/nvtx.h): the
-kernel op's LaunchPlan and the callable's resolve result carry it.
+kernel op's LoadedKernel and the callable's resolve result carry it.
 
 JAX caches the lowering of identical equations (the same primitive and
 parameters) as a function it inlines at each call site, rewriting the

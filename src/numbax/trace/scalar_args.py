@@ -10,7 +10,7 @@ boolean, NumPy scalars keep their dtype) or converted to the type the
 kernel's explicit signature gives that parameter, exactly as Numba's own
 launch packs it. A ``numba_cuda_callable`` hands it to ``func`` as the
 Python value. Either way it is part of the op's key: a new value is a new
-key (for a kernel, a new launch plan; the compiled code depends on the type
+key (for a kernel, a new loaded kernel; the compiled code depends on the type
 only).
 
 This module classifies such arguments, spells them in keys (exactly, and
@@ -238,7 +238,7 @@ def converted(scalar: Scalar, formal, op: str, where: str):
 
 def parameter(scalar: Scalar, formal, op: str, where: str) -> tuple:
     """(position, kind, bytes) of a scalar kernel parameter for
-    numbax._core.LaunchPlan(scalars=...): the value converted to `formal`
+    numbax._core.LoadedKernel(scalars=...): the value converted to `formal`
     (see converted), its NumPy kind ('b', 'i', 'u', 'f', 'c') and its bytes
     in the host's order. C++ packs them as Numba's launch does
     (csrc/kernel_args.h, MakeScalarParam)."""

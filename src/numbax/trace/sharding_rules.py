@@ -212,7 +212,7 @@ class Split:
 
     def buffer_units(self) -> tuple[tuple, tuple]:
         """(lead, trail), each () where no buffer has such unit axes: what
-        the handlers drop (CallableEntry.units, LaunchPlan)."""
+        the handlers drop (CallableEntry.units, LoadedKernel)."""
         return (self.lead if any(self.lead) else (),
                 self.trail if any(self.trail) else ())
 

@@ -1,6 +1,6 @@
-"""numbax._core.LaunchPlan: the typed launch plan kernel/plan.py hands C++.
+"""numbax._core.LoadedKernel: what kernel/loaded.py hands C++ to launch from.
 
-The plan is built by keyword only, so kernel/plan.py and csrc/launch_plan.h
+It is built by keyword only, so kernel/loaded.py and csrc/loaded_kernel.h
 cannot drift apart silently: a missing, extra or positional field fails at
 construction, and so does a value no launch can take. (The handler that
 reads it runs on a GPU: tests/test_kernel.py covers it there.)
@@ -24,35 +24,35 @@ def _fields(**overrides):
 
 def test_fields_read_back_as_given():
     fields = _fields()
-    plan = _core.LaunchPlan(**fields)
-    assert plan.owner is fields["owner"]
-    assert plan.functions == [11, 22]
-    assert (plan.num_inputs, plan.num_outputs) == (2, 1)
-    assert plan.grid == (3, 2, 1)
-    assert plan.block == (128, 1, 1)
-    assert plan.shared_mem == 4096
-    assert plan.cooperative is True
-    assert plan.empty_launch is False
-    assert plan.batch == 5
-    assert plan.broadcast == [False, True]
-    assert plan.fold_axis == 1
-    assert plan.max_slices == 65535
-    assert plan.abi == 0
-    assert plan.aliases == [(1, 0)]
-    assert plan.scalars == []
+    loaded = _core.LoadedKernel(**fields)
+    assert loaded.owner is fields["owner"]
+    assert loaded.functions == [11, 22]
+    assert (loaded.num_inputs, loaded.num_outputs) == (2, 1)
+    assert loaded.grid == (3, 2, 1)
+    assert loaded.block == (128, 1, 1)
+    assert loaded.shared_mem == 4096
+    assert loaded.cooperative is True
+    assert loaded.empty_launch is False
+    assert loaded.batch == 5
+    assert loaded.broadcast == [False, True]
+    assert loaded.fold_axis == 1
+    assert loaded.max_slices == 65535
+    assert loaded.abi == 0
+    assert loaded.aliases == [(1, 0)]
+    assert loaded.scalars == []
     # a call XLA splits (src/numbax/trace/sharding_rules.py): unit axes per
     # buffer, and the grid axes read from output 0's local extents
-    assert plan.lead_units == [2, 0, 2]
-    assert plan.trail_units == [1, 0, 0]
-    assert plan.grid_from == (1, -1, -1)
-    none = _core.LaunchPlan(**_fields(lead_units=[], trail_units=[]))
+    assert loaded.lead_units == [2, 0, 2]
+    assert loaded.trail_units == [1, 0, 0]
+    assert loaded.grid_from == (1, -1, -1)
+    none = _core.LoadedKernel(**_fields(lead_units=[], trail_units=[]))
     assert (none.lead_units, none.trail_units) == ([], [])
     # scalars are not buffers: the unit axes still count the 3 buffers
-    both = _core.LaunchPlan(**_fields(scalars=[(1, "i", b"1234")]))
+    both = _core.LoadedKernel(**_fields(scalars=[(1, "i", b"1234")]))
     assert both.lead_units == [2, 0, 2]
     assert [p for p, _ in both.scalars] == [1]
     # numba-cuda-mlir kernels: arrays packed as MLIR memrefs (kernel_args.h)
-    assert _core.LaunchPlan(**_fields(abi=1)).abi == 1
+    assert _core.LoadedKernel(**_fields(abi=1)).abi == 1
 
 
 def test_every_field_is_required():
@@ -60,14 +60,14 @@ def test_every_field_is_required():
         fields = _fields()
         del fields[name]
         with pytest.raises(TypeError):
-            _core.LaunchPlan(**fields)
+            _core.LoadedKernel(**fields)
 
 
 def test_unknown_field_and_positional_arguments_fail():
     with pytest.raises(TypeError):
-        _core.LaunchPlan(**_fields(), grid_x=3)
+        _core.LoadedKernel(**_fields(), grid_x=3)
     with pytest.raises(TypeError):
-        _core.LaunchPlan(*_fields().values())
+        _core.LoadedKernel(*_fields().values())
 
 
 @pytest.mark.parametrize("name, value, message", [
@@ -107,20 +107,20 @@ def test_unknown_field_and_positional_arguments_fail():
 ])
 def test_values_no_launch_can_take_fail(name, value, message):
     with pytest.raises(ValueError, match=message):
-        _core.LaunchPlan(**_fields(**{name: value}))
+        _core.LoadedKernel(**_fields(**{name: value}))
 
 
 def test_grid_from_needs_an_output():
     with pytest.raises(ValueError, match="grid_from needs an output"):
-        _core.LaunchPlan(**_fields(num_outputs=0, aliases=[], lead_units=[],
+        _core.LoadedKernel(**_fields(num_outputs=0, aliases=[], lead_units=[],
                                    trail_units=[]))
 
 
 def test_wrong_types_fail():
     with pytest.raises(TypeError):
-        _core.LaunchPlan(**_fields(functions=[-1]))  # not a handle
+        _core.LoadedKernel(**_fields(functions=[-1]))  # not a handle
     with pytest.raises(TypeError):
-        _core.LaunchPlan(**_fields(num_inputs=2.0))
+        _core.LoadedKernel(**_fields(num_inputs=2.0))
 
 
 def test_scalars_are_packed_as_numbas_launch_packs_them():
@@ -147,11 +147,11 @@ def test_scalars_are_packed_as_numbas_launch_packs_them():
     ]
     for value, words in cases:
         array = np.asarray(value)
-        plan = _core.LaunchPlan(**_fields(
+        loaded = _core.LoadedKernel(**_fields(
             scalars=[(1, array.dtype.kind, array.tobytes())]))
-        assert plan.scalars == [(1, words)], value
+        assert loaded.scalars == [(1, words)], value
 
 
 def test_scalars_refused_for_memref_kernels():
     with pytest.raises(ValueError, match="numba-cuda-mlir"):
-        _core.LaunchPlan(**_fields(abi=1, scalars=[(0, "i", b"1234")]))
+        _core.LoadedKernel(**_fields(abi=1, scalars=[(0, "i", b"1234")]))

@@ -1,11 +1,12 @@
-// The launch plan of a numba_cuda_kernel call site: everything one launch
-// needs, fixed when XLA instantiates the program.
+// The loaded kernel of a numba_cuda_kernel call site: the compiled kernel's
+// CUfunction in each visible device's context, with everything else one
+// launch needs, fixed when XLA instantiates the program.
 //
-// numbax's Python side (src/numbax/kernel/plan.py) builds it as a
-// numbax._core.LaunchPlan, by keyword only: a field one side has and the
+// numbax's Python side (src/numbax/kernel/loaded.py) builds it as a
+// numbax._core.LoadedKernel, by keyword only: a field one side has and the
 // other lacks fails at construction (TypeError), instead of shifting the
 // others; a value no launch can take fails there too (ValueError).
-// The call site copies the plan out once, at instantiate; the per-call path
+// The call site copies it out once, at instantiate; the per-call path
 // reads only this struct.
 #pragma once
 
@@ -26,7 +27,7 @@ class module_;
 
 namespace numbax {
 
-struct LaunchPlan {
+struct LoadedKernel {
   std::vector<cuda::CUfunction> functions;  // indexed by device ordinal
   int64_t num_inputs = 0;
   int64_t num_outputs = 0;
@@ -52,7 +53,7 @@ struct LaunchPlan {
   // (aliases.h). A vmapped call's pairs are whole batched buffers.
   AliasList aliases;
   // A call XLA partitions (src/numbax/trace/sharding_rules.py) gets each
-  // device's shards, not the global arrays the plan was made for:
+  // device's shards, not the global arrays these fields were made for:
   // - lead_units, trail_units: per buffer (inputs, then outputs), the unit
   //   axes numbax added for XLA's partitioner at the start and at the end,
   //   dropped before anything else (call_frame.h); empty when none were;
@@ -73,15 +74,15 @@ struct LaunchPlan {
   std::string name;
 };
 
-// Registers numbax._core.LaunchPlan on the extension module.
-void BindLaunchPlan(nanobind::module_& m);
+// Registers numbax._core.LoadedKernel on the extension module.
+void BindLoadedKernel(nanobind::module_& m);
 
-// Reads a numbax._core.LaunchPlan (the kernel resolver's result): copies
-// the plan into `plan` and returns its owner (a borrowed reference: the
+// Reads a numbax._core.LoadedKernel (the kernel resolver's result): copies
+// it into `loaded` and returns its owner (a borrowed reference: the
 // object that keeps the kernel's module loaded). Returns nullptr, with
 // `error` saying why, when `object` is something else. Call with the GIL
 // held.
-PyObject* ReadLaunchPlan(PyObject* object, LaunchPlan* plan,
-                         std::string* error);
+PyObject* ReadLoadedKernel(PyObject* object, LoadedKernel* loaded,
+                           std::string* error);
 
 }  // namespace numbax
