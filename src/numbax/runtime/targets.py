@@ -245,7 +245,7 @@ def _install_backend_hook(bridge: Any = None) -> str:
 
 
 #: The scalar JAX records as it starts compiling (or loading from its
-#: persistent cache) an XLA program: jax._src.dispatch.BACKEND_COMPILE_EVENT.
+#: persistent cache) an XLA program: BACKEND_COMPILE_EVENT of JAX's private dispatch module.
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 #: Whether numbax registers its targets at the first XLA compile
 #: (_on_compile_event): on JAX without the backend-start hook.
