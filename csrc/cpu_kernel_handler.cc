@@ -3,8 +3,9 @@
 // Call frame -> checked buffer views -> the generated @cfunc wrapper, which
 // builds Numba arrays over XLA's buffers and calls the user's @njit kernel
 // natively. No Python and no GIL per call; nothing allocated per call on
-// the plain path (the argument vectors are reused per thread). Only a
-// failed call enters Python, to say what the kernel raised.
+// the plain path (Execute's argument arrays are on the stack; the generic
+// path reuses vectors per thread). Only a failed call enters Python, to say
+// what the kernel raised.
 #include "cpu_kernel_handler.h"
 
 #include <atomic>
