@@ -62,8 +62,45 @@ const DTypeInfo* LookupDType(ffi::DataType dtype) {
   }
 }
 
+bool CheckBuffer(ffi::DataType dtype, void* data, const int64_t* dims,
+                 int64_t rank, BufferView* out) {
+  const DTypeInfo* info = LookupDType(dtype);
+  if (info == nullptr || rank < 0 || rank > kMaxRank ||
+      (rank > 0 && dims == nullptr)) {
+    return false;
+  }
+  // The product of the non-zero extents, in bytes, bounds every byte stride
+  // of the buffer, so it must fit even when a zero extent makes the buffer
+  // empty (see DecodeBuffer). Overflow-checked multiplications, not
+  // divisions: this runs for every buffer of every call.
+  int64_t bytes = static_cast<int64_t>(info->itemsize);
+  int64_t count = 1;  // cannot overflow where `bytes` did not
+  bool empty = false;
+  for (int64_t i = 0; i < rank; ++i) {
+    const int64_t d = dims[i];
+    if (d < 0) return false;
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (__builtin_mul_overflow(bytes, d, &bytes)) return false;
+    count *= d;
+  }
+  const size_t nbytes = empty ? 0 : static_cast<size_t>(bytes);
+  if (nbytes > 0 && data == nullptr) return false;
+  out->data = nbytes > 0 ? data : nullptr;
+  out->dtype = info->as;
+  out->dims = dims;
+  out->rank = rank;
+  out->element_count = empty ? 0 : count;
+  out->nbytes = nbytes;
+  return true;
+}
+
 ffi::Error DecodeBuffer(ffi::DataType dtype, void* data, const int64_t* dims,
                         int64_t rank, const char* what, BufferView* out) {
+  if (CheckBuffer(dtype, data, dims, rank, out)) return ffi::Error::Success();
+  // Something is wrong: the same checks again, to say what.
   const DTypeInfo* info = LookupDType(dtype);
   if (info == nullptr) {
     return ffi::Error::InvalidArgument(

@@ -68,6 +68,12 @@ inline bool AtAddresses(const std::vector<void*>& addresses,
 ffi::Error DecodeBuffer(ffi::DataType dtype, void* data, const int64_t* dims,
                         int64_t rank, const char* what, BufferView* out);
 
+// DecodeBuffer's checks without an error to build: true (and `out`
+// filled) exactly when DecodeBuffer succeeds. For per-call paths that fall
+// back to DecodeBuffer only to say what is wrong.
+bool CheckBuffer(ffi::DataType dtype, void* data, const int64_t* dims,
+                 int64_t rank, BufferView* out);
+
 // Decodes every argument then every result into `out` (cleared first, its
 // capacity kept: a reused vector allocates nothing after the first call).
 // Fails, without touching memory behind the pointers, on any argument that

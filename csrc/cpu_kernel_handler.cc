@@ -3,8 +3,9 @@
 // Call frame -> checked buffer views -> the generated @cfunc wrapper, which
 // builds Numba arrays over XLA's buffers and calls the user's @njit kernel
 // natively. No Python and no GIL per call; nothing allocated per call on
-// the plain path (the argument vectors are reused per thread). Only a
-// failed call enters Python, to say what the kernel raised.
+// the plain path (Execute's argument arrays are on the stack; the generic
+// path reuses vectors per thread). Only a failed call enters Python, to say
+// what the kernel raised.
 #include "cpu_kernel_handler.h"
 
 #include <atomic>
@@ -257,9 +258,97 @@ int32_t RunOnPool(ffi::ThreadPool& pool, const CpuKernelSite& site,
   return chunks->status.load();
 }
 
+// Up to this many buffers and scalars, a plain call's argument arrays live
+// on the stack.
+constexpr size_t kFastSlots = 32;
+
+// range(total) of a call: the launch range, times the vmapped slices
+// (counted on output 0, which has every batch axis).
+inline uint64_t CallTotal(const CpuKernelSite& site, const int64_t* out0_dims,
+                          int64_t out0_rank) {
+  uint64_t total = site.range() >= 0 ? static_cast<uint64_t>(site.range()) : 1;
+  for (int64_t d = 0; d < site.batch_ndim() && d < out0_rank; ++d) {
+    total *= static_cast<uint64_t>(out0_dims[d]);
+  }
+  return total;
+}
+
+ffi::Error ExecuteGeneric(ffi::ThreadPool& pool, CpuKernelSite* site,
+                          ffi::RemainingArgs& args, ffi::RemainingRets& rets);
+
+// The per-call floor: a call with no aliases and no unit axes to drop, whose
+// buffers all check out, goes straight from the call frame to the wrapper
+// with nothing allocated, no thread-local lookups and no ffi::Error built
+// per buffer. Anything else (or a failed kernel) takes ExecuteGeneric,
+// which says what is wrong as it always did.
 ffi::Error Execute(ffi::ThreadPool pool, CpuKernelSite* site,
                    std::string_view /*key*/, ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
+  const size_t ni = args.size();
+  const size_t n = ni + rets.size();
+  const size_t slots = n + site->scalars().size();
+  if (!site->fast() || slots > kFastSlots ||
+      static_cast<int64_t>(ni) != site->num_inputs() ||
+      static_cast<int64_t>(rets.size()) != site->num_outputs()) {
+    return ExecuteGeneric(pool, site, args, rets);
+  }
+  void* data[kFastSlots];
+  const int64_t* dims[kFastSlots];
+  BufferView view;
+  int64_t out0_rank = 0;
+  for (size_t i = 0; i < ni; ++i) {
+    auto b = args.get<ffi::AnyBuffer>(i);
+    if (!b.has_value() ||
+        !CheckBuffer(b->element_type(), b->untyped_data(),
+                     b->dimensions().begin(),
+                     static_cast<int64_t>(b->dimensions().size()), &view)) {
+      return ExecuteGeneric(pool, site, args, rets);
+    }
+    data[i] = view.data;
+    dims[i] = view.dims;
+  }
+  for (size_t i = ni; i < n; ++i) {
+    auto r = rets.get<ffi::AnyBuffer>(i - ni);
+    if (!r.has_value()) return ExecuteGeneric(pool, site, args, rets);
+    const ffi::AnyBuffer b = *r->operator->();
+    if (!CheckBuffer(b.element_type(), b.untyped_data(), b.dimensions().begin(),
+                     static_cast<int64_t>(b.dimensions().size()), &view)) {
+      return ExecuteGeneric(pool, site, args, rets);
+    }
+    data[i] = view.data;
+    dims[i] = view.dims;
+    if (i == ni) out0_rank = view.rank;
+  }
+  const auto& scalars = site->scalars();
+  for (size_t i = 0; i < scalars.size(); ++i) {
+    data[n + i] = scalars[i];
+    dims[n + i] = nullptr;
+  }
+  const uint64_t total = site->batch_ndim() > 0
+                             ? CallTotal(*site, dims[ni], out0_rank)
+                             : CallTotal(*site, nullptr, 0);
+  if (total == 0) return ffi::Error::Success();
+  const int32_t status = site->parallel()
+                             ? RunOnPool(pool, *site, data, dims, total)
+                             : RunPart(*site, data, dims, 0, total);
+  if (status == 0) return ffi::Error::Success();
+  // The kernel failed: the generic path's error (it does not re-run it).
+  std::vector<int64_t> ranks(n);
+  for (size_t i = 0; i < ni; ++i) {
+    ranks[i] =
+        static_cast<int64_t>(args.get<ffi::AnyBuffer>(i)->dimensions().size());
+  }
+  for (size_t i = ni; i < n; ++i) {
+    ranks[i] = static_cast<int64_t>(
+        (*rets.get<ffi::AnyBuffer>(i - ni))->dimensions().size());
+  }
+  return ffi::Error::Internal(site->FailureMessage(
+      status, std::vector<void*>(data, data + slots),
+      std::vector<const int64_t*>(dims, dims + slots), ranks));
+}
+
+ffi::Error ExecuteGeneric(ffi::ThreadPool& pool, CpuKernelSite* site,
+                          ffi::RemainingArgs& args, ffi::RemainingRets& rets) {
   thread_local std::vector<BufferView> buffers;
   thread_local std::vector<void*> data;
   thread_local std::vector<const int64_t*> dims;
@@ -298,16 +387,11 @@ ffi::Error Execute(ffi::ThreadPool pool, CpuKernelSite* site,
     data[n + i] = scalars[i];
     dims[n + i] = nullptr;
   }
-  // range(total): the launch range, times the vmapped slices (counted on
-  // output 0, which has every batch axis).
-  uint64_t total =
-      site->range() >= 0 ? static_cast<uint64_t>(site->range()) : 1;
-  if (site->batch_ndim() > 0) {
-    const BufferView& out0 = buffers[site->num_inputs()];
-    for (int64_t d = 0; d < site->batch_ndim() && d < out0.rank; ++d) {
-      total *= static_cast<uint64_t>(out0.dims[d]);
-    }
-  }
+  const uint64_t total =
+      site->batch_ndim() > 0
+          ? CallTotal(*site, buffers[site->num_inputs()].dims,
+                      buffers[site->num_inputs()].rank)
+          : CallTotal(*site, nullptr, 0);
   if (total == 0) return ffi::Error::Success();
   const int32_t status =
       site->parallel() ? RunOnPool(pool, *site, data.data(), dims.data(), total)

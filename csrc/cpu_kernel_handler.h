@@ -52,6 +52,10 @@ class CpuKernelSite {
   const AliasList& aliases() const { return aliases_; }
   const std::vector<int64_t>& lead_units() const { return lead_; }
   const std::vector<int64_t>& trail_units() const { return trail_; }
+  // No aliases and no unit axes to drop: the handler's per-call fast path.
+  bool fast() const {
+    return aliases_.empty() && lead_.empty() && trail_.empty();
+  }
 
   // The error of a call whose wrapper returned `status`: names the op, and
   // holds the kernel's exception when a diagnostic re-run in Python may

@@ -385,6 +385,66 @@ TEST(DecodeBuffer, ByteSizeOverflowIsRejected) {
   }
 }
 
+// CheckBuffer (numba_kernel's per-call path) accepts exactly what
+// DecodeBuffer accepts, and fills the view the same way.
+TEST(CheckBuffer, AgreesWithDecodeBuffer) {
+  struct Case {
+    ffi::DataType dtype;
+    void* data;
+    std::vector<int64_t> dims;
+  };
+  std::vector<Case> cases = {
+      {ffi::DataType::F32, FakeDevicePtr(1), {}},
+      {ffi::DataType::F32, FakeDevicePtr(1), {4096}},
+      {ffi::DataType::C128, FakeDevicePtr(2), {2, 3, 5}},
+      {ffi::DataType::F8E4M3FN, FakeDevicePtr(3), {7}},
+      {ffi::DataType::F32, nullptr, {3}},
+      {ffi::DataType::F32, nullptr, {3, 0}},
+      {ffi::DataType::F32, FakeDevicePtr(4), {0, 4}},
+      {ffi::DataType::F32, FakeDevicePtr(1), {-1}},
+      {ffi::DataType::F32, FakeDevicePtr(1), {kInt64Max / 4}},
+      {ffi::DataType::F32, FakeDevicePtr(1), {kInt64Max / 4 + 1}},
+      {ffi::DataType::S8,
+       FakeDevicePtr(1),
+       {int64_t{1} << 31, int64_t{1} << 31}},
+      {ffi::DataType::S8,
+       FakeDevicePtr(1),
+       {int64_t{1} << 32, int64_t{1} << 32}},
+      {ffi::DataType::F32,
+       FakeDevicePtr(1),
+       {0, int64_t{1} << 40, int64_t{1} << 40}},
+      {ffi::DataType::U8, FakeDevicePtr(1), {kInt64Max, 2}},
+      {ffi::DataType::F64, FakeDevicePtr(1), {3, 5, kInt64Max / 8}},
+      {Code(255), FakeDevicePtr(1), {4}},
+      {ffi::DataType::TOKEN, FakeDevicePtr(1), {4}},
+      {ffi::DataType::F32, FakeDevicePtr(1), std::vector<int64_t>(33, 1)},
+      {ffi::DataType::F32, FakeDevicePtr(1), std::vector<int64_t>(32, 1)},
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    SCOPED_TRACE(k);
+    const Case& c = cases[k];
+    const int64_t rank = static_cast<int64_t>(c.dims.size());
+    BufferView decoded, checked;
+    const bool ok =
+        !DecodeBuffer(c.dtype, c.data, c.dims.data(), rank, "input 0", &decoded)
+             .failure();
+    ASSERT_EQ(
+        numbax::CheckBuffer(c.dtype, c.data, c.dims.data(), rank, &checked),
+        ok);
+    if (!ok) continue;
+    EXPECT_EQ(checked.data, decoded.data);
+    EXPECT_EQ(checked.dtype, decoded.dtype);
+    EXPECT_EQ(checked.dims, decoded.dims);
+    EXPECT_EQ(checked.rank, decoded.rank);
+    EXPECT_EQ(checked.element_count, decoded.element_count);
+    EXPECT_EQ(checked.nbytes, decoded.nbytes);
+  }
+  // A ranked buffer with null dimensions.
+  BufferView view;
+  EXPECT_FALSE(numbax::CheckBuffer(ffi::DataType::F32, FakeDevicePtr(1),
+                                   nullptr, 2, &view));
+}
+
 // -------------------------------------------------------- DecodeCallBuffers
 
 TEST(DecodeCallBuffers, InputsThenOutputsInOrder) {
