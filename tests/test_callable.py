@@ -435,12 +435,15 @@ def test_arrays_are_zero_copy_views_of_xla_buffers(rng):
     assert seen[-1] == ((8,), np.dtype(np.float32), (8,), np.dtype(np.float32))
 
 
-def test_numpy_and_list_inputs_accepted(rng):
+def test_numpy_inputs_accepted_and_lists_refused_as_jax_does(rng):
     fn = numbax.numba_cuda_callable(
         lambda x, o, s: launch_1d(copy_flat, x.shape[0], s, x, o),
         outs=jax.ShapeDtypeStruct((3,), F32))
     np.testing.assert_array_equal(fn(np.array([1, 2, 3], np.float32)), [1, 2, 3])
-    np.testing.assert_array_equal(fn([1.0, 2.0, 3.0]), [1, 2, 3])
+    # jax.ffi.ffi_call (the reference's path) and jnp functions refuse a
+    # list; numbax did read it as one array.
+    with pytest.raises(TypeError, match="input 0 is list.*jnp.asarray"):
+        fn([1.0, 2.0, 3.0])
 
 
 def test_memoised_registration_does_not_grow(rng):

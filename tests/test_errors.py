@@ -613,6 +613,44 @@ def test_compile_errors_name_the_op_first():
     assert checks.compiled_naming_op(lambda: 7, "op(k)") == 7
 
 
+# -- inputs that are containers, not arrays -----------------------------------
+
+def _container_calls():
+    """Each family's op called on one input; a label per family."""
+    kernel = kernel_op(add_one, (4,), F32)
+    callable_ = numbax.numba_cuda_callable(noop, SPEC)
+    custom = numbax.XLACustomKernel("errors_matrix_container_input")
+    custom.def_kernel("cpu", lambda *, outs: (lambda v: v + 1), backend="jnp")
+    custom.def_kernel("gpu", lambda *, outs: (lambda v: v + 1), backend="jnp")
+    return {
+        "numba_cuda_kernel(": kernel,
+        "numba_cuda_callable(": callable_,
+        "XLACustomKernel('errors_matrix_container_input')":
+            lambda v: custom(v, outs=SPEC),
+    }
+
+
+@pytest.mark.parametrize("container", [list, tuple], ids=["list", "tuple"])
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_container_input_is_refused_as_jax_refuses_it(container, jit):
+    """A list or tuple input is a TypeError naming the op and jnp.asarray,
+    as JAX's own functions refuse one (before: read as one array, so
+    op.vmap_fold([1.0] * 8) answered though jax.vmap cannot batch it)."""
+    value = container([1.0] * 4)
+    for name, op in _container_calls().items():
+        fn = jax.jit(op) if jit else op
+        with pytest.raises(TypeError) as info:
+            run(fn, value)
+        text = str(info.value)
+        if jit:   # jit's own refusal of a non-array argument, before numbax
+            continue
+        for part in (name, f"input 0 is {container.__name__}", "jnp.asarray"):
+            assert part in text, (name, text)
+    kernel = kernel_op(add_one, (4,), F32)
+    with pytest.raises(TypeError, match="input 0 is .*jnp.asarray"):
+        kernel.vmap_fold(value)
+
+
 # -- XLACustomKernel: generators and rules that return the wrong thing -----
 
 XLACustomKernel = getattr(numbax, "XLACustomKernel", None)
@@ -768,6 +806,7 @@ ODD_ARGS = {
     "dict": lambda x: ({"a": 1},),
     "float8": lambda x: (jnp.zeros(N, jnp.float8_e4m3fn),),
     "list": lambda x: ([1.0] * N,),
+    "tuple": lambda x: ((1.0,) * N,),
     "int4": lambda x: (jnp.zeros(N, jnp.int4),),
     "2-d": lambda x: (jnp.zeros((4, N), jnp.float32),),
 }
@@ -778,6 +817,9 @@ TYPED_AT_RUN_TIME_IN_THE_SIMULATOR = ("2-d",)
 # (TypeError naming the op: jax.vmap has no array to batch) whatever the
 # call does.
 FOLD_REFUSES_SCALARS_ALONE = ("python float", "0-d")
+# Containers: refused by the call, and so by vmap_fold, as JAX refuses them
+# (jnp.sin([1.0]) and jax.ffi calls raise TypeError).
+CONTAINERS = ("list", "tuple")
 
 
 @pytest.mark.usefixtures("x64")
@@ -791,6 +833,8 @@ def test_vmap_fold_refuses_what_the_call_refuses(label, rng):
     args = ODD_ARGS[label](jnp.asarray(f32(rng, N)))
     call = outcome(lambda: jax.block_until_ready(op(*args)))
     fold = outcome(op.vmap_fold, *args)
+    if label in CONTAINERS:
+        assert call == fold == ("err", "TypeError"), (call, fold)
     if label in FOLD_REFUSES_SCALARS_ALONE:
         assert fold == ("err", "TypeError"), fold
         with pytest.raises(TypeError) as info:

@@ -131,13 +131,15 @@ def test_vmap_fold_checks_aliases_and_accepts_what_a_call_accepts():
     op = copy_op(input_output_aliases={0: 0})
     with pytest.raises(ValueError, match="cannot alias output 0"):
         op.vmap_fold(jnp.ones(N, jnp.int32))
-    # Arrays, ShapeDtypeStructs and lists (which a call takes too).
+    # Arrays and ShapeDtypeStructs; a list is refused, as a call refuses it
+    # (and JAX does: jax.vmap maps arrays, a list is a pytree of scalars).
     for arg in (jnp.ones(N, jnp.float32),
                 jax.ShapeDtypeStruct((N,), jnp.float32),
                 np.ones(N, np.float32)):
         decision = op.vmap_fold(arg)
         assert decision.folds, decision
-    assert copy_op().vmap_fold([0.0] * N).folds
+    with pytest.raises(TypeError, match="input 0 is list.*jnp.asarray"):
+        copy_op().vmap_fold([0.0] * N)
 
 
 @cuda.jit
@@ -173,9 +175,10 @@ def test_vmap_fold_with_a_scalar_beside_an_array_still_answers(rng):
     decision = op.vmap_fold(x, 2.0)
     assert decision.folds, decision
     assert op.vmap_fold(jax.ShapeDtypeStruct((N,), jnp.float32), 2.0).folds
-    # And a list still answers as the call takes it (the third pass's
-    # contract: vmap_fold answers as a call does).
-    assert copy_op().vmap_fold([1.0] * N).folds
+    # A list is refused as the call refuses it (vmap_fold answers as a
+    # call does; the third pass refused it, a later change let it answer).
+    with pytest.raises(TypeError, match="input 0 is list"):
+        copy_op().vmap_fold([1.0] * N)
     xs = random_array(rng, (3, N), np.float32)
     np.testing.assert_allclose(
         np.asarray(jax.vmap(lambda v: op(v, 2.0))(xs)), 2 * xs, rtol=1e-6)

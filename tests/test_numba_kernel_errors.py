@@ -113,6 +113,14 @@ def test_refuses_arguments_the_kernel_cannot_take():
         bf(jnp.ones(4, jnp.bfloat16))
 
 
+@pytest.mark.parametrize("container", [list, tuple], ids=["list", "tuple"])
+def test_refuses_a_container_input_as_jax_does(container):
+    op = numbax.numba_kernel(K.affine, spec((4,)))
+    with pytest.raises(TypeError, match=r"numba_kernel\(.*input 0 is "
+                       f"{container.__name__}.*jnp.asarray"):
+        op(container([1.0] * 4))
+
+
 def test_refuses_bad_options():
     with pytest.raises(ValueError, match="parallel must be None or 'xla'"):
         numbax.numba_kernel(K.affine, spec((4,)), parallel=True)

@@ -320,12 +320,13 @@ def _numba_dtype(dtype, op: str, what: str):
 def _input_array(a, op: str, position: int):
     if isinstance(a, (jax.Array, jax.core.Tracer)):
         x = a
-    elif a is None or isinstance(a, (dict, jax.ShapeDtypeStruct)):
+    elif isinstance(a, jax.ShapeDtypeStruct):
         raise TypeError(
             f"{op}: input {position} is {type(a).__name__} ({a!r:.60}), not "
             "an array; pass a jax or numpy array (Python and NumPy scalars "
             "are passed by value)")
     else:
+        checks.refuse_non_array(a, op, position)
         try:
             x = jnp.asarray(a)
         except (TypeError, ValueError) as exc:

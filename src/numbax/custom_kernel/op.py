@@ -359,7 +359,7 @@ class XLACustomKernel:
         """Applies the op.
 
         Args:
-          *inputs: JAX arrays (or anything ``jnp.asarray`` accepts).
+          *inputs: JAX or NumPy arrays (a list or tuple is refused, as JAX refuses it).
           outs: a ``jax.ShapeDtypeStruct`` or a pytree of them: the outputs'
             shapes and dtypes, and the structure of the result.
           backend: the kernel to use (default: the platform's default).
@@ -442,6 +442,7 @@ class XLACustomKernel:
                 f"{self!r}: input {i} is {type(x).__name__}, not an array; "
                 "pass a jax or numpy array per input (static values go in "
                 "keyword arguments)")
+        checks.refuse_non_array(x, repr(self), i)
         try:
             return jnp.asarray(x)
         except (TypeError, ValueError) as exc:

@@ -254,6 +254,19 @@ def check_concrete_avals(avals: Sequence[Any], op: str) -> None:
         check_concrete_shape(getattr(aval, "shape", ()), op, f"input {i}")
 
 
+def refuse_non_array(a, op: str, position) -> None:
+    """TypeError naming the op for an input that is a container, not an
+    array: JAX refuses lists and tuples as array arguments (jnp.sin([1.0])
+    and jax.ffi calls do), so that a pytree of scalars is never read as one
+    array; numbax ops follow it, and vmap_fold with them."""
+    if a is None or isinstance(a, (dict, list, tuple)):
+        raise TypeError(
+            f"{op}: input {position} is {type(a).__name__} ({a!r:.60}), not "
+            "an array; pass a numeric jax or numpy array for each input "
+            "(jnp.asarray(value) for a list, as jnp functions and jax.ffi "
+            "calls require; Python and NumPy scalars are passed by value)")
+
+
 def as_input_arrays(args: Sequence[Any], op: str,
                     shapes: bool = False, positions=None) -> list:
     """JAX arrays for the call's inputs, checked (no copy of JAX arrays).
@@ -274,12 +287,7 @@ def as_input_arrays(args: Sequence[Any], op: str,
                 "or on ShapeDtypeStructs through jax.eval_shape(op, ...) "
                 "(or jax.jit(op).lower(...))")
         else:
-            if a is None or isinstance(a, dict):
-                raise TypeError(
-                    f"{op}: input {i} is {type(a).__name__} ({a!r:.60}), not "
-                    "an array; pass a numeric jax or numpy array for each "
-                    "input (numbax inputs are buffers; Python and NumPy "
-                    "scalars are passed by value)")
+            refuse_non_array(a, op, i)
             try:
                 x = jnp.asarray(a)
             except (TypeError, ValueError) as exc:
