@@ -15,7 +15,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 from jax.extend.core import Primitive
-from jax.interpreters import ad, batching, mlir
+from jax.interpreters import batching, mlir
 
 from .. import compilers
 from ..runtime import keys, numba_bridge, ops, registry, targets
@@ -387,17 +387,9 @@ batching.primitive_batchers[_results_p] = (
     lambda xs, dims, op: (_results_p.bind(*xs, op=op), list(dims)))
 
 
-def _results_jvp(primals, tangents, *, op):
-    # custom_jvp refuses first; kept for a tangent that gets here anyway.
-    raise checks.not_differentiable(op, "func")
-
-
-def _results_transpose(cts, *xs, op):
-    raise checks.not_differentiable(op, "func")
-
-
-ad.primitive_jvps[_results_p] = _results_jvp
-ad.primitive_transposes[_results_p] = _results_transpose
+# custom_jvp refuses first; the JVP rule is kept for a tangent that gets
+# here anyway.
+checks.refuse_differentiation(_results_p, "func")
 
 
 def _not_transposable(results, op: str) -> list:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from jax.interpreters import ad, mlir
+from jax.interpreters import mlir
 
 from ..runtime import compat, keys, registry, targets
 from ..trace import checks, profile_names, sharding_rules
@@ -62,15 +62,4 @@ mlir.register_lowering(numbax_cpu_kernel_p, _lower, platform="cpu")
 mlir.register_lowering(numbax_cpu_kernel_p, _lower_elsewhere)
 
 
-def _jvp_rule(primals, tangents, *, op, **params):
-    del primals, tangents, params
-    raise checks.not_differentiable(op.label, "the kernel")
-
-
-def _transpose_rule(cotangents, *args, op, **params):
-    del cotangents, args, params
-    raise checks.not_differentiable(op.label, "the kernel")
-
-
-ad.primitive_jvps[numbax_cpu_kernel_p] = _jvp_rule
-ad.primitive_transposes[numbax_cpu_kernel_p] = _transpose_rule
+checks.refuse_differentiation(numbax_cpu_kernel_p, "the kernel")

@@ -16,7 +16,6 @@ from typing import Callable
 
 import jax
 import numpy as np
-from jax.interpreters import ad
 
 from ..runtime import compat, keys, registry, targets
 from ..trace import checks, profile_names, sharding_rules
@@ -71,19 +70,5 @@ def lower(target: str, key_of: Callable[..., str], ctx, *args, op,
         )(ctx, *args, key=key)
 
 
-def _jvp_rule(primals, tangents, *, op, **params):
-    # Only called with a tangent that is not a symbolic zero: stop_gradient
-    # around every input still lets the op run under jax.grad.
-    del primals, tangents, params
-    raise checks.not_differentiable(op.label, "the kernel")
-
-
-def _transpose_rule(cotangents, *args, op, **params):
-    # jax.linear_transpose treats the op as linear in an input: it is not.
-    del cotangents, args, params
-    raise checks.not_differentiable(op.label, "the kernel")
-
-
 # Name the user's op (JAX's own refusals name numbax's shared primitive).
-ad.primitive_jvps[numbax_kernel_p] = _jvp_rule
-ad.primitive_transposes[numbax_kernel_p] = _transpose_rule
+checks.refuse_differentiation(numbax_kernel_p, "the kernel")

@@ -418,6 +418,29 @@ def not_differentiable(op: str, what: str) -> ValueError:
         "through it")
 
 
+def refuse_differentiation(primitive, what: str) -> None:
+    """Registers JVP and transpose rules for `primitive` that raise
+    not_differentiable naming the user's op (its `op` parameter: the op, or
+    its label), where JAX's own refusal would name numbax's primitive,
+    which every op shares. The JVP rule is only called with a tangent that
+    is not a symbolic zero, so stop_gradient around every input still lets
+    the op run under jax.grad; the transpose rule answers
+    jax.linear_transpose, which would treat the op as linear."""
+    from jax.interpreters import ad
+
+    def label(op) -> str:
+        return op if isinstance(op, str) else op.label
+
+    def jvp(primals, tangents, *, op, **params):
+        raise not_differentiable(label(op), what)
+
+    def transpose(cotangents, *args, op, **params):
+        raise not_differentiable(label(op), what)
+
+    ad.primitive_jvps[primitive] = jvp
+    ad.primitive_transposes[primitive] = transpose
+
+
 def not_batchable(op: str) -> NotImplementedError:
     """jax.vmap of a numba_cuda_callable made without vmap_method, naming the
     op and the option (ffi_call's own refusal names neither)."""
