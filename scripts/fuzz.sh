@@ -20,17 +20,10 @@ seconds=${FUZZ_SECONDS:-20}
 harnesses=${FUZZ_HARNESSES:-"call_frame_fuzz kernel_args_fuzz"}
 out=build/fuzz
 
-cxx=${CXX_FUZZ:-}
-if [[ -z "$cxx" ]]; then
-  for c in clang++ clang++-19 clang++-18 clang++-17 clang++-16 clang++-15 \
-           clang++-14; do
-    if command -v "$c" >/dev/null; then cxx=$c; break; fi
-  done
-fi
-if [[ -z "$cxx" ]]; then
-  echo "fuzz.sh: no clang++ found (apt-get install clang libclang-rt-14-dev)" >&2
-  exit 2
-fi
+# clang++, else the newest clang++-N on PATH.
+cxx=${CXX_FUZZ:-$(command -v clang++ || compgen -c clang++- | sort -V | tail -1 || true)}
+[[ -n "$cxx" ]] ||
+  { echo "fuzz.sh: no clang++ found (apt-get install clang libclang-rt-14-dev)" >&2; exit 2; }
 python_exe=$(command -v python || command -v python3)
 ffi_include=$("$python_exe" -c "import jax.ffi; print(jax.ffi.include_dir())")
 

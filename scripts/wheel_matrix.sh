@@ -5,35 +5,33 @@
 #   bash scripts/wheel_matrix.sh [--wheel PATH] [ROW...] [-- pytest args]
 #
 # ROW is JAX_VERSION:SCOPE:PYTHON, SCOPE all (every test file), subset
-# (SUBSET) or since-0.11 (SINCE_0_11), +multigpu adding the `multigpu` tests' dry run on 2 fake CPU
-# devices (a pytest run of its own: XLA_FLAGS must be set before JAX starts).
-# Default: ROWS, each end of Python (3.11, 3.14) and JAX (0.8.1, 0.12),
-# and the GPU machine's 0.11.2 on what it alone changed (SINCE_0_11); its
-# whole suite runs in scripts/gpu_check.sh, 3.12 and 3.13 in the release
-# workflow.
-# Pythons come from PATH, ~/.pyenv or Debian (scripts/lib/python_from_debian.sh).
-# --wheel is the wheel for its Python's rows; the others are built here, side
-# by side, and each must be tagged manylinux_2_28 or lower. A row is one
-# pytest process, its tests spread by pytest-xdist over MATRIX_WORKERS
-# (default: twice the cores: many tests wait on a child process, and on 2
-# cores 4 workers ran the suite in 253 s where 2 took 306). NUMBAX_MATRIX_DIR (/tmp/numbax-matrix) keeps venvs
-# and logs. The last lines are each row's pytest closing line; the exit
-# status is 1 if a row failed or ran no test (pytest's 5, unless pytest args
-# were given).
+# (SUBSET) or release (RELEASE), +multigpu adding the `multigpu` tests' dry
+# run on 2 fake CPU devices (its own pytest run: XLA_FLAGS must be set
+# before JAX starts). Default: ROWS, each end of Python (3.11, 3.14) and
+# JAX (0.8.1, 0.12), and the GPU machine's 0.11.2 (whose whole suite runs
+# in scripts/gpu_check.sh). Pythons come from PATH, ~/.pyenv or Debian
+# (scripts/lib/python_from_debian.sh). --wheel is the wheel for its
+# Python's rows; the others are built here, side by side, and each must be
+# tagged manylinux_2_28 or lower. A row is one pytest process, its tests
+# spread by pytest-xdist over MATRIX_WORKERS (default: twice the cores: many
+# tests wait on a child process; on 2 cores 4 workers ran the suite in 253 s,
+# 2 in 306). NUMBAX_MATRIX_DIR (/tmp/numbax-matrix) keeps venvs and logs.
+# The last lines are each row's pytest closing line; the exit status is 1 if
+# a row failed or ran no test (pytest's 5, unless pytest args were given).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROWS=("0.10.2:all:3.11" "0.8.1:subset:3.11" "0.11.2:since-0.11:3.14"
+ROWS=("0.10.2:all:3.11" "0.8.1:subset:3.11" "0.11.2:release:3.14"
       "0.12.0.1:subset+multigpu:3.14")
-# test_scale_out.py and test_sharding.py: XLA's partitioning of numbax ops is
-# what a JAX release changes most readily (Shardy chose other shardings in
-# 0.12 than in 0.10), so every row runs them.
-SUBSET=(tests/test_callable.py tests/test_kernel.py tests/test_custom_kernel.py
-        tests/test_export.py tests/test_versions.py tests/test_scale_out.py
-        tests/test_sharding.py tests/test_numba_kernel.py
-        tests/test_numba_kernel_vmap.py tests/test_numba_kernel_errors.py)
-# jax 0.11 dropped the backend-start hook numbax registered its targets on
-# (export.md's loading recipe failed there) and is the GPU machine's JAX.
-SINCE_0_11=(tests/test_export.py tests/test_versions.py)
+# What a JAX release changes most readily, in every row: XLA's partitioning
+# of numbax ops (Shardy chose other shardings in 0.12 than in 0.10), export
+# and the targets' registration (0.11 dropped the backend-start hook that
+# export.md's loading recipe relied on), the version checks, and the CPU
+# family, whose handler runs on XLA's CPU runtime and thread pool directly.
+RELEASE=(tests/test_export.py tests/test_versions.py tests/test_scale_out.py
+         tests/test_sharding.py tests/test_numba_kernel.py
+         tests/test_numba_kernel_vmap.py tests/test_numba_kernel_errors.py)
+SUBSET=("${RELEASE[@]}" tests/test_callable.py tests/test_kernel.py
+        tests/test_custom_kernel.py)
 WORK=${NUMBAX_MATRIX_DIR:-/tmp/numbax-matrix}
 WORKERS=${MATRIX_WORKERS:-$(( 2 * $(nproc 2>/dev/null || echo 2) ))}
 
@@ -96,8 +94,8 @@ run_row() {
           # numbax's numba-cuda-mlir support that needs no GPU (tests/test_mlir.py).
           extra=("numba-cuda-mlir==${MLIR_VERSION:-0.6.0}") ;;
     subset*) files=("${SUBSET[@]}") ;;
-    since-0.11*) files=("${SINCE_0_11[@]}") ;;
-    *) result[$1]="unknown scope '$scope' (all, subset or since-0.11, +multigpu)"; return 1 ;;
+    release*) files=("${RELEASE[@]}") ;;
+    *) result[$1]="unknown scope '$scope' (all, subset or release, +multigpu)"; return 1 ;;
   esac
   "${python_of[$py]}" -m venv "$venv"
   # --no-compile: the tests write the bytecode of what they import, a fifth

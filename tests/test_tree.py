@@ -486,3 +486,35 @@ def test_the_build_asks_for_the_python_the_package_requires():
     assert floor and asked and asked.group(1) == floor.group(1), (
         f"CMakeLists.txt asks for Python {asked and asked.group(1)}, "
         f"pyproject.toml requires {floor and floor.group(1)}: make them one")
+
+
+def _ci_chain() -> list[Path]:
+    """.ci/run and every script it runs: the ``scripts/....sh`` or ``.py``
+    named outside comments in the shell scripts (the Python ones run none)."""
+    seen, todo = [], [ROOT / ".ci" / "run"]
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.append(path)
+        if path.suffix == ".py":
+            continue
+        for line in path.read_text().splitlines():
+            code = line.split("#", 1)[0]
+            todo += [ROOT / m for m in re.findall(r"scripts/[\w/]+\.(?:sh|py)", code)]
+    return seen
+
+
+def test_the_ci_chain_stays_small_and_schedules_nothing_itself():
+    """The CI is a declared list of rows run in a loop, tests spread by
+    pytest-xdist: under 800 lines, no job scheduler of its own (background
+    jobs waited on by dependency) and no recorded test times."""
+    chain = _ci_chain()
+    names = {p.relative_to(ROOT).as_posix() for p in chain}
+    assert {".ci/run", "scripts/test.sh", "scripts/wheel_matrix.sh"} <= names, names
+    lines = sum(len(p.read_text().splitlines()) for p in chain)
+    assert lines < 800, f"the CI chain is {lines} lines: {sorted(names)}"
+    for p in chain:
+        text = p.read_text()
+        assert "test_times" not in text and "wait -n" not in text, p
+    assert not (ROOT / "tests" / "test_times.json").exists()

@@ -24,11 +24,9 @@ LEGACY = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 1
 
 def platform_tags(wheel: str) -> list[str]:
     name = Path(wheel).name
-    if not name.endswith(".whl"):
-        raise ValueError(f"{name}: not a wheel file name")
     parts = name[: -len(".whl")].split("-")
-    if len(parts) not in (5, 6):
-        raise ValueError(f"{name}: not a wheel file name (name-version-python-abi-platform)")
+    if not name.endswith(".whl") or len(parts) not in (5, 6):
+        raise ValueError(f"{name}: not a wheel file name (name-version-python-abi-platform.whl)")
     return parts[-1].split(".")
 
 
@@ -45,10 +43,8 @@ def glibc_floor(tag: str) -> tuple[tuple[int, int], str] | None:
 
 def check(wheel: str, max_glibc: tuple[int, int], arch: str | None) -> tuple[str, list[str]]:
     """(the lowest tag, the problems found)."""
-    tags = platform_tags(wheel)
-    problems = []
-    floors = []
-    for tag in tags:
+    problems, floors = [], []
+    for tag in platform_tags(wheel):
         parsed = glibc_floor(tag)
         if parsed is None:
             problems.append(f"platform tag {tag} is not a manylinux tag (run auditwheel repair)")
@@ -59,7 +55,7 @@ def check(wheel: str, max_glibc: tuple[int, int], arch: str | None) -> tuple[str
         floors.append((floor, tag))
     if not floors:
         return "none", problems or ["no platform tag"]
-    (low, low_tag) = min(floors)
+    low, low_tag = min(floors)
     if low > max_glibc:
         problems.append(
             f"{low_tag} needs glibc {low[0]}.{low[1]}, above the {max_glibc[0]}.{max_glibc[1]} "
