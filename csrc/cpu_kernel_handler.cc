@@ -82,7 +82,8 @@ ffi::ErrorOr<std::unique_ptr<CpuKernelSite>> CpuKernelSite::Create(
     Py_ssize_t nbytes = 0;
     if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 13 ||
         !PyBytes_Check(PyTuple_GET_ITEM(t, 3))) {
-      error = "numbax: the numba_kernel resolver returned a malformed plan";
+      error =
+          "numbax: the numba_kernel resolver returned a malformed site tuple";
     } else {
       site->wrapper_ = reinterpret_cast<CpuKernelWrapper>(
           PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(t, 0)));
@@ -98,7 +99,8 @@ ffi::ErrorOr<std::unique_ptr<CpuKernelSite>> CpuKernelSite::Create(
           !ReadInts(PyTuple_GET_ITEM(t, 9), &site->lead_) ||
           !ReadInts(PyTuple_GET_ITEM(t, 10), &site->trail_)) {
         PyErr_Clear();
-        error = "numbax: the numba_kernel resolver returned a malformed plan";
+        error =
+            "numbax: the numba_kernel resolver returned a malformed site tuple";
       }
     }
     if (error.empty()) {

@@ -68,7 +68,7 @@ class CallableEntry:
 class KernelEntry:
     """What a kernel key resolves to; `resolve` builds, at XLA's instantiate
     stage, what the C++ call site holds (a numba_cuda_kernel's LoadedKernel,
-    a numba_kernel's wrapper plan)."""
+    a numba_kernel's site tuple)."""
     key: str
     resolve: Callable[[], tuple]
     # Weak where the owner allows it, like CallableEntry.func_ref: the
@@ -551,8 +551,8 @@ def _resolve_kernel(key: str):
 
 
 def _resolve_cpu_kernel(key: str):
-    """Called by C++ at XLA's instantiate stage: a numba_kernel's plan (its
-    compiled wrapper's address and what the handler needs to call it)."""
+    """Called by C++ at XLA's instantiate stage: a numba_kernel's site tuple
+    (its compiled wrapper's address and what the handler needs to call it)."""
     entry = _lookup(key, "cpu", "numba_kernel")
     if not isinstance(entry, KernelEntry) or entry.owner_ref() is None:
         raise _missing(key, "numba_kernel")

@@ -297,7 +297,7 @@ def install(resolve_callable: Callable, resolve_kernel: Callable,
             resolve_cpu_kernel: Callable) -> str:
     """Takes the resolvers C++ calls at XLA's instantiate stage (a callable's
     key -> its func, a kernel's key -> its LoadedKernel, a numba_kernel's key
-    -> its wrapper's plan), then arranges for
+    -> its site tuple), then arranges for
     the targets to be registered as JAX starts its backends; returns which
     mechanism was used (registry.BACKEND_REGISTRATION).
 
