@@ -15,15 +15,11 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-python_exe=$(command -v python || command -v python3) || {
-  echo "cpp_tests.sh: no python on PATH (activate the venv first)" >&2
-  exit 1
-}
+python_exe=$(command -v python || command -v python3) ||
+  { echo "cpp_tests.sh: no python on PATH (activate the venv first)" >&2; exit 1; }
 build_type=${NUMBAX_BUILD_TYPE:-RelWithDebInfo}
-if [[ -z "${NUMBAX_XLA_FFI_INCLUDE_DIR:-}" ]]; then
-  NUMBAX_XLA_FFI_INCLUDE_DIR=$("$python_exe" scripts/lib/ffi_headers.py)
-  export NUMBAX_XLA_FFI_INCLUDE_DIR
-fi
+NUMBAX_XLA_FFI_INCLUDE_DIR=${NUMBAX_XLA_FFI_INCLUDE_DIR:-$("$python_exe" scripts/lib/ffi_headers.py)}
+export NUMBAX_XLA_FFI_INCLUDE_DIR
 build_dir=build/cpp-tests
 cmake_args=()
 

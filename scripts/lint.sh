@@ -23,11 +23,7 @@ failed=()
 check() {
   local name=$1; shift
   echo "== lint: $name"
-  if "$@"; then
-    echo "   ok"
-  else
-    failed+=("$name")
-  fi
+  if "$@"; then echo "   ok"; else failed+=("$name"); fi
 }
 
 check "ruff" ruff check src/numbax examples tests

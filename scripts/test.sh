@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
-# Sets up everything and runs every test that can run without a GPU, in two
-# lanes side by side: the checks (build/checks.log: .venv with the pinned
-# tools, the C++ unit tests, lint, bounded fuzzing) and the Python tests on
-# JAX's CPU backend through Numba's CUDA simulator, on the release wheel in
-# fresh venvs at both ends of the supported range (scripts/wheel_matrix.sh,
-# pytest-xdist in each row). The last lines are each row's pytest closing
-# line and the verdict; the exit status is 1 if anything failed. What CI
-# runs (.ci/run). GPU tests: scripts/gpu_check.sh.
+# What CI runs (.ci/run): every test that runs without a GPU, in two lanes
+# side by side, the checks (build/checks.log: .venv with the pinned tools,
+# C++ unit tests, lint, bounded fuzzing) and the Python tests on the release
+# wheel through Numba's CUDA simulator (scripts/wheel_matrix.sh). The last
+# lines are each row's pytest closing line and the verdict; the exit status
+# is 1 if anything failed. GPU tests: scripts/gpu_check.sh.
 #
 #   bash scripts/test.sh [-- pytest args for every matrix row]
 set -euo pipefail
@@ -22,8 +20,7 @@ compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" \
   >/dev/null || need+=(libclang-rt-14-dev)
 if [ ${#need[@]} -gt 0 ] && command -v apt-get >/dev/null; then
   echo "== apt: ${need[*]}"
-  sudo=""
-  [ "$(id -u)" = 0 ] || sudo=sudo
+  sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
   $sudo apt-get update -qq && $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 [ "${1:-}" = "--" ] && shift

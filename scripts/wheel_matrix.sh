@@ -4,18 +4,16 @@
 #
 #   bash scripts/wheel_matrix.sh [--wheel PATH] [ROW...] [-- pytest args]
 #
-# ROW is JAX_VERSION:SCOPE:PYTHON, SCOPE all (every test file), subset
-# (SUBSET) or release (RELEASE), +multigpu adding the `multigpu` tests' dry
-# run on 2 fake CPU devices (its own pytest run: XLA_FLAGS must be set
-# before JAX starts). Default: ROWS, each end of Python (3.11, 3.14) and
-# JAX (0.8.1, 0.12), and the GPU machine's 0.11.2 (whose whole suite runs
-# in scripts/gpu_check.sh). Pythons come from PATH, ~/.pyenv or Debian
-# (scripts/lib/python_from_debian.sh). --wheel is the wheel for its
-# Python's rows; the others are built here, side by side, and each must be
-# tagged manylinux_2_28 or lower. A row is one pytest process, its tests
-# spread by pytest-xdist over MATRIX_WORKERS (default: twice the cores: many
-# tests wait on a child process; on 2 cores 4 workers ran the suite in 253 s,
-# 2 in 306). NUMBAX_MATRIX_DIR (/tmp/numbax-matrix) keeps venvs and logs.
+# ROW is JAX_VERSION:SCOPE:PYTHON, SCOPE all (every test file), subset or
+# release (the arrays below), +multigpu adding the `multigpu` tests' dry run
+# on 2 fake CPU devices (its own pytest: XLA_FLAGS must be set before JAX
+# starts). Default: ROWS, each end of Python and JAX, and the GPU machine's
+# 0.11.2 (whose whole suite runs in scripts/gpu_check.sh). Pythons come from
+# PATH, ~/.pyenv or Debian (scripts/lib/python_from_debian.sh). --wheel is
+# the wheel for its Python's rows; the others are built here, each tagged
+# manylinux_2_28 or lower. pytest-xdist runs MATRIX_WORKERS (twice the
+# cores: many tests wait on a child process; on 2 cores 4 workers took 253 s,
+# 2 took 306). NUMBAX_MATRIX_DIR (/tmp/numbax-matrix) keeps venvs and logs.
 # The last lines are each row's pytest closing line; the exit status is 1 if
 # a row failed or ran no test (pytest's 5, unless pytest args were given).
 set -euo pipefail
@@ -63,15 +61,14 @@ find_python() {
   bash scripts/lib/python_from_debian.sh "$1" | tail -1
 }
 
-# extra_for SCOPE: what a row's venv holds beyond numbax and its JAX.
+# extra_for SCOPE: a row's venv beyond numbax and its JAX (all: numbax's
+# numba-cuda-mlir support that needs no GPU, tests/test_mlir.py).
 extra_for() {
   echo "$(pin pytest) $(pin pytest-xdist) hypothesis flatbuffers"
-  # numbax's numba-cuda-mlir support that needs no GPU (tests/test_mlir.py).
   [[ $1 != all* ]] || echo "numba-cuda-mlir==${MLIR_VERSION:-0.6.0}"
 }
-# numbax's requirements with the extras the rows install (pyproject.toml).
 requirements=$(python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]
-print(" ".join(p["dependencies"] + p["optional-dependencies"]["bench"] + p["optional-dependencies"]["cpu"]))')
+print(*p["dependencies"], *p["optional-dependencies"]["bench"], *p["optional-dependencies"]["cpu"])')
 
 # 1. One interpreter and one wheel per Python, the wheels built side by side,
 # and meanwhile each row's venv with numbax's requirements (pip waits on
@@ -92,7 +89,6 @@ done
 for row in "${rows[@]}"; do
   IFS=: read -r jax_v scope py <<< "$row"
   [ -n "${python_of[$py]}" ] || continue
-  # shellcheck disable=SC2046
   { "${python_of[$py]}" -m venv "$WORK/jax-$jax_v" && "$WORK/jax-$jax_v/bin/python" -m pip \
       install -q --disable-pip-version-check --no-compile -c "$WORK/constraints.txt" \
       $requirements "jax==$jax_v" "jaxlib==$jax_v" $(extra_for "$scope"); } \
@@ -118,7 +114,6 @@ run_row() {
   esac
   # --no-compile: the tests write the bytecode of what they import, a fifth
   # of what pip would compile.
-  # shellcheck disable=SC2046
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-compile \
     -c "$WORK/constraints.txt" "$whl[bench,cpu]" "jax==$jax_v" "jaxlib==$jax_v" \
     $(extra_for "$scope") >> "$WORK/pip-$jax_v.log" 2>&1 ||
