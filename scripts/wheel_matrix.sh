@@ -61,18 +61,7 @@ find_python() {
   bash scripts/lib/python_from_debian.sh "$1" | tail -1
 }
 
-# extra_for SCOPE: a row's venv beyond numbax and its JAX (all: numbax's
-# numba-cuda-mlir support that needs no GPU, tests/test_mlir.py).
-extra_for() {
-  echo "$(pin pytest) $(pin pytest-xdist) hypothesis flatbuffers"
-  [[ $1 != all* ]] || echo "numba-cuda-mlir==${MLIR_VERSION:-0.6.0}"
-}
-requirements=$(python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]
-print(*p["dependencies"], *p["optional-dependencies"]["bench"], *p["optional-dependencies"]["cpu"])')
-
-# 1. One interpreter and one wheel per Python, the wheels built side by side,
-# and meanwhile each row's venv with numbax's requirements (pip waits on
-# downloads and the disk more than on the cores the builds use).
+# 1. One interpreter and one wheel per Python, the wheels built side by side.
 declare -A python_of wheel_of
 for row in "${rows[@]}"; do python_of[${row##*:}]=""; done
 for py in "${!python_of[@]}"; do
@@ -86,20 +75,12 @@ for py in "${!python_of[@]}"; do
       bash scripts/build_wheel.sh > "$WORK/wheel-$py.log" 2>&1 &
   fi
 done
-for row in "${rows[@]}"; do
-  IFS=: read -r jax_v scope py <<< "$row"
-  [ -n "${python_of[$py]}" ] || continue
-  { "${python_of[$py]}" -m venv "$WORK/jax-$jax_v" && "$WORK/jax-$jax_v/bin/python" -m pip \
-      install -q --disable-pip-version-check --no-compile -c "$WORK/constraints.txt" \
-      $requirements "jax==$jax_v" "jaxlib==$jax_v" $(extra_for "$scope"); } \
-    > "$WORK/pip-$jax_v.log" 2>&1 &
-done
 wait
 
-# 2. Each row: the wheel into its venv, then pytest.
+# 2. Each row: a fresh venv with the wheel and its JAX, then pytest.
 declare -A result
 run_row() {
-  local jax_v=$1 scope=$2 py=$3 venv="$WORK/jax-$1" whl files=() st=0 rc
+  local jax_v=$1 scope=$2 py=$3 venv="$WORK/jax-$1" whl files=() extra=() st=0 rc
   [ -n "${python_of[$py]}" ] || { result[$1]="no Python $py"; return 1; }
   whl=${wheel_of[$py]}
   [ -f "$whl" ] || whl=$(ls "$whl"/numbax-*manylinux*.whl 2>/dev/null) ||
@@ -107,17 +88,20 @@ run_row() {
   python3 scripts/lib/wheel_tag.py --max 2_28 --arch "$(uname -m)" "$whl" \
     > "$WORK/tag-$jax_v.log" 2>&1 || { result[$1]="wheel tag refused: $(tail -1 "$WORK/tag-$jax_v.log")"; return 1; }
   case "$scope" in
-    all*) files=(tests) ;;
+    all*) files=(tests)
+          # numbax's numba-cuda-mlir support that needs no GPU (tests/test_mlir.py).
+          extra=("numba-cuda-mlir==${MLIR_VERSION:-0.6.0}") ;;
     subset*) files=("${SUBSET[@]}") ;;
     release*) files=("${RELEASE[@]}") ;;
     *) result[$1]="unknown scope '$scope' (all, subset or release, +multigpu)"; return 1 ;;
   esac
+  "${python_of[$py]}" -m venv "$venv"
   # --no-compile: the tests write the bytecode of what they import, a fifth
   # of what pip would compile.
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-compile \
     -c "$WORK/constraints.txt" "$whl[bench,cpu]" "jax==$jax_v" "jaxlib==$jax_v" \
-    $(extra_for "$scope") >> "$WORK/pip-$jax_v.log" 2>&1 ||
-    { tail -20 "$WORK/pip-$jax_v.log"; result[$1]="install failed"; return 1; }
+    "$(pin pytest)" "$(pin pytest-xdist)" hypothesis flatbuffers "${extra[@]}" \
+    > "$WORK/pip-$jax_v.log" 2>&1 || { tail -20 "$WORK/pip-$jax_v.log"; result[$1]="install failed"; return 1; }
   # No compiler or build tool in the venv: the wheel is all numbax needs.
   ! ls "$venv"/bin/{cmake,ninja} 2>/dev/null || { result[$1]="a build tool in the test venv"; return 1; }
   # From the checkout (src/ never on sys.path): every `import numbax` is the
