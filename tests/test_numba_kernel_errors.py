@@ -121,6 +121,33 @@ def test_refuses_a_container_input_as_jax_does(container):
         op(container([1.0] * 4))
 
 
+@pytest.mark.parametrize("how", ["eager", "jit", "vmap"])
+def test_a_kernel_writing_an_input_is_refused_at_trace_time(how, rng):
+    """Inputs go to the kernel read-only (before: the write changed XLA's
+    buffer, so the caller's JAX array changed under it, silently)."""
+    op = numbax.numba_kernel(K.zeroes_its_input, spec((8,)))
+    host = rng.uniform(-1, 1, (3, 8) if how == "vmap" else 8).astype(np.float32)
+    x = jnp.asarray(host)
+    call = {"eager": op, "jit": jax.jit(op), "vmap": jax.vmap(op)}[how]
+    with pytest.raises(TypeError) as info:
+        call(x)
+    text = str(info.value)
+    for part in ("numba_kernel(", "zeroes_its_input", "writes to an input",
+                 "input_output_aliases", "readonly array"):
+        assert part in text, text
+    np.testing.assert_array_equal(np.asarray(x), host)
+
+
+def test_an_aliased_input_may_be_written(rng):
+    # Aliased to output 0, input 0 is the output's buffer: writing it is
+    # the in-place update aliases are for, and the output shows it.
+    op = numbax.numba_kernel(K.zeroes_its_input, spec((8,)),
+                             input_output_aliases={0: 0})
+    host = rng.uniform(-1, 1, 8).astype(np.float32)
+    got = np.asarray(jax.jit(op)(jnp.asarray(host)))
+    np.testing.assert_array_equal(got, np.zeros(8, np.float32))
+
+
 def test_refuses_bad_options():
     with pytest.raises(ValueError, match="parallel must be None or 'xla'"):
         numbax.numba_kernel(K.affine, spec((4,)), parallel=True)

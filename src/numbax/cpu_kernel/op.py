@@ -132,6 +132,16 @@ class NumbaKernel(ops.Op):
         try:
             argtypes = _compiled_types(self.kernel, argtypes)
         except Exception as exc:  # noqa: BLE001 - Numba's typing errors
+            if "readonly" in str(exc):
+                raise TypeError(
+                    f"{self.label}: the kernel writes to an input array. "
+                    "Inputs are XLA's buffers, which other arrays may "
+                    "share, so numba_kernel passes them read-only: write "
+                    "results into the outputs (the kernel's last "
+                    "arguments), or, to update an input in place, alias it "
+                    "to an output (input_output_aliases={input: output}) "
+                    f"and write that. Numba said: {type(exc).__name__}: "
+                    f"{exc}") from None
             head = ("(begin, end) as uint64 first (launch_dims was given), "
                     if self._range >= 0 else "")
             raise TypeError(
@@ -160,8 +170,8 @@ class NumbaKernel(ops.Op):
 
     # -- keys ------------------------------------------------------------------
 
-    def _layout(self, avals_in, out_shapes, scalars, batched, batch_ndim
-                ) -> wrapper.Layout:
+    def _layout(self, avals_in, out_shapes, scalars, batched, batch_ndim,
+                aliases=()) -> wrapper.Layout:
         n_args = len(avals_in) + len(scalars)
         at = {s.position: j for j, s in enumerate(scalars)}
         args, i = [], 0
@@ -175,11 +185,19 @@ class NumbaKernel(ops.Op):
                         list(avals_in) + list(out_shapes))
         flags = tuple(bool(b) for b in batched) + (True,) * len(out_shapes) \
             if batch_ndim else (False,) * len(buffers)
+        # Inputs no output aliases go to the kernel read-only: one it writes
+        # is a compile error now, not a change to a buffer XLA may share.
+        # A kernel with explicit signatures cannot compile for read-only
+        # arrays, so it gets them writable, as before.
+        aliased = {int(i) for i, _ in aliases}
+        can_compile = getattr(self.kernel, "_can_compile", True)
+        readonly = tuple(can_compile and i < len(avals_in) and i not in aliased
+                         for i in range(len(buffers)))
         return wrapper.Layout(
             args=tuple(args), buffers=buffers, batched=flags,
             batch_ndim=int(batch_ndim),
             scalars=tuple(s.value for s in scalars), range_n=self._range,
-            n_inputs=len(avals_in))
+            n_inputs=len(avals_in), readonly=readonly)
 
     def _entry(self, key, layout, aliases, units=()):
         return registry.KernelEntry(
@@ -190,7 +208,7 @@ class NumbaKernel(ops.Op):
     def call_key(self, avals_in, out_shapes, scalars, aliases, batched,
                  batch_ndim) -> str:
         layout = self._layout(avals_in, out_shapes, scalars, batched,
-                              batch_ndim)
+                              batch_ndim, aliases)
         self._wrapper(layout)  # compiled now: errors at trace time
         call = ("in=" + keys.avals_text(avals_in)
                 + ";out=" + keys.avals_text(out_shapes))
@@ -213,10 +231,10 @@ class NumbaKernel(ops.Op):
         ndim = int(fields.get("bnd", "0") or 0)
         batched = tuple(c == "1" for c in fields.get("bat", ""))
         scalars = scalar_args.parse_scalars(fields)
-        layout = self._layout(avals, outs, scalars, batched, ndim)
+        aliases = keys.parse_aliases(fields)
+        layout = self._layout(avals, outs, scalars, batched, ndim, aliases)
         units = keys.parse_units(fields)
-        return self._entry(key, layout, keys.parse_aliases(fields),
-                           units if any(units) else ())
+        return self._entry(key, layout, aliases, units if any(units) else ())
 
     def with_sharding_rule(self, rule: str) -> Any:
         outs = self._outs_fn if self._outs_fn is not None else \
@@ -266,7 +284,7 @@ class NumbaKernel(ops.Op):
         avals_in = [(tuple(x.shape), np.dtype(x.dtype)) for x in inputs]
         # The kernel and its wrapper compile now: refusals at trace time.
         self._wrapper(self._layout(avals_in, out_shapes, scalars,
-                                   (False,) * len(inputs), 0))
+                                   (False,) * len(inputs), 0, aliases))
         results = primitive.numbax_cpu_kernel_p.bind(
             *inputs, op=self, out_shapes=out_shapes, scalars=scalars,
             aliases=aliases, batched=(False,) * len(inputs), batch_ndim=0,

@@ -44,6 +44,10 @@ class Layout:
       range_n: the launch range (launch_dims), or -1 for none: the kernel
         then takes no (begin, end) first.
       n_inputs: how many input buffers.
+      readonly: per buffer, whether the kernel gets it as a read-only Numba
+        array (the inputs no output aliases), so that a kernel writing one
+        fails to compile, at trace time, instead of changing a buffer XLA
+        may share with other arrays.
     """
     args: tuple
     buffers: tuple
@@ -52,6 +56,7 @@ class Layout:
     scalars: tuple
     range_n: int
     n_inputs: int
+    readonly: tuple = ()
 
 
 def scalar_blob(scalars) -> bytes:
@@ -73,7 +78,8 @@ def slice_types(layout: Layout) -> tuple:
         dtype, rank = layout.buffers[i]
         if layout.batched[i]:
             rank -= layout.batch_ndim
-        return types.Array(numba.from_dtype(np.dtype(dtype)), rank, "C")
+        return types.Array(numba.from_dtype(np.dtype(dtype)), rank, "C",
+                           readonly=_is_readonly(layout, i))
     head = (types.uint64, types.uint64) if layout.range_n >= 0 else ()
     ins = tuple(array_type(i) if kind == "a" else
                 numba.typeof(layout.scalars[i]) for kind, i in layout.args)
@@ -99,10 +105,12 @@ def _source(layout: Layout) -> str:
 
     def arg(i):
         if not (layout.batched[i] and k):
-            return names[i]
-        if layout.buffers[i][1] - k == 0:  # a slice of a 0-d argument
-            return f"{names[i]}[b:b + one].reshape(())"
-        return f"{names[i]}[b]"
+            got = names[i]
+        elif layout.buffers[i][1] - k == 0:  # a slice of a 0-d argument
+            got = f"{names[i]}[b:b + one].reshape(())"
+        else:
+            got = f"{names[i]}[b]"
+        return f"readonly({got})" if _is_readonly(layout, i) else got
     call_args = [arg(i) if kind == "a" else f"s{i}"
                  for kind, i in layout.args]
     call_args += [arg(layout.n_inputs + j)
@@ -128,6 +136,32 @@ def _source(layout: Layout) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _is_readonly(layout: Layout, i: int) -> bool:
+    return i < len(layout.readonly) and layout.readonly[i]
+
+
+_readonly_cast: list = []
+
+
+def _readonly():
+    """A Numba intrinsic: the same array, typed read-only (no copy, no
+    code: the two types share one data model)."""
+    if _readonly_cast:
+        return _readonly_cast[0]
+    from numba.core.imputils import impl_ret_borrowed
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def readonly(typingctx, array):
+        result = array.copy(readonly=True)
+
+        def codegen(context, builder, sig, args):
+            return impl_ret_borrowed(context, builder, result, args[0])
+        return result(array), codegen
+    _readonly_cast.append(readonly)
+    return readonly
+
+
 def signature():
     """The wrapper's C signature (cpu_kernel_handler.h, CpuKernelWrapper)."""
     from numba import types
@@ -147,7 +181,7 @@ def compile_wrapper(kernel: Any, layout: Layout) -> Any:
     Numba's cache instead of compiling (docs/warm_start.md)."""
     import numba
     namespace: dict = {"carray": numba.carray, "kernel": kernel,
-                       "uint64": numba.uint64}
+                       "uint64": numba.uint64, "readonly": _readonly()}
     for i, (dtype, _) in enumerate(layout.buffers):
         namespace[f"t{i}"] = np.dtype(dtype)
     for j, v in enumerate(layout.scalars):
