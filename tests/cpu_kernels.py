@@ -60,6 +60,13 @@ def zeroes_its_input(x, out):
 
 
 @numba.njit
+def zeroes_its_input_flat(x, out):
+    """out = 1, then x.flat[0] = 0: writes its input through .flat."""
+    out[:] = 1
+    x.flat[0] = 0
+
+
+@numba.njit
 def raises_on_negative(x, out):
     for i in range(out.size):
         if x[i] < 0:

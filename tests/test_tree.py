@@ -518,3 +518,22 @@ def test_the_ci_chain_stays_small_and_schedules_nothing_itself():
         text = p.read_text()
         assert "test_times" not in text and "wait -n" not in text, p
     assert not (ROOT / "tests" / "test_times.json").exists()
+
+
+def test_sanitizer_parts_cover_every_gpu_file_once():
+    """scripts/sanitizer_check.sh runs memcheck in parts: together they run
+    every file holding `gpu` tests, each in one part only."""
+    import subprocess
+    gpu_files = sorted(
+        p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py")
+        if re.search(r"^[^#]*\bpytest\.mark\.gpu\b", p.read_text(), re.M))
+    assert gpu_files
+    for n in (1, 4, 6):
+        out = subprocess.run(["bash", "scripts/sanitizer_check.sh", "list", str(n)],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        parts = [line.split(":", 1)[1].split() for line in out.stdout.splitlines()
+                 if line.startswith("part ")]
+        assert len(parts) == n, out.stdout
+        listed = [f for part in parts for f in part]
+        assert sorted(listed) == gpu_files, (n, out.stdout)
