@@ -14,15 +14,27 @@
 
 namespace numbax {
 
-// How many chunks to cut range(total) into for `threads` pool threads
-// (plus the calling thread): a few per thread so that a thread that starts
-// late, or a pool busy with other ops, leaves its share to the others;
-// never more chunks than indices, never fewer than one.
+// How many chunks to cut range(total) into for a pool of `threads`: a few
+// per thread, so that a thread that starts late (a parked pool thread wakes
+// tens of microseconds after it is scheduled) or a pool busy with other ops
+// leaves its share to the others; never more chunks than indices, never
+// fewer than one. 8 per thread measured a little faster than 4, 2 or 1 on 2
+// and 16 cores (benchmarks/results/pool-h100-2026-12-06).
 inline uint64_t ChunkCount(uint64_t total, int64_t threads) {
   if (total == 0) return 0;
-  const uint64_t workers =
-      static_cast<uint64_t>(std::max<int64_t>(threads, 0)) + 1;
-  return std::min<uint64_t>(total, workers * 4);
+  const uint64_t workers = static_cast<uint64_t>(std::max<int64_t>(threads, 1));
+  return std::min<uint64_t>(total, workers * 8);
+}
+
+// How many tasks to schedule on a pool of `threads` for `chunks` chunks.
+// XLA runs the op itself on one of the pool's threads, so `threads - 1`
+// others can help: one task more waits in the queue until the op is done
+// (it finds nothing left), or, where the caller is not a pool thread, puts
+// one thread more than cores to work (measured: 10-30% slower on 2 and 16
+// cores). None for a pool of one thread, or for one chunk.
+inline uint64_t HelperCount(int64_t threads, uint64_t chunks) {
+  if (threads <= 1 || chunks <= 1) return 0;
+  return std::min<uint64_t>(static_cast<uint64_t>(threads - 1), chunks - 1);
 }
 
 // [begin, end) of chunk `i` of `chunks` over range(total): consecutive,

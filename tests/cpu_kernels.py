@@ -67,6 +67,61 @@ def zeroes_its_input_flat(x, out):
 
 
 @numba.njit
+def _writes_one_flat_entry(flat):
+    flat[0] = 0
+
+
+@numba.njit
+def zeroes_its_input_flat_in_a_helper(x, out):
+    """out = 1; a helper writes x through the .flat it was given."""
+    out[:] = 1
+    _writes_one_flat_entry(x.flat)
+
+
+@numba.njit
+def zeroes_its_input_nditer(x, out):
+    """out = 1; x = 0 through the views np.nditer yields."""
+    out[:] = 1
+    for v in np.nditer(x):
+        v[...] = 0
+
+
+@numba.njit
+def zeroes_its_input_nditer_pairs(x, out):
+    """Pairs of views (x, out): out = x, and x = 0 (the write refused)."""
+    for a, b in np.nditer((x, out)):
+        b[...] = a
+        a[...] = 0
+
+
+@numba.njit
+def _bump(view):
+    view += 1
+
+
+@numba.njit
+def bumps_its_input_nditer_in_a_helper(x, out):
+    """out = 1; a helper adds 1 in place to the views of x."""
+    out[:] = 1
+    for v in np.nditer(x):
+        _bump(v)
+
+
+@numba.njit
+def affine_through_nditer(x, out):
+    """out = 2x + 1, written through the out views np.nditer pairs with x's,
+    read through x's views and .flat: no input written."""
+    for a, b in np.nditer((x, out)):
+        b[...] = 2 * a + 1
+    total = 0.0
+    for v in x.flat:
+        total += v
+    for w in np.nditer(x):
+        total += w.item()
+    out.flat[0] = out.flat[0] + 0 * total
+
+
+@numba.njit
 def raises_on_negative(x, out):
     for i in range(out.size):
         if x[i] < 0:

@@ -74,7 +74,7 @@ def test_no_gpu_runs_the_cpu_rows_checked_against_numpy(prog, tmp_path):
     if have_cxx:
         want_ok |= {"native", "native_empty"}
     if _numba_kernel_here():
-        want_ok |= {"numba_kernel", "numba_kernel_empty"}
+        want_ok |= {"numba_kernel", "numba_kernel_empty", "numba_kernel_xla"}
     else:
         assert rows["numba_kernel"]["status"] == (
             "skipped (numbax.numba_kernel is not in this numbax)")

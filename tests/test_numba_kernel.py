@@ -104,6 +104,35 @@ def test_launch_dims_and_parallel_xla_cover_the_range_exactly(rng):
     assert_close(jax.jit(op)(x), K.numpy_affine(x))
 
 
+@pytest.mark.parametrize("cpus", [1, 2])
+def test_parallel_xla_on_small_pools_with_ops_at_once(cpus):
+    # XLA's pool has one thread per CPU the process may use: one (the op
+    # runs alone, no task scheduled) and two (one helper), with four ops at
+    # once in one program competing for it, and a vmapped call's slices
+    # spread over it. Every index must be visited exactly once. In a child:
+    # the pool is sized when JAX starts.
+    proc = _child(f"""
+        import os
+        cpus = sorted(os.sched_getaffinity(0))[:{cpus}]
+        os.sched_setaffinity(0, cpus)
+        import jax, jax.numpy as jnp, numpy as np, numbax
+        import cpu_kernels as K
+        n = 30011
+        op = numbax.numba_kernel(K.count_range, jax.ShapeDtypeStruct(
+            (n,), jnp.int32), launch_dims=n, parallel="xla",
+            input_output_aliases={{0: 0}})
+        f = jax.jit(lambda *xs: [op(x) for x in xs])
+        for _ in range(20):
+            ys = f(*[jnp.full(n, i, jnp.int32) for i in range(4)])
+            for i, y in enumerate(ys):
+                np.testing.assert_array_equal(y, np.full(n, i + 1))
+        v = jax.jit(jax.vmap(op))(jnp.zeros((5, n), jnp.int32))
+        np.testing.assert_array_equal(v, np.ones((5, n), np.int32))
+        print("OK", len(cpus))
+    """)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+
+
 def test_input_output_aliases_write_in_place(rng):
     x = random_array(rng, (33,), np.int32)
     op = numbax.numba_kernel(K.add_one_inplace, spec((33,), jnp.int32),

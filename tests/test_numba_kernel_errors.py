@@ -138,16 +138,42 @@ def test_a_kernel_writing_an_input_is_refused_at_trace_time(how, rng):
     np.testing.assert_array_equal(np.asarray(x), host)
 
 
-@pytest.mark.xfail(strict=True, reason="Numba's .flat setitem ignores the "
-                   "read-only flag (numba 0.68): the write goes through")
-def test_a_write_through_flat_is_refused_too(rng):
-    # The known gap of read-only inputs, kept visible: strict, so this
-    # fails (and must be updated) once Numba refuses it.
-    op = numbax.numba_kernel(K.zeroes_its_input_flat, spec((8,)))
+@pytest.mark.parametrize("kernel", [
+    "zeroes_its_input_flat", "zeroes_its_input_flat_in_a_helper",
+    "zeroes_its_input_nditer", "zeroes_its_input_nditer_pairs",
+    "bumps_its_input_nditer_in_a_helper"])
+def test_writes_numba_lets_through_read_only_are_refused_too(kernel, rng):
+    """Numba 0.68 compiles a write through `.flat` of a read-only array, or
+    to a view np.nditer made of one (before: the write changed the caller's
+    JAX array, silently); numbax finds them in the typed IR."""
+    op = numbax.numba_kernel(getattr(K, kernel), spec((8,)))
     host = rng.uniform(1, 2, 8).astype(np.float32)
     x = jnp.asarray(host)
-    with pytest.raises(TypeError, match="writes to an input"):
-        jax.block_until_ready(op(x))
+    for call in (op, jax.jit(op)):
+        with pytest.raises(TypeError) as info:
+            jax.block_until_ready(call(x))
+        text = str(info.value)
+        for part in ("numba_kernel(", kernel, "writes to an input",
+                     "input_output_aliases", "Found: ", "cpu_kernels.py:"):
+            assert part in text, text
+    np.testing.assert_array_equal(np.asarray(x), host)
+
+
+def test_reading_through_flat_and_nditer_and_writing_outputs_runs(rng):
+    # The same constructs over outputs, or only reading inputs: no refusal.
+    op = numbax.numba_kernel(K.affine_through_nditer, spec((6, 5)))
+    host = rng.uniform(-1, 1, (6, 5)).astype(np.float32)
+    x = jnp.asarray(host)
+    np.testing.assert_allclose(np.asarray(jax.jit(op)(x)), 2 * host + 1,
+                               rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(x), host)
+    # An aliased input is the output's buffer: nditer may write it (the
+    # kernel sets out = 1, then zeroes x, the same buffer).
+    alias = numbax.numba_kernel(K.zeroes_its_input_nditer, spec((8,)),
+                                input_output_aliases={0: 0})
+    y = rng.uniform(1, 2, 8).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(jax.jit(alias)(jnp.asarray(y))),
+                                  np.zeros(8, np.float32))
 
 
 def test_an_aliased_input_may_be_written(rng):

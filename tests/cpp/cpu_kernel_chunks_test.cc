@@ -14,11 +14,25 @@ TEST(CpuKernelChunks, CountIsAFewPerThreadNeverMoreThanTheRange) {
   EXPECT_EQ(ChunkCount(0, 8), 0u);
   EXPECT_EQ(ChunkCount(1, 8), 1u);
   EXPECT_EQ(ChunkCount(3, 8), 3u);
-  EXPECT_EQ(ChunkCount(1000, 1), 8u);  // 2 workers (pool + caller) x 4
-  EXPECT_EQ(ChunkCount(1000, 15), 64u);
+  EXPECT_EQ(ChunkCount(1000, 2), 16u);  // 2 pool threads x 8
+  EXPECT_EQ(ChunkCount(1000, 16), 128u);
   // No pool (0 threads, or an error read as -1): the caller alone.
-  EXPECT_EQ(ChunkCount(1000, 0), 4u);
-  EXPECT_EQ(ChunkCount(1000, -1), 4u);
+  EXPECT_EQ(ChunkCount(1000, 0), 8u);
+  EXPECT_EQ(ChunkCount(1000, -1), 8u);
+}
+
+TEST(CpuKernelChunks, HelpersAreThePoolsOtherThreads) {
+  // The op runs on one pool thread: the others help, never one more.
+  EXPECT_EQ(HelperCount(16, 128), 15u);
+  EXPECT_EQ(HelperCount(2, 16), 1u);
+  // Never more helpers than chunks left after the caller's first.
+  EXPECT_EQ(HelperCount(16, 3), 2u);
+  // A one-thread pool, no pool, or one chunk: the caller alone.
+  EXPECT_EQ(HelperCount(1, 8), 0u);
+  EXPECT_EQ(HelperCount(0, 8), 0u);
+  EXPECT_EQ(HelperCount(-1, 8), 0u);
+  EXPECT_EQ(HelperCount(16, 1), 0u);
+  EXPECT_EQ(HelperCount(16, 0), 0u);
 }
 
 TEST(CpuKernelChunks, ChunksCoverTheRangeExactlyOnceInOrder) {

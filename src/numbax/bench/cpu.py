@@ -12,7 +12,8 @@ suite's, ``y = 2x + 1`` over 4096 float32:
   same kernel compiled with ``@njit(parallel=True)`` (``prange``) and the
   serial kernel: alone, four independent ops in one program ("at once") and
   the same four ops over the same buffers made to run one after another
-  ("in a row"). It runs in a child process: Numba's
+  ("in a row"), each sample after 10 ms of quiet (the threads a parallel
+  row leaves spinning would slow the next). It runs in a child process: Numba's
   ``workqueue`` threading layer aborts the process when several
   ``parallel=True`` kernels run at once, and an abort must cost a row, not
   the run.
@@ -56,7 +57,7 @@ from .cpu_report import fmt_load as _fmt_load
 
 #: The rows of the chain / single / vmap table, in table order.
 NAMES = ["native", "native_empty", "numba_kernel", "numba_kernel_empty",
-         "buffer_callback", "pure_callback", "jnp", "brainevent"]
+         "numba_kernel_xla", "buffer_callback", "pure_callback", "jnp", "brainevent"]
 #: Rows that always run: the targets are ratios to them.
 BASELINES = ["native", "native_empty"]
 #: The large-op rows: (name, label).
@@ -81,6 +82,10 @@ class CpuConfig:
     single_runs: int = 7
     large_n: int = 1 << 22
     large_runs: int = 5
+    # Seconds of quiet before each sample of a large program: a parallel
+    # row leaves threads spinning for a while (OpenMP's do, for up to
+    # milliseconds), which would slow whichever program runs next.
+    large_gap_s: float = 0.01
     tiny: bool = False
 
     @classmethod
@@ -91,6 +96,7 @@ class CpuConfig:
     def tiny_sizes(cls) -> CpuConfig:
         return cls(n=64, chain_length=4, batch=3, rounds=1, warmup_rounds=0,
                    chain_runs=1, single_runs=1, large_n=1024, large_runs=1,
+                   large_gap_s=0.0,
                    tiny=True)
 
 
@@ -177,6 +183,13 @@ def make_op(name: str, env: Env, *, vmapped: bool = False) -> Callable:
         numba_kernel = _numba_kernel_fn()
         kernel = kernels()["affine" if name == "numba_kernel" else "empty"]
         return lambda x: numba_kernel(kernel, _spec(x))(x)
+    if name == "numba_kernel_xla":
+        # The same kernel with parallel='xla' and no launch_dims: one call
+        # runs inline (its range is one index), a vmapped call spreads its
+        # slices over XLA's intra-op pool.
+        numba_kernel = _numba_kernel_fn()
+        return lambda x: numba_kernel(kernels()["affine"], _spec(x),
+                                      parallel="xla")(x)
     if name == "buffer_callback":
         try:
             from jax.experimental.buffer_callback import buffer_callback
@@ -424,6 +437,7 @@ def _large_child(cfg: CpuConfig, seed: int) -> list[dict]:
         k = r % max(len(names), 1)
         for name in names[k:] + names[:k]:
             for key, f in programs[name].items():
+                time.sleep(cfg.large_gap_s)
                 t = statistics.median(_time_once(f)
                                       for _ in range(cfg.large_runs))
                 if r >= cfg.warmup_rounds:
@@ -489,7 +503,8 @@ def run(*, quick: bool, tiny: bool, rounds: int | None, only: list[str] | None,
                    f"{cfg.warmup_rounds} unrecorded; chain sample: fastest "
                    f"of {cfg.chain_runs} runs; single and vmap: fastest of "
                    f"{cfg.single_runs} calls; large: median of "
-                   f"{cfg.large_runs} calls, in a child process"),
+                   f"{cfg.large_runs} calls after {cfg.large_gap_s * 1e3:g} ms "
+                   "of quiet, in a child process"),
         "config": asdict(cfg),
         "environment": dict(environment(env.native),
                             load_average_start=load_start),

@@ -13,6 +13,7 @@ LABELS = {
     "native_empty": "C++ FFI handler, empty",
     "numba_kernel": "numbax numba_kernel",
     "numba_kernel_empty": "numbax numba_kernel, empty",
+    "numba_kernel_xla": "numbax numba_kernel, parallel='xla'",
     "buffer_callback": "buffer_callback + @njit",
     "pure_callback": "jax.pure_callback",
     "jnp": "jnp",

@@ -36,7 +36,7 @@ NAMES = ["native", "native_cmdbuf", "numbax_kernel", "numbax_callable",
 BASELINES = ["native", "native_cmdbuf"]
 #: The CPU rows' names (numbax.bench.cpu.NAMES), for --only on a CPU run.
 CPU_NAMES = ["native", "native_empty", "numba_kernel", "numba_kernel_empty",
-             "buffer_callback", "pure_callback", "jnp", "brainevent"]
+             "numba_kernel_xla", "buffer_callback", "pure_callback", "jnp", "brainevent"]
 SIMULATOR_ENV = {"JAX_PLATFORMS": "cpu", "NUMBA_ENABLE_CUDASIM": "1"}
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from ..runtime import keys, ops, registry
 from ..trace import checks, scalar_args, shape_fns, sharding_rules
 # vmap.py gives the primitive its batching rule when imported.
-from . import primitive, vmap, wrapper  # noqa: F401
+from . import input_writes, primitive, vmap, wrapper  # noqa: F401
 
 PARALLEL = (None, "xla")
 OP = "numba_kernel"
@@ -133,15 +133,8 @@ class NumbaKernel(ops.Op):
             argtypes = _compiled_types(self.kernel, argtypes)
         except Exception as exc:  # noqa: BLE001 - Numba's typing errors
             if "readonly" in str(exc):
-                raise TypeError(
-                    f"{self.label}: the kernel writes to an input array. "
-                    "Inputs are XLA's buffers, which other arrays may "
-                    "share, so numba_kernel passes them read-only: write "
-                    "results into the outputs (the kernel's last "
-                    "arguments), or, to update an input in place, alias it "
-                    "to an output (input_output_aliases={input: output}) "
-                    f"and write that. Numba said: {type(exc).__name__}: "
-                    f"{exc}") from None
+                raise self._writes_an_input(
+                    f"Numba said: {type(exc).__name__}: {exc}") from None
             head = ("(begin, end) as uint64 first (launch_dims was given), "
                     if self._range >= 0 else "")
             raise TypeError(
@@ -167,6 +160,20 @@ class NumbaKernel(ops.Op):
                 "return values, so results must be written into the output "
                 "arrays (the kernel's last arguments) and the kernel must "
                 "return None")
+        found = input_writes.hidden_write(cres)
+        if found is not None:
+            raise self._writes_an_input(
+                f"Found: {found}, which Numba compiles for read-only arrays "
+                "but numbax refuses.")
+
+    def _writes_an_input(self, detail: str) -> TypeError:
+        return TypeError(
+            f"{self.label}: the kernel writes to an input array. Inputs are "
+            "XLA's buffers, which other arrays may share, so numba_kernel "
+            "passes them read-only: write results into the outputs (the "
+            "kernel's last arguments), or, to update an input in place, "
+            "alias it to an output (input_output_aliases={input: output}) "
+            f"and write that. {detail}")
 
     # -- keys ------------------------------------------------------------------
 
