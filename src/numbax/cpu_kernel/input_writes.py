@@ -99,7 +99,7 @@ def _scan(cres: Any, tainted_args: frozenset, seen: set) -> str | None:
     from numba.core import ir, types
 
     key = (id(cres), tainted_args)
-    annotation = getattr(cres, "type_annotation", None)
+    annotation: Any = getattr(cres, "type_annotation", None)
     # An overload loaded from Numba's cache has a string here, or nothing.
     if key in seen or not hasattr(annotation, "typemap"):
         return None
