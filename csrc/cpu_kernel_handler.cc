@@ -8,20 +8,17 @@
 // what the kernel raised.
 #include "cpu_kernel_handler.h"
 
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "call_frame.h"
 #include "counters.h"
 #include "cpu_kernel_chunks.h"
+#include "cpu_pool.h"
 #include "ffi_binding.h"
 #include "interpreter.h"
 #include "python_errors.h"
@@ -201,96 +198,26 @@ int32_t RunPart(const CpuKernelSite& site, void* const* data,
   return site.wrapper()(data, dims, begin, end);
 }
 
-// One pause of a spin-wait: tells the core (and a hyperthread sibling) that
-// this thread is only waiting.
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#else
-  std::this_thread::yield();
-#endif
-}
-
-// The state chunks share. Owned jointly by the caller and every task it
-// schedules: a task the pool starts after the last chunk finished (the
-// caller has returned by then) finds no chunk left and touches nothing
-// else.
-struct Chunks {
+// What a chunk of a parallel call needs: the caller's frame, alive until
+// the last chunk is done.
+struct PartContext {
   const CpuKernelSite* site;
   void* const* data;
   const int64_t* const* dims;
-  uint64_t total, count;
-  std::atomic<uint64_t> next{0}, done{0};
-  std::atomic<int32_t> status{0};
-  std::mutex mu;
-  std::condition_variable all_done;
-
-  void Work() {
-    for (;;) {
-      const uint64_t i = next.fetch_add(1, std::memory_order_relaxed);
-      if (i >= count) return;
-      const ChunkBounds b = Chunk(total, count, i);
-      if (int32_t s = RunPart(*site, data, dims, b.begin, b.end)) {
-        int32_t ok = 0;
-        status.compare_exchange_strong(ok, s);
-      }
-      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == count) {
-        std::lock_guard<std::mutex> lock(mu);
-        all_done.notify_all();
-      }
-    }
-  }
-
-  bool Finished() const {
-    return done.load(std::memory_order_acquire) == count;
-  }
-
-  // Waits for the chunks other threads took. Those threads are running
-  // (a chunk is taken only by a thread that runs it), so the wait is short:
-  // spin up to kSpin first, since a blocked caller wakes late after the
-  // notify (a 1M-element op on 16 cores took 102 us blocking, 83 us
-  // spinning); then block, so that a thread the OS preempted mid-chunk
-  // costs no core.
-  void Await() {
-    constexpr auto kSpin = std::chrono::microseconds(100);
-    const auto until = std::chrono::steady_clock::now() + kSpin;
-    for (uint32_t i = 1; !Finished(); ++i) {
-      CpuRelax();
-      if (i % 64 == 0 && std::chrono::steady_clock::now() > until) {
-        std::unique_lock<std::mutex> lock(mu);
-        all_done.wait(lock, [this] { return Finished(); });
-        return;
-      }
-    }
-  }
 };
 
-// range(total) in chunks on XLA's intra-op pool; the calling thread takes
-// chunks too, so a busy (or one-thread) pool delays the call but never
-// deadlocks it.
+int32_t RunContextPart(const void* ctx, uint64_t begin, uint64_t end) {
+  const auto* c = static_cast<const PartContext*>(ctx);
+  return RunPart(*c->site, c->data, c->dims, begin, end);
+}
+
+// range(total) in chunks on XLA's intra-op pool (cpu_pool.h).
 int32_t RunOnPool(ffi::ThreadPool& pool, const CpuKernelSite& site,
                   void* const* data, const int64_t* const* dims,
                   uint64_t total) {
-  const int64_t threads = pool.num_threads();
-  const uint64_t count = ChunkCount(total, threads);
-  const uint64_t helpers = HelperCount(threads, count);
-  if (helpers == 0) {
-    return RunPart(site, data, dims, 0, total);
-  }
-  auto chunks = std::make_shared<Chunks>();
-  chunks->site = &site;
-  chunks->data = data;
-  chunks->dims = dims;
-  chunks->total = total;
-  chunks->count = count;
-  for (uint64_t t = 0; t < helpers; ++t) {
-    pool.Schedule([chunks] { chunks->Work(); });
-  }
-  chunks->Work();
-  chunks->Await();
-  return chunks->status.load();
+  const PartContext ctx{&site, data, dims};
+  return RunInChunks(pool, pool.num_threads(), total, RunContextPart, &ctx,
+                     Board(), PoolSpin());
 }
 
 // Up to this many buffers and scalars, a plain call's argument arrays live
