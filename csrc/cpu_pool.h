@@ -46,40 +46,87 @@ inline void CpuRelax() {
 // What a chunk runs: the wrapper over [begin, end); its status (0: ok).
 using PartFn = int32_t (*)(const void* ctx, uint64_t begin, uint64_t end);
 
-// One call's range, cut into chunks that any thread may take. Shared by the
-// caller and every thread that may take a chunk: a thread that comes after
-// the last chunk was taken (the caller may have returned by then) finds
-// none and touches nothing else (`ctx` is the caller's, valid only while
-// chunks are left).
+// A thread's seat: a small number, the same on every call. A thread takes
+// the chunks of its seat's group first, so that call after call it runs
+// the same part of the range and finds that part's data in its core's
+// cache, as OpenMP's static schedule (prange's) does; then it takes what
+// is left of the other groups, so a thread that starts late costs nothing.
+inline uint32_t ThreadSeat() {
+  static std::atomic<uint32_t> next{0};
+  thread_local const uint32_t seat =
+      next.fetch_add(1, std::memory_order_relaxed);
+  return seat;
+}
+
+// Consecutive chunks [next, end) of a call, on a cache line of their own.
+struct alignas(64) ChunkGroup {
+  std::atomic<uint64_t> next{0};
+  uint64_t end = 0;
+};
+
+// One call's range, cut into chunks in `groups` groups of consecutive
+// chunks (one per worker). Shared by the caller and every thread that may
+// take a chunk: a thread that comes after the last chunk was taken (the
+// caller may have returned by then) finds none and touches nothing else
+// (`ctx` is the caller's, valid only while chunks are left).
 struct ChunkedCall {
-  PartFn part;
-  const void* ctx;
-  uint64_t total, count;
-  std::atomic<uint64_t> next{0}, done{0};
+  ChunkedCall(PartFn part_fn, const void* part_ctx, uint64_t range,
+              uint64_t chunks, uint64_t workers)
+      : part(part_fn),
+        ctx(part_ctx),
+        total(range),
+        count(chunks),
+        groups(std::max<uint64_t>(1, std::min(workers, chunks))),
+        group(new ChunkGroup[groups]) {
+    for (uint64_t g = 0; g < groups; ++g) {
+      group[g].next.store(g * count / groups, std::memory_order_relaxed);
+      group[g].end = (g + 1) * count / groups;
+    }
+  }
+
+  const PartFn part;
+  const void* const ctx;
+  const uint64_t total, count, groups;
+  const std::unique_ptr<ChunkGroup[]> group;
+  std::atomic<uint64_t> done{0};
   std::atomic<int32_t> status{0};
   std::mutex mu;
   std::condition_variable all_done;
 
   bool HasChunks() const {
-    return next.load(std::memory_order_relaxed) < count;
+    for (uint64_t g = 0; g < groups; ++g) {
+      if (group[g].next.load(std::memory_order_relaxed) < group[g].end) {
+        return true;
+      }
+    }
+    return false;
   }
   bool Finished() const {
     return done.load(std::memory_order_acquire) == count;
   }
 
-  void Work() {
-    for (;;) {
-      const uint64_t i = next.fetch_add(1, std::memory_order_relaxed);
-      if (i >= count) return;
-      const ChunkBounds b = Chunk(total, count, i);
-      if (int32_t s = part(ctx, b.begin, b.end)) {
-        int32_t ok = 0;
-        status.compare_exchange_strong(ok, s);
+  // Runs chunks until none is left: the seat's group first, then the
+  // groups after it in turn.
+  void Work(uint32_t seat) {
+    for (uint64_t k = 0; k < groups; ++k) {
+      ChunkGroup& g = group[(seat + k) % groups];
+      for (;;) {
+        const uint64_t i = g.next.fetch_add(1, std::memory_order_relaxed);
+        if (i >= g.end) break;
+        Run(i);
       }
-      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == count) {
-        std::lock_guard<std::mutex> lock(mu);
-        all_done.notify_all();
-      }
+    }
+  }
+
+  void Run(uint64_t i) {
+    const ChunkBounds b = Chunk(total, count, i);
+    if (int32_t s = part(ctx, b.begin, b.end)) {
+      int32_t ok = 0;
+      status.compare_exchange_strong(ok, s);
+    }
+    if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == count) {
+      std::lock_guard<std::mutex> lock(mu);
+      all_done.notify_all();
     }
   }
 
@@ -142,7 +189,7 @@ class CallBoard {
         seen = now_posted;
         while (auto call = Take()) {
           watching_.fetch_sub(1, std::memory_order_acq_rel);
-          call->Work();
+          call->Work(ThreadSeat());
           watching_.fetch_add(1, std::memory_order_acq_rel);
           until = std::chrono::steady_clock::now() + spin;
         }
@@ -195,23 +242,20 @@ int32_t RunInChunks(Pool& pool, int64_t threads, uint64_t total, PartFn part,
   const uint64_t count = ChunkCount(total, threads);
   const uint64_t helpers = HelperCount(threads, count);
   if (helpers == 0) return part(ctx, 0, total);
-  auto call = std::make_shared<ChunkedCall>();
-  call->part = part;
-  call->ctx = ctx;
-  call->total = total;
-  call->count = count;
+  auto call =
+      std::make_shared<ChunkedCall>(part, ctx, total, count, helpers + 1);
   board.Post(call);
   const uint64_t ready =
       static_cast<uint64_t>(std::max<int64_t>(board.watching(), 0));
   const std::thread::id caller = std::this_thread::get_id();
   for (uint64_t t = std::min(ready, helpers); t < helpers; ++t) {
     pool.Schedule([call, &board, spin, caller] {
-      call->Work();
+      call->Work(ThreadSeat());
       // XLA runs a task it could not schedule on the caller: no watch there.
       if (std::this_thread::get_id() != caller) board.Watch(spin);
     });
   }
-  call->Work();
+  call->Work(ThreadSeat());
   call->Await();
   board.Remove(call.get());
   return call->status.load();

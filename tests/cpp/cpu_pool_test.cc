@@ -183,6 +183,36 @@ TEST(CpuPool, HelpersStayToTakeTheNextCallsChunks) {
   EXPECT_LT(late.tasks.size(), 3u);      // watching helpers were counted
 }
 
+TEST(CpuPool, AThreadTakesItsSeatsGroupFirstThenTheRest) {
+  // 12 chunks of 120 indices in 4 groups of 3: seat 6 takes group 2 (chunks
+  // 6-8), then 3, 0 and 1; the same seat gets the same part on every call.
+  std::vector<uint64_t> begins;
+  struct Order {
+    std::vector<uint64_t>* begins;
+    static int32_t Part(const void* ctx, uint64_t begin, uint64_t) {
+      static_cast<const Order*>(ctx)->begins->push_back(begin);
+      return 0;
+    }
+  } order{&begins};
+  ChunkedCall call(Order::Part, &order, 120, 12, 4);
+  call.Work(6);
+  EXPECT_EQ(begins, (std::vector<uint64_t>{60, 70, 80, 90, 100, 110, 0, 10, 20,
+                                           30, 40, 50}));
+  EXPECT_TRUE(call.Finished());
+  EXPECT_FALSE(call.HasChunks());
+  // Fewer chunks than workers: one group per chunk.
+  ChunkedCall few(Order::Part, &order, 3, 3, 8);
+  EXPECT_EQ(few.groups, 3u);
+}
+
+TEST(CpuPool, AThreadKeepsItsSeat) {
+  const uint32_t mine = ThreadSeat();
+  EXPECT_EQ(ThreadSeat(), mine);
+  uint32_t other = mine;
+  std::thread([&] { other = ThreadSeat(); }).join();
+  EXPECT_NE(other, mine);
+}
+
 TEST(CpuPool, SpinComesFromTheEnvironmentWithADefault) {
   // Read once per process: the default here (the test runs without it).
   EXPECT_EQ(PoolSpin(), microseconds(100));
