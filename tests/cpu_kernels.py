@@ -108,6 +108,59 @@ def bumps_its_input_nditer_in_a_helper(x, out):
 
 
 @numba.njit
+def writes_its_input_as_contiguous(x, out):
+    """np.ascontiguousarray returns x's own buffer, typed writable."""
+    out[:] = 1
+    y = np.ascontiguousarray(x)
+    y[0] = 0
+
+
+@numba.njit
+def writes_its_input_diagonal(x, out):
+    out[:] = 1
+    np.fill_diagonal(x.reshape(2, 4), 0)
+
+
+@numba.njit
+def writes_its_input_by_dot_out(x, out):
+    out[:] = 1
+    a = np.ones((2, 2), np.float32)
+    np.dot(a, a, x.reshape(4, 2)[:2])
+
+
+@numba.njit
+def _zero_view(view):
+    view[...] = 0
+
+
+@numba.njit
+def writes_nditer_view_by_keyword(x, out):
+    out[:] = 1
+    for v in np.nditer(x):
+        _zero_view(view=v)
+
+
+@numba.njit
+def _same(view):
+    return view
+
+
+@numba.njit
+def writes_nditer_view_a_helper_returned(x, out):
+    out[:] = 1
+    for v in np.nditer(x):
+        w = _same(v)
+        w[...] = 0
+
+
+@numba.njit
+def writes_nditer_view_from_zip(x, out):
+    out[:] = 1
+    for v, _ in zip(np.nditer(x), range(8)):
+        v[...] = 0
+
+
+@numba.njit
 def affine_through_nditer(x, out):
     """out = 2x + 1, written through the out views np.nditer pairs with x's,
     read through x's views and .flat: no input written."""
@@ -119,6 +172,20 @@ def affine_through_nditer(x, out):
     for w in np.nditer(x):
         total += w.item()
     out.flat[0] = out.flat[0] + 0 * total
+
+
+def _object_mode_check(v):
+    if v < 0:
+        raise ValueError("negative, seen in object mode")
+
+
+@numba.njit
+def raises_in_object_mode(x, out):
+    """out = x; raises from a `with numba.objmode()` block on a negative."""
+    for i in range(x.size):
+        out[i] = x[i]
+    with numba.objmode():
+        _object_mode_check(x.min())
 
 
 @numba.njit

@@ -59,6 +59,18 @@ def test_a_kernel_that_raises_is_an_xla_error_naming_op_and_exception(
         jax.block_until_ready(op(x))
 
 
+def test_an_object_mode_block_is_refused_at_trace_time():
+    # An exception raised in it escapes Numba's try/except, so the wrapper
+    # could not report it (before: the kernel went on, and Python found the
+    # exception later, failing the caller with SystemError).
+    op = numbax.numba_kernel(K.raises_in_object_mode, spec((6,)))
+    for call in (op, jax.jit(op)):
+        with pytest.raises(TypeError, match=r"numba_kernel\(.*"
+                           r"raises_in_object_mode\): the kernel has a `with "
+                           r"numba.objmode\(\):` block.*jax.pure_callback"):
+            call(np.ones(6, np.float32))
+
+
 def test_a_raise_with_an_aliased_input_is_an_error_without_a_rerun():
     @numba.njit
     def bad_inplace(x, out):
@@ -141,11 +153,14 @@ def test_a_kernel_writing_an_input_is_refused_at_trace_time(how, rng):
 @pytest.mark.parametrize("kernel", [
     "zeroes_its_input_flat", "zeroes_its_input_flat_in_a_helper",
     "zeroes_its_input_nditer", "zeroes_its_input_nditer_pairs",
-    "bumps_its_input_nditer_in_a_helper"])
+    "bumps_its_input_nditer_in_a_helper", "writes_its_input_as_contiguous",
+    "writes_its_input_diagonal", "writes_its_input_by_dot_out",
+    "writes_nditer_view_by_keyword", "writes_nditer_view_a_helper_returned",
+    "writes_nditer_view_from_zip"])
 def test_writes_numba_lets_through_read_only_are_refused_too(kernel, rng):
-    """Numba 0.68 compiles a write through `.flat` of a read-only array, or
-    to a view np.nditer made of one (before: the write changed the caller's
-    JAX array, silently); numbax finds them in the typed IR."""
+    """Numba 0.68 compiles these writes to a read-only array (before: each
+    changed the caller's JAX array, silently); numbax finds them in the
+    typed IR (cpu_kernel/kernel_audit.py)."""
     op = numbax.numba_kernel(getattr(K, kernel), spec((8,)))
     host = rng.uniform(1, 2, 8).astype(np.float32)
     x = jnp.asarray(host)
@@ -157,6 +172,61 @@ def test_writes_numba_lets_through_read_only_are_refused_too(kernel, rng):
                      "input_output_aliases", "Found: ", "cpu_kernels.py:"):
             assert part in text, text
     np.testing.assert_array_equal(np.asarray(x), host)
+
+
+def test_a_cached_kernel_is_audited_in_every_process(tmp_path):
+    """Numba caches a kernel (cache=True) before numbax refuses it, and the
+    next process loads it without typed IR: numbax then audits an uncached
+    twin (before: the second process ran it, writing its input). A kernel
+    that passed is marked beside Numba's cache, so its warm start compiles
+    no twin."""
+    (tmp_path / "cached_kernels.py").write_text(textwrap.dedent("""
+        import numba
+
+        @numba.njit(cache=True)
+        def writes(x, out):
+            out[:] = 1
+            x.flat[0] = 0
+
+        @numba.njit(cache=True)
+        def fine(x, out):
+            for i in range(x.size):
+                out[i] = 2 * x[i]
+    """))
+    code = textwrap.dedent("""
+        import jax, jax.numpy as jnp, numpy as np, numbax
+        from numbax.cpu_kernel import kernel_audit
+        import cached_kernels as C
+        spec = jax.ShapeDtypeStruct((4,), jnp.float32)
+        x = jnp.ones(4, jnp.float32)
+        try:
+            numbax.numba_kernel(C.writes, spec)(x)
+            print("RAN", np.asarray(x).tolist())
+        except TypeError as e:
+            print("REFUSED" if "writes to an input" in str(e) else e)
+        y = numbax.numba_kernel(C.fine, spec)(x)
+        print("FINE", np.asarray(y).tolist())
+        print("HITS", sum(C.writes.stats.cache_hits.values()),
+              sum(C.fine.stats.cache_hits.values()))
+        print("TWINS", sorted(d.__name__ for d in kernel_audit._twins))
+    """)
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env.get("PYTHONPATH", "")
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                              text=True, env=env, timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(proc.stdout.splitlines())
+    first, second = runs
+    assert first[0] == second[0] == "REFUSED", runs
+    assert first[1] == second[1] == "FINE [2.0, 2.0, 2.0, 2.0]", runs
+    # The second process loaded both from Numba's cache; it audited a twin
+    # of the refused one only.
+    hits = [int(v) for v in second[2].split()[1:]]
+    assert all(h > 0 for h in hits), runs
+    assert first[3] == "TWINS []" and second[3] == "TWINS ['writes']", runs
 
 
 def test_reading_through_flat_and_nditer_and_writing_outputs_runs(rng):

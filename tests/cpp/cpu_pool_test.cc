@@ -164,8 +164,8 @@ TEST(CpuPool, HelpersStayToTakeTheNextCallsChunks) {
   // that a slow machine cannot miss it); the second call, on a pool that
   // would run nothing in time, is helped by them, and schedules tasks only
   // for the helpers still lacking.
+  CallBoard board;  // outlives the pool, whose helpers watch it
   ThreadPool pool(4);
-  CallBoard board;
   Visits first(40000);
   RunInChunks(pool, 4, 40000, Visits::Part, &first, board, milliseconds(500));
   const auto deadline = std::chrono::steady_clock::now() + milliseconds(400);

@@ -22,7 +22,7 @@ import numpy as np
 from ..runtime import keys, ops, registry
 from ..trace import checks, scalar_args, shape_fns, sharding_rules
 # vmap.py gives the primitive its batching rule when imported.
-from . import input_writes, primitive, vmap, wrapper  # noqa: F401
+from . import kernel_audit, primitive, vmap, wrapper  # noqa: F401
 
 PARALLEL = (None, "xla")
 OP = "numba_kernel"
@@ -160,7 +160,15 @@ class NumbaKernel(ops.Op):
                 "return values, so results must be written into the output "
                 "arrays (the kernel's last arguments) and the kernel must "
                 "return None")
-        found = input_writes.hidden_write(cres)
+        found = kernel_audit.audit_cached(self.kernel, tuple(argtypes), cres)
+        if found is not None and "numba.objmode" in found:
+            raise TypeError(
+                f"{self.label}: the kernel has {found}. numba_kernel runs "
+                "nopython kernels only: an object-mode block takes the GIL on "
+                "every call, and an exception raised in it escapes Numba's "
+                "try/except, so the op could not report it. Move the Python "
+                "code out of the kernel (before or after the op, or into a "
+                "jax.pure_callback)")
         if found is not None:
             raise self._writes_an_input(
                 f"Found: {found}, which Numba compiles for read-only arrays "

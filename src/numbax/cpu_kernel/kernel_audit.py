@@ -1,0 +1,386 @@
+"""What a compiled kernel may not do, found in its typed IR at trace time.
+
+numba_kernel hands the kernel its inputs as read-only Numba arrays, so that
+a kernel writing one fails to compile (op.py says so, naming the fix).
+Numba 0.68 enforces that for indexing, slicing, views and in-place
+operators, but lets some writes through; each would change XLA's buffer,
+and the caller's JAX array, silently:
+
+- ``x.flat[i] = v``: the ``.flat`` of a read-only array is typed writable;
+- the 0-d views ``np.nditer`` yields are typed writable whatever the array
+  (``for v in np.nditer(x): v[...] = w``);
+- ``np.ascontiguousarray(x)`` and ``np.asfortranarray(x)`` return the same
+  buffer typed writable; ``np.fill_diagonal(x, v)`` and
+  ``np.random.shuffle(x)`` write a read-only array; ``out=`` may name one.
+
+:func:`audit` finds them: it follows every value that may be a view of a
+read-only input (an nditer's view, what those functions return) through
+copies, containers, iterators, method and function results, and calls of
+other ``@njit`` functions (whose parameters it then follows), and reports a
+write to one: a setitem, an in-place operator, or an ``out`` argument. It
+over-approximates: a value once bound to such a view counts as one on
+every path, so a kernel that writes an output through a variable that
+elsewhere held an input's view is refused too (write the output directly).
+
+It also refuses a ``with numba.objmode():`` block, in the kernel or a
+function it calls: that takes the GIL on every call, and an exception
+raised there escapes Numba's own ``try``/``except``, so the wrapper could
+not report it (the kernel would go on with the exception pending).
+
+An overload Numba loaded from its cache (``cache=True``) keeps no typed
+IR: the audit then compiles an uncached twin of the function for the same
+types, unless this numbax has already passed that overload (a marker file
+beside Numba's cache, keyed like numbax's cached wrappers), so a warm start
+compiles nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any
+
+#: Functions that return their read-only argument typed writable (the
+#: result is a view of it) and functions that write their argument i.
+VIEW_OF = ("ascontiguousarray", "asfortranarray")
+WRITES_ARG = {"fill_diagonal": 0, "shuffle": 0, "copyto": 0, "dot": 2}
+
+
+def audit(dispatcher: Any, argtypes: tuple, cres: Any) -> str | None:
+    """What the overload `cres` of `dispatcher` for `argtypes` (and the
+    ``@njit`` functions it calls) does that numba_kernel refuses, or None."""
+    return _Audit().function(dispatcher, tuple(argtypes), cres, frozenset())
+
+
+def _where(what: str, stmt: Any) -> str:
+    loc = getattr(stmt, "loc", None)
+    if loc is None or not getattr(loc, "filename", None):
+        return what
+    return f"{what} ({os.path.basename(loc.filename)}:{loc.line})"
+
+
+_twins: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _typed(dispatcher: Any, argtypes: tuple, cres: Any) -> Any:
+    """The typed IR of the overload, from an uncached twin when Numba loaded
+    it from its cache; None when there is none to be had."""
+    annotation = getattr(cres, "type_annotation", None)
+    if hasattr(annotation, "typemap"):
+        return annotation
+    py_func = getattr(dispatcher, "py_func", None)
+    if py_func is None:
+        return None
+    import numba
+    twin = _twins.get(dispatcher)
+    if twin is None:
+        options = dict(getattr(dispatcher, "targetoptions", {}))
+        options.pop("cache", None)
+        twin = numba.jit(**options)(py_func)
+        _twins[dispatcher] = twin
+    twin.compile(argtypes)
+    annotation = getattr(twin.overloads.get(argtypes), "type_annotation",
+                         None)
+    return annotation if hasattr(annotation, "typemap") else None
+
+
+def _array_like(t: Any) -> bool:
+    """Whether a value of type `t` may hold an array (or a view of one)."""
+    from numba.core import types as numba_types
+    types: Any = numba_types  # re-exported names mypy cannot see
+    if isinstance(t, (types.Array, types.NumpyFlatType)):
+        return True
+    if isinstance(t, types.containers.BaseTuple):
+        return any(_array_like(e) for e in t)
+    if isinstance(t, (types.List, types.ListType, types.Set)):
+        return _array_like(t.dtype)
+    if isinstance(t, (types.IteratorType, types.SimpleIterableType,
+                      types.Generator)):
+        return True
+    if isinstance(t, types.Pair):
+        return _array_like(t.first_type)
+    return False
+
+
+def _read_only(t: Any) -> bool:
+    from numba.core import types
+    return isinstance(t, types.Array) and not t.mutable
+
+
+def _function_name(t: Any) -> str | None:
+    """The name of the numpy function a `types.Function` stands for."""
+    key = getattr(t, "typing_key", None)
+    return getattr(key, "__name__", None) if callable(key) else None
+
+
+class _Audit:
+    def __init__(self) -> None:
+        self.seen: set = set()
+
+    def function(self, dispatcher, argtypes, cres, tainted_args) -> str | None:
+        from numba.core import types
+        from numba.core.dispatcher import ObjModeLiftedWith
+
+        key = (id(dispatcher), argtypes, tainted_args)
+        if key in self.seen:
+            return None
+        self.seen.add(key)
+        if any(isinstance(f, ObjModeLiftedWith)
+               for f in getattr(cres, "lifted", ()) or ()):
+            return "a `with numba.objmode():` block"
+        annotation = _typed(dispatcher, argtypes, cres)
+        if annotation is None:
+            return None
+        typemap, calltypes = annotation.typemap, annotation.calltypes
+        taint = self._taints(annotation, tainted_args)
+
+        def hot(var) -> bool:
+            got = taint.get(var.name)
+            return got is True or _read_only(typemap.get(var.name))
+
+        for stmt in self._statements(annotation):
+            found = self._statement(stmt, typemap, calltypes, taint, hot,
+                                    types)
+            if found is not None:
+                return found
+        return None
+
+    @staticmethod
+    def _statements(annotation):
+        for block in annotation.blocks.values():
+            yield from block.body
+
+    def _statement(self, stmt, typemap, calltypes, taint, hot, types):
+        from numba.core import ir
+
+        if isinstance(stmt, (ir.SetItem, ir.StaticSetItem)):
+            target = typemap.get(stmt.target.name)
+            if (isinstance(target, types.NumpyFlatType)
+                    and not target.array_type.mutable):
+                return _where("a write through `.flat` of a read-only input",
+                              stmt)
+            if taint.get(stmt.target.name) is True:
+                return _where("a write to a view of a read-only input",
+                              stmt)
+            return None
+        if not (isinstance(stmt, ir.Assign)
+                and isinstance(stmt.value, ir.Expr)):
+            return None
+        expr = stmt.value
+        if expr.op == "inplace_binop" and taint.get(expr.lhs.name) is True:
+            return _where("an in-place operator on a view of a read-only "
+                          "input", stmt)
+        if expr.op != "call":
+            return None
+        callee = typemap.get(expr.func.name)
+        kws = dict(expr.kws or ())
+        if "out" in kws and hot(kws["out"]):
+            return _where("`out=` naming a read-only input or a view of one",
+                          stmt)
+        name = _function_name(callee)
+        if name in WRITES_ARG:
+            i = WRITES_ARG[name]
+            if i < len(expr.args) and hot(expr.args[i]):
+                return _where(f"np.{name} writing a read-only input", stmt)
+        ufunc = getattr(callee, "typing_key", None)
+        nin = getattr(ufunc, "nin", None)
+        if isinstance(nin, int) and any(hot(a) for a in expr.args[nin:]):
+            return _where("a ufunc's output naming a read-only input or a "
+                          "view of one", stmt)
+        if isinstance(callee, types.ObjModeDispatcher):
+            return _where("a `with numba.objmode():` block", stmt)
+        if not isinstance(callee, types.Dispatcher):
+            return None
+        sig = calltypes.get(expr)
+        if sig is None:
+            return None
+        args = tuple(sig.args)
+        inner = callee.dispatcher.overloads.get(args)
+        if inner is None:
+            return None
+        passed = list(expr.args) + [v for _, v in (expr.kws or ())]
+        if expr.vararg is not None:
+            passed.append(expr.vararg)
+        if any(_carries(taint, v.name) for v in passed):
+            # By keyword or through *args the position is not plain: every
+            # parameter may then hold the view.
+            if expr.kws or expr.vararg is not None:
+                flagged = frozenset(range(len(args)))
+            else:
+                flagged = frozenset(i for i, v in enumerate(expr.args)
+                                    if _carries(taint, v.name))
+        else:
+            flagged = frozenset()
+        return self.function(callee.dispatcher, args, inner, flagged)
+
+    @staticmethod
+    def _taints(annotation, tainted_args) -> dict:
+        """The variables that may hold a view of a read-only input (not the
+        read-only arrays themselves, which their type says): True, or per
+        element for a tuple of nditer views (a flag per array of the
+        nditer, so that the views of outputs stay writable). Iterated to a
+        fixed point: loops put a variable's copies before its
+        definition."""
+        from numba.core import ir, types
+
+        typemap = annotation.typemap
+        taint: dict = {}
+
+        def carries(var) -> bool:
+            got = taint.get(var.name) if isinstance(var, ir.Var) else None
+            return got is True or (isinstance(got, tuple) and any(got))
+
+        def nditer_flags(var):
+            t = typemap.get(var.name) if isinstance(var, ir.Var) else None
+            if isinstance(t, types.NumpyNdIterType):
+                return tuple(not getattr(a, "mutable", True)
+                             for a in t.arrays)
+            return None
+
+        changed = True
+        while changed:
+            changed = False
+            for block in annotation.blocks.values():
+                for stmt in block.body:
+                    if not isinstance(stmt, ir.Assign):
+                        continue
+                    target = stmt.target.name
+                    if taint.get(target) is True or not _array_like(
+                            typemap.get(target)):
+                        continue
+                    value, got = stmt.value, None
+                    if isinstance(value, ir.Arg):
+                        got = True if value.index in tainted_args else None
+                    elif isinstance(value, ir.Var):
+                        got = taint.get(value.name)
+                    elif isinstance(value, ir.Expr):
+                        got = _expr_taint(value, typemap, taint, carries,
+                                          nditer_flags, stmt.target)
+                        if got is None and value.op == "call":
+                            # A method of a view returns a view of it.
+                            owner = _receiver(annotation, value.func)
+                            if owner is not None and _carries(taint, owner):
+                                got = True
+                        if value.op == "call" and carries_any(value, carries):
+                            # A bound method's receiver too (list.append).
+                            owner = _receiver(annotation, value.func)
+                            if owner is not None and taint.get(owner) is not \
+                                    True and _array_like(typemap.get(owner)):
+                                taint[owner] = True
+                                changed = True
+                    if isinstance(got, tuple) and not any(got):
+                        got = None
+                    if got is not None and taint.get(target) != got:
+                        taint[target] = got
+                        changed = True
+        return taint
+
+
+def _carries(taint: dict, name: str) -> bool:
+    got = taint.get(name)
+    return got is True or (isinstance(got, tuple) and any(got))
+
+
+def carries_any(expr, carries) -> bool:
+    passed = list(expr.args) + [v for _, v in (expr.kws or ())]
+    if expr.vararg is not None:
+        passed.append(expr.vararg)
+    return any(carries(v) for v in passed)
+
+
+def _expr_taint(value, typemap, taint, carries, nditer_flags, target):
+    """The taint of `target = value` (an ir.Expr), or None."""
+    from numba.core import types
+
+    op = value.op
+    if op in ("getiter", "iternext"):
+        flags = nditer_flags(value.value)
+        if flags is not None:
+            return flags
+        return taint.get(value.value.name)
+    if op in ("pair_first", "exhaust_iter"):
+        got = taint.get(value.value.name)
+        if isinstance(got, tuple) and op == "pair_first" and not isinstance(
+                typemap.get(target.name), types.containers.BaseTuple):
+            return True if any(got) else None
+        return got
+    if op == "static_getitem":
+        got = taint.get(value.value.name)
+        if isinstance(got, tuple) and isinstance(value.index, int):
+            return True if 0 <= value.index < len(got) and got[value.index] \
+                else None
+        return True if carries(value.value) else None
+    if op in ("getitem", "typed_getitem", "getattr"):
+        return True if carries(value.value) else None
+    if op in ("build_tuple", "build_list", "build_set"):
+        return True if any(carries(v) for v in value.items) else None
+    if op == "call":
+        if carries_any(value, carries):
+            return True
+        # zip(np.nditer(x), ...), enumerate(...), next(...): the views.
+        if any(any(nditer_flags(v) or ()) for v in value.args):
+            return True
+        callee = typemap.get(value.func.name)
+        if _function_name(callee) in VIEW_OF and any(
+                _read_only(typemap.get(v.name)) for v in value.args):
+            return True
+    return None
+
+
+def _receiver(annotation, func_var) -> str | None:
+    """The variable a bound method was taken from (`obj` of `obj.meth`)."""
+    from numba.core import ir
+    for block in annotation.blocks.values():
+        for stmt in block.body:
+            if (isinstance(stmt, ir.Assign) and stmt.target.name ==
+                    func_var.name and isinstance(stmt.value, ir.Expr)
+                    and stmt.value.op == "getattr"):
+                return stmt.value.value.name
+    return None
+
+
+def _cache_marker(kernel: Any, argtypes: tuple) -> str | None:
+    """Where numbax marks that it passed `kernel`'s overload for
+    `argtypes` (beside Numba's cache of the kernel), or None for a kernel
+    Numba does not cache."""
+    import hashlib
+    import inspect
+
+    import numba
+    cache = getattr(kernel, "_cache", None)
+    directory = getattr(cache, "_cache_path", None)
+    if directory is None or type(cache).__name__ == "NullCache":
+        return None
+    py_func = kernel.py_func
+    if py_func.__closure__:
+        return None
+    try:
+        path = inspect.getfile(py_func)
+        stamp = os.stat(path).st_mtime_ns
+    except (OSError, TypeError):
+        return None
+    code = py_func.__code__
+    digest = hashlib.sha256(repr((
+        "audit-1", tuple(str(t) for t in argtypes), path, stamp,
+        code.co_code, code.co_consts, py_func.__qualname__,
+        numba.__version__)).encode()).hexdigest()
+    return os.path.join(directory, f"numbax_audited_{digest[:24]}")
+
+
+def audit_cached(kernel: Any, argtypes: tuple, cres: Any) -> str | None:
+    """:func:`audit`, skipped for an overload Numba loaded from its cache
+    that a numbax run already passed; marks a passed cached kernel."""
+    annotation = getattr(cres, "type_annotation", None)
+    marker = _cache_marker(kernel, tuple(argtypes))
+    if marker is not None and not hasattr(annotation, "typemap") \
+            and os.path.exists(marker):
+        return None
+    found = audit(kernel, argtypes, cres)
+    if found is None and marker is not None:
+        try:
+            os.makedirs(os.path.dirname(marker), exist_ok=True)
+            with open(marker, "w") as f:
+                f.write("passed\n")
+        except OSError:
+            pass  # an unwritable cache: audited again next time
+    return found
