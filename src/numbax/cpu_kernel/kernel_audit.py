@@ -343,27 +343,12 @@ def _cache_marker(kernel: Any, argtypes: tuple) -> str | None:
     """Where numbax marks that it passed `kernel`'s overload for
     `argtypes` (beside Numba's cache of the kernel), or None for a kernel
     Numba does not cache."""
-    import hashlib
-    import inspect
-
-    import numba
-    cache = getattr(kernel, "_cache", None)
-    directory = getattr(cache, "_cache_path", None)
-    if directory is None or type(cache).__name__ == "NullCache":
+    from . import wrapper
+    slot = wrapper.cache_slot(kernel, "audit-1",
+                              tuple(str(t) for t in argtypes))
+    if slot is None:
         return None
-    py_func = kernel.py_func
-    if py_func.__closure__:
-        return None
-    try:
-        path = inspect.getfile(py_func)
-        stamp = os.stat(path).st_mtime_ns
-    except (OSError, TypeError):
-        return None
-    code = py_func.__code__
-    digest = hashlib.sha256(repr((
-        "audit-1", tuple(str(t) for t in argtypes), path, stamp,
-        code.co_code, code.co_consts, py_func.__qualname__,
-        numba.__version__)).encode()).hexdigest()
+    directory, digest = slot
     return os.path.join(directory, f"numbax_audited_{digest[:24]}")
 
 

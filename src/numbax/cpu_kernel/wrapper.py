@@ -194,17 +194,15 @@ def compile_wrapper(kernel: Any, layout: Layout) -> Any:
     return numba.cfunc(signature())(namespace["numbax_wrapper"])
 
 
-def _cached_module(kernel: Any, layout: Layout, source: str,
-                   namespace: dict) -> Any:
-    """The wrapper function loaded from a source file in the kernel's cache
-    directory (written now if missing), or None: the kernel is not cached,
-    or the directory is not writable (the wrapper is then compiled as
-    always)."""
+def cache_slot(kernel: Any, *parts: Any) -> tuple[str, str] | None:
+    """(directory, digest) for a file numbax keeps beside Numba's cache of
+    `kernel`, the digest hashing `parts` and everything the kernel's
+    compiled code depends on (its source file, that file's stamp, its
+    bytecode, Numba's version); None for a kernel Numba does not cache or
+    whose source cannot be found."""
     import hashlib
-    import importlib.util
     import inspect
     import os
-    import sys
 
     import numba
     cache = getattr(kernel, "_cache", None)
@@ -213,16 +211,37 @@ def _cached_module(kernel: Any, layout: Layout, source: str,
         return None
     py_func = kernel.py_func
     if py_func.__closure__:
-        # A closure's captured values are not in the name's hash: two
-        # closures of one factory would share a wrapper.
+        # A closure's captured values are not in the hash: two closures of
+        # one factory would share a slot.
         return None
     try:
         path = inspect.getfile(py_func)
         stamp = os.stat(path).st_mtime_ns
-        code = py_func.__code__
-        digest = hashlib.sha256(repr((
-            layout, source, path, stamp, code.co_code, code.co_consts,
-            py_func.__qualname__, numba.__version__)).encode()).hexdigest()
+    except (OSError, TypeError):
+        return None
+    code = py_func.__code__
+    digest = hashlib.sha256(repr((
+        *parts, path, stamp, code.co_code, code.co_consts,
+        py_func.__qualname__, numba.__version__)).encode()).hexdigest()
+    return directory, digest
+
+
+def _cached_module(kernel: Any, layout: Layout, source: str,
+                   namespace: dict) -> Any:
+    """The wrapper function loaded from a source file in the kernel's cache
+    directory (written now if missing), or None: the kernel is not cached,
+    or the directory is not writable (the wrapper is then compiled as
+    always)."""
+    import importlib.util
+    import os
+    import sys
+
+    slot = cache_slot(kernel, layout, source)
+    if slot is None:
+        return None
+    directory, digest = slot
+    py_func = kernel.py_func
+    try:
         name = f"numbax_cpu_wrapper_{py_func.__name__}_{digest[:20]}"
         file = os.path.join(directory, name + ".py")
         if not os.path.exists(file):
