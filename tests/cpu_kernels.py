@@ -161,6 +161,15 @@ def writes_nditer_view_from_zip(x, out):
 
 
 @numba.njit
+def affine_through_zipped_and_enumerated_nditers(x, out):
+    """out = 2x + 1, through zip of two nditers and enumerate of a pair."""
+    for a, b in zip(np.nditer(x), np.nditer(out)):
+        b[...] = 2 * a
+    for i, (a, b) in enumerate(np.nditer((x, out))):
+        b[...] = 2 * a + 1 + 0 * i
+
+
+@numba.njit
 def affine_through_nditer(x, out):
     """out = 2x + 1, written through the out views np.nditer pairs with x's,
     read through x's views and .flat: no input written."""

@@ -174,12 +174,29 @@ def test_writes_numba_lets_through_read_only_are_refused_too(kernel, rng):
     np.testing.assert_array_equal(np.asarray(x), host)
 
 
+def _run_children(tmp_path, code, runs, before_each=None):
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env.get("PYTHONPATH", "")
+    out = []
+    for i in range(runs):
+        if before_each is not None:
+            before_each(i)
+        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
+                              capture_output=True, text=True, env=env,
+                              timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out.append(proc.stdout.splitlines())
+    return out
+
+
 def test_a_cached_kernel_is_audited_in_every_process(tmp_path):
-    """Numba caches a kernel (cache=True) before numbax refuses it, and the
-    next process loads it without typed IR: numbax then audits an uncached
-    twin (before: the second process ran it, writing its input). A kernel
-    that passed is marked beside Numba's cache, so its warm start compiles
-    no twin."""
+    """Numba caches a kernel (cache=True) before numbax refuses it: numbax
+    then flushes that cache, so the next process compiles and refuses it
+    again (before: it loaded the cached code without typed IR and ran it,
+    writing its input). A kernel that passed is marked beside Numba's cache
+    and loads from it with no audit; without the marker numbax audits an
+    uncached twin."""
     (tmp_path / "cached_kernels.py").write_text(textwrap.dedent("""
         import numba
 
@@ -193,7 +210,7 @@ def test_a_cached_kernel_is_audited_in_every_process(tmp_path):
             for i in range(x.size):
                 out[i] = 2 * x[i]
     """))
-    code = textwrap.dedent("""
+    code = """
         import jax, jax.numpy as jnp, numpy as np, numbax
         from numbax.cpu_kernel import kernel_audit
         import cached_kernels as C
@@ -209,24 +226,122 @@ def test_a_cached_kernel_is_audited_in_every_process(tmp_path):
         print("HITS", sum(C.writes.stats.cache_hits.values()),
               sum(C.fine.stats.cache_hits.values()))
         print("TWINS", sorted(d.__name__ for d in kernel_audit._twins))
-    """)
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               NUMBA_CACHE_DIR=str(tmp_path / "cache"))
-    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env.get("PYTHONPATH", "")
-    runs = []
-    for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                              text=True, env=env, timeout=300, cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        runs.append(proc.stdout.splitlines())
-    first, second = runs
-    assert first[0] == second[0] == "REFUSED", runs
-    assert first[1] == second[1] == "FINE [2.0, 2.0, 2.0, 2.0]", runs
-    # The second process loaded both from Numba's cache; it audited a twin
-    # of the refused one only.
-    hits = [int(v) for v in second[2].split()[1:]]
-    assert all(h > 0 for h in hits), runs
-    assert first[3] == "TWINS []" and second[3] == "TWINS ['writes']", runs
+    """
+
+    def before(i):
+        if i == 2:  # no marker: the twin audits the cached kernel
+            for marker in (tmp_path / "cache").rglob("numbax_audited_*"):
+                marker.unlink()
+    first, second, third = _run_children(tmp_path, code, 3, before)
+    for run in (first, second, third):
+        assert run[:2] == ["REFUSED", "FINE [2.0, 2.0, 2.0, 2.0]"], run
+    assert first[2:] == ["HITS 0 0", "TWINS []"], first
+    assert second[2:] == ["HITS 0 1", "TWINS []"], second
+    assert third[2:] == ["HITS 0 1", "TWINS ['fine']"], third
+
+
+def test_a_cached_kernel_whose_source_no_longer_compiles_is_refused(tmp_path):
+    # Numba loads the kernel from its cache (its own file is unchanged); the
+    # audit, without a marker, compiles the source again, which fails in
+    # the edited helper: a TypeError naming the op and the fix, not Numba's
+    # TypingError from inside numbax.
+    (tmp_path / "kmod2.py").write_text(textwrap.dedent("""
+        import numba
+        import helpers2
+
+        @numba.njit(cache=True)
+        def k(x, out):
+            out[0] = helpers2.h(x)
+    """))
+    code = """
+        import jax, jax.numpy as jnp, numpy as np, numbax, kmod2
+        try:
+            y = numbax.numba_kernel(kmod2.k, jax.ShapeDtypeStruct(
+                (1,), jnp.float32))(jnp.ones(3, jnp.float32))
+            print("RAN", np.asarray(y).tolist())
+        except TypeError as e:
+            print("REFUSED", "numba_kernel(kmod2.k)" in str(e),
+                  "clear Numba's cache" in str(e))
+    """
+
+    def before(i):
+        body = "return a.sum()" if i == 0 else "return undefined_name"
+        (tmp_path / "helpers2.py").write_text(
+            "import numba\n\n@numba.njit\ndef h(a):\n    " + body + "\n")
+        if i == 1:
+            for marker in (tmp_path / "cache").rglob("numbax_audited_*"):
+                marker.unlink()
+    first, second = _run_children(tmp_path, code, 2, before)
+    assert first == ["RAN [3.0]"], first
+    assert second == ["REFUSED True True"], second
+
+
+def test_a_cached_closure_kernel_loads_without_an_audit(tmp_path):
+    # A factory's kernels (closures) with cache=True: the marker keys on
+    # the captured values, as Numba's cache does, so the second process
+    # loads the kernel and compiles no twin.
+    (tmp_path / "factory.py").write_text(textwrap.dedent("""
+        import numba
+
+        def make(scale):
+            @numba.njit(cache=True)
+            def scaled(x, out):
+                for i in range(x.size):
+                    out[i] = scale * x[i]
+            return scaled
+    """))
+    code = """
+        import jax, jax.numpy as jnp, numpy as np, numbax, factory
+        from numbax.cpu_kernel import kernel_audit
+        k = factory.make(3.0)
+        y = numbax.numba_kernel(k, jax.ShapeDtypeStruct((4,), jnp.float32))(
+            jnp.ones(4, jnp.float32))
+        print(np.asarray(y).tolist(), sum(k.stats.cache_hits.values()),
+              len(kernel_audit._twins))
+    """
+    first, second = _run_children(tmp_path, code, 2)
+    assert first == ["[3.0, 3.0, 3.0, 3.0] 0 0"], first
+    assert second == ["[3.0, 3.0, 3.0, 3.0] 1 0"], second
+
+
+def test_a_refused_kernel_fixed_in_a_function_it_calls_runs_the_fix(tmp_path):
+    # Numba's cache notices edits to the kernel's own file only: without
+    # the flush on refusal, a later process loaded the refused code (which
+    # wrote the input) while the audit read the fixed helper.
+    (tmp_path / "kmod.py").write_text(textwrap.dedent("""
+        import numba
+        import helpers
+
+        @numba.njit(cache=True)
+        def k(x, out):
+            out[0] = helpers.h(x)
+    """))
+    code = """
+        import jax, jax.numpy as jnp, numpy as np, numbax, kmod
+        x = jnp.zeros(3, jnp.float32)
+        try:
+            y = numbax.numba_kernel(kmod.k, jax.ShapeDtypeStruct(
+                (1,), jnp.float32))(x)
+            print("RAN", np.asarray(y).tolist(), np.asarray(x).tolist())
+        except TypeError as e:
+            print("REFUSED" if "writes to an input" in str(e) else e)
+    """
+    helper = """
+        import numba
+
+        @numba.njit
+        def h(a):
+            {body}
+            return 100.0
+    """
+
+    def write_helper(i):
+        body = "a.flat[0] = 99" if i == 0 else "pass"
+        (tmp_path / "helpers.py").write_text(
+            textwrap.dedent(helper).format(body=body))
+    first, second = _run_children(tmp_path, code, 2, write_helper)
+    assert first == ["REFUSED"], first
+    assert second == ["RAN [100.0] [0.0, 0.0, 0.0]"], second
 
 
 def test_reading_through_flat_and_nditer_and_writing_outputs_runs(rng):
@@ -235,6 +350,11 @@ def test_reading_through_flat_and_nditer_and_writing_outputs_runs(rng):
     host = rng.uniform(-1, 1, (6, 5)).astype(np.float32)
     x = jnp.asarray(host)
     np.testing.assert_allclose(np.asarray(jax.jit(op)(x)), 2 * host + 1,
+                               rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(x), host)
+    zipped = numbax.numba_kernel(
+        K.affine_through_zipped_and_enumerated_nditers, spec((6, 5)))
+    np.testing.assert_allclose(np.asarray(jax.jit(zipped)(x)), 2 * host + 1,
                                rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(x), host)
     # An aliased input is the output's buffer: nditer may write it (the

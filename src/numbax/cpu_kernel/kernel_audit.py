@@ -48,8 +48,24 @@ WRITES_ARG = {"fill_diagonal": 0, "shuffle": 0, "copyto": 0, "dot": 2}
 
 def audit(dispatcher: Any, argtypes: tuple, cres: Any) -> str | None:
     """What the overload `cres` of `dispatcher` for `argtypes` (and the
-    ``@njit`` functions it calls) does that numba_kernel refuses, or None."""
-    return _Audit().function(dispatcher, tuple(argtypes), cres, frozenset())
+    ``@njit`` functions it calls) does that numba_kernel refuses, or None.
+
+    On a refusal the Numba caches of every function audited are flushed:
+    Numba compiled (and cached) the kernel before numbax refused it, and
+    its cache notices edits to the kernel's own file only, so after a fix
+    in a function it calls, a later process would load the refused code
+    while auditing the fixed source."""
+    run = _Audit()
+    found = run.function(dispatcher, tuple(argtypes), cres, frozenset())
+    if found is not None:
+        for visited in run.dispatchers:
+            cache = getattr(visited, "_cache", None)
+            if cache is not None and type(cache).__name__ != "NullCache":
+                try:
+                    cache.flush()
+                except OSError:
+                    pass  # an unwritable cache holds no code of this run
+    return found
 
 
 def _where(what: str, stmt: Any) -> str:
@@ -116,6 +132,7 @@ def _function_name(t: Any) -> str | None:
 class _Audit:
     def __init__(self) -> None:
         self.seen: set = set()
+        self.dispatchers: list = []
 
     def function(self, dispatcher, argtypes, cres, tainted_args) -> str | None:
         from numba.core import types
@@ -125,6 +142,8 @@ class _Audit:
         if key in self.seen:
             return None
         self.seen.add(key)
+        if not any(d is dispatcher for d in self.dispatchers):
+            self.dispatchers.append(dispatcher)
         if any(isinstance(f, ObjModeLiftedWith)
                for f in getattr(cres, "lifted", ()) or ()):
             return "a `with numba.objmode():` block"
@@ -201,14 +220,14 @@ class _Audit:
         passed = list(expr.args) + [v for _, v in (expr.kws or ())]
         if expr.vararg is not None:
             passed.append(expr.vararg)
-        if any(_carries(taint, v.name) for v in passed):
+        if any(_carries(taint.get(v.name)) for v in passed):
             # By keyword or through *args the position is not plain: every
             # parameter may then hold the view.
             if expr.kws or expr.vararg is not None:
                 flagged = frozenset(range(len(args)))
             else:
                 flagged = frozenset(i for i, v in enumerate(expr.args)
-                                    if _carries(taint, v.name))
+                                    if _carries(taint.get(v.name)))
         else:
             flagged = frozenset()
         return self.function(callee.dispatcher, args, inner, flagged)
@@ -216,29 +235,16 @@ class _Audit:
     @staticmethod
     def _taints(annotation, tainted_args) -> dict:
         """The variables that may hold a view of a read-only input (not the
-        read-only arrays themselves, which their type says): True, or per
-        element for a tuple of nditer views (a flag per array of the
-        nditer, so that the views of outputs stay writable). Iterated to a
-        fixed point: loops put a variable's copies before its
-        definition."""
-        from numba.core import ir, types
+        read-only arrays themselves, which their type says): True; a tuple
+        of such taints, one per element (so that the views np.nditer makes
+        of outputs stay writable); or Yields(item) for an iterator and what
+        iterates (zip, enumerate). Iterated to a fixed point: loops put a
+        variable's copies before its definition."""
+        from numba.core import ir
 
         typemap = annotation.typemap
         taint: dict = {}
-
-        def carries(var) -> bool:
-            got = taint.get(var.name) if isinstance(var, ir.Var) else None
-            return got is True or (isinstance(got, tuple) and any(got))
-
-        def nditer_flags(var):
-            t = typemap.get(var.name) if isinstance(var, ir.Var) else None
-            if isinstance(t, types.NumpyNdIterType):
-                return tuple(not getattr(a, "mutable", True)
-                             for a in t.arrays)
-            return None
-
-        changed = True
-        while changed:
+        for _ in range(64):  # a bound: each pass only adds or refines
             changed = False
             for block in annotation.blocks.values():
                 for stmt in block.body:
@@ -254,76 +260,118 @@ class _Audit:
                     elif isinstance(value, ir.Var):
                         got = taint.get(value.name)
                     elif isinstance(value, ir.Expr):
-                        got = _expr_taint(value, typemap, taint, carries,
-                                          nditer_flags, stmt.target)
-                        if got is None and value.op == "call":
-                            # A method of a view returns a view of it.
+                        got = _expr_taint(value, typemap, taint)
+                        if value.op == "call":
                             owner = _receiver(annotation, value.func)
-                            if owner is not None and _carries(taint, owner):
-                                got = True
-                        if value.op == "call" and carries_any(value, carries):
-                            # A bound method's receiver too (list.append).
-                            owner = _receiver(annotation, value.func)
-                            if owner is not None and taint.get(owner) is not \
-                                    True and _array_like(typemap.get(owner)):
-                                taint[owner] = True
+                            if got is None and owner is not None and \
+                                    _carries(taint.get(owner)):
+                                got = True  # a view's method: a view
+                            if owner is not None and _passes_taint(
+                                    value, taint) and taint.get(owner) is \
+                                    not True and _array_like(
+                                        typemap.get(owner)):
+                                taint[owner] = True  # list.append(view)
                                 changed = True
-                    if isinstance(got, tuple) and not any(got):
-                        got = None
+                    got = got if _carries(got) else None
                     if got is not None and taint.get(target) != got:
                         taint[target] = got
                         changed = True
+            if not changed:
+                break
         return taint
 
 
-def _carries(taint: dict, name: str) -> bool:
-    got = taint.get(name)
-    return got is True or (isinstance(got, tuple) and any(got))
+class Yields:
+    """The taint of an iterator, or of what iterates to it: its items'."""
+
+    __slots__ = ("item",)
+
+    def __init__(self, item: Any) -> None:
+        self.item = item
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Yields) and other.item == self.item
+
+    def __hash__(self) -> int:
+        return hash(("Yields", self.item))
 
 
-def carries_any(expr, carries) -> bool:
+def _carries(t: Any) -> bool:
+    """Whether a taint holds a view of a read-only input anywhere."""
+    if t is True:
+        return True
+    if isinstance(t, tuple):
+        return any(_carries(e) for e in t)
+    if isinstance(t, Yields):
+        return _carries(t.item)
+    return False
+
+
+def _passes_taint(expr, taint: dict) -> bool:
     passed = list(expr.args) + [v for _, v in (expr.kws or ())]
     if expr.vararg is not None:
         passed.append(expr.vararg)
-    return any(carries(v) for v in passed)
+    return any(_carries(taint.get(v.name)) for v in passed)
 
 
-def _expr_taint(value, typemap, taint, carries, nditer_flags, target):
-    """The taint of `target = value` (an ir.Expr), or None."""
+def _items(var, typemap, taint) -> Any:
+    """The taint of what iterating `var` gives."""
     from numba.core import types
 
-    op = value.op
-    if op in ("getiter", "iternext"):
-        flags = nditer_flags(value.value)
-        if flags is not None:
+    t = typemap.get(var.name)
+    if isinstance(t, types.NumpyNdIterType):
+        flags = tuple(not getattr(a, "mutable", True) for a in t.arrays)
+        if isinstance(t.yield_type, types.containers.BaseTuple):
             return flags
+        return any(flags)
+    got = taint.get(var.name)
+    if isinstance(got, Yields):
+        return got.item
+    return True if _carries(got) else None
+
+
+def _expr_taint(value, typemap, taint) -> Any:
+    """The taint of `target = value` (an ir.Expr), or None."""
+    op = value.op
+    if op == "getiter":
+        return Yields(_items(value.value, typemap, taint))
+    if op == "iternext":
         return taint.get(value.value.name)
-    if op in ("pair_first", "exhaust_iter"):
+    if op == "pair_first":
         got = taint.get(value.value.name)
-        if isinstance(got, tuple) and op == "pair_first" and not isinstance(
-                typemap.get(target.name), types.containers.BaseTuple):
-            return True if any(got) else None
-        return got
+        return got.item if isinstance(got, Yields) else None
+    if op == "exhaust_iter":
+        return taint.get(value.value.name)
     if op == "static_getitem":
         got = taint.get(value.value.name)
         if isinstance(got, tuple) and isinstance(value.index, int):
-            return True if 0 <= value.index < len(got) and got[value.index] \
-                else None
-        return True if carries(value.value) else None
+            return got[value.index] if 0 <= value.index < len(got) else None
+        return True if _carries(got) else None
     if op in ("getitem", "typed_getitem", "getattr"):
-        return True if carries(value.value) else None
-    if op in ("build_tuple", "build_list", "build_set"):
-        return True if any(carries(v) for v in value.items) else None
-    if op == "call":
-        if carries_any(value, carries):
-            return True
-        # zip(np.nditer(x), ...), enumerate(...), next(...): the views.
-        if any(any(nditer_flags(v) or ()) for v in value.args):
-            return True
-        callee = typemap.get(value.func.name)
-        if _function_name(callee) in VIEW_OF and any(
-                _read_only(typemap.get(v.name)) for v in value.args):
-            return True
+        return True if _carries(taint.get(value.value.name)) else None
+    if op == "build_tuple":
+        return tuple(taint.get(v.name) for v in value.items)
+    if op in ("build_list", "build_set"):
+        return True if any(_carries(taint.get(v.name))
+                           for v in value.items) else None
+    if op != "call":
+        return None
+    callee = typemap.get(value.func.name)
+    key = getattr(callee, "typing_key", None)
+    args = list(value.args)
+    if key is zip:
+        return Yields(tuple(_items(a, typemap, taint) for a in args))
+    if key is enumerate and args:
+        return Yields((None, _items(args[0], typemap, taint)))
+    if key is iter and args:
+        return Yields(_items(args[0], typemap, taint))
+    if key is next and args:
+        return _items(args[0], typemap, taint)
+    if _passes_taint(value, taint):
+        return True
+    if _function_name(callee) in VIEW_OF and any(
+            _read_only(typemap.get(v.name)) for v in args):
+        return True
     return None
 
 
@@ -345,7 +393,7 @@ def _cache_marker(kernel: Any, argtypes: tuple) -> str | None:
     Numba does not cache."""
     from . import wrapper
     slot = wrapper.cache_slot(kernel, "audit-1",
-                              tuple(str(t) for t in argtypes))
+                              tuple(str(t) for t in argtypes), closures=True)
     if slot is None:
         return None
     directory, digest = slot

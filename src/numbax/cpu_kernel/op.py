@@ -160,7 +160,19 @@ class NumbaKernel(ops.Op):
                 "return values, so results must be written into the output "
                 "arrays (the kernel's last arguments) and the kernel must "
                 "return None")
-        found = kernel_audit.audit_cached(self.kernel, tuple(argtypes), cres)
+        try:
+            found = kernel_audit.audit_cached(self.kernel, tuple(argtypes),
+                                              cres)
+        except Exception as exc:  # noqa: BLE001 - Numba's compile errors
+            # Only a kernel Numba loaded from its cache is compiled here
+            # (to audit it): its source no longer compiles.
+            raise TypeError(
+                f"{self.label}: numbax audits a kernel Numba loaded from its "
+                "cache by compiling its source again, and that failed: the "
+                "source (or a function it calls) changed since it was "
+                "cached. Fix it, or clear Numba's cache (NUMBA_CACHE_DIR, "
+                f"or the __pycache__ beside it). Numba said: "
+                f"{type(exc).__name__}: {exc}") from None
         if found is not None and "numba.objmode" in found:
             raise TypeError(
                 f"{self.label}: the kernel has {found}. numba_kernel runs "

@@ -194,12 +194,15 @@ def compile_wrapper(kernel: Any, layout: Layout) -> Any:
     return numba.cfunc(signature())(namespace["numbax_wrapper"])
 
 
-def cache_slot(kernel: Any, *parts: Any) -> tuple[str, str] | None:
+def cache_slot(kernel: Any, *parts: Any,
+               closures: bool = False) -> tuple[str, str] | None:
     """(directory, digest) for a file numbax keeps beside Numba's cache of
     `kernel`, the digest hashing `parts` and everything the kernel's
     compiled code depends on (its source file, that file's stamp, its
     bytecode, Numba's version); None for a kernel Numba does not cache or
-    whose source cannot be found."""
+    whose source cannot be found. A closure gets one only with `closures`,
+    its captured values pickled into the digest (as Numba keys its own
+    cache of a closure), and none when they do not pickle."""
     import hashlib
     import inspect
     import os
@@ -210,19 +213,28 @@ def cache_slot(kernel: Any, *parts: Any) -> tuple[str, str] | None:
     if directory is None or type(cache).__name__ == "NullCache":
         return None
     py_func = kernel.py_func
+    cells = b""
     if py_func.__closure__:
-        # A closure's captured values are not in the hash: two closures of
-        # one factory would share a slot.
-        return None
+        # Two closures of one factory differ in their captured values only.
+        if not closures:
+            return None
+        import pickle
+        try:
+            cells = pickle.dumps(tuple(c.cell_contents
+                                       for c in py_func.__closure__))
+        except Exception:  # noqa: BLE001 - anything unpicklable
+            return None
     try:
         path = inspect.getfile(py_func)
         stamp = os.stat(path).st_mtime_ns
     except (OSError, TypeError):
         return None
     code = py_func.__code__
-    digest = hashlib.sha256(repr((
-        *parts, path, stamp, code.co_code, code.co_consts,
-        py_func.__qualname__, numba.__version__)).encode()).hexdigest()
+    key = (*parts, path, stamp, code.co_code, code.co_consts,
+           py_func.__qualname__, numba.__version__)
+    if cells:
+        key += (hashlib.sha256(cells).hexdigest(),)
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()
     return directory, digest
 
 
