@@ -376,6 +376,14 @@ def test_an_aliased_input_may_be_written(rng):
     np.testing.assert_array_equal(got, np.zeros(8, np.float32))
 
 
+def test_a_0d_output_is_refused_naming_the_fix():
+    # The message named only Numba's CUDA device arrays, on a CPU op.
+    with pytest.raises(ValueError, match=r"outs\[0\] is 0-d \(a scalar\); "
+                       r"numbax's kernels write.*numba_kernel's alike\): use "
+                       r"shape \(1,\) and write out\[0\]"):
+        numbax.numba_kernel(K.affine, spec(()))
+
+
 def test_refuses_bad_options():
     with pytest.raises(ValueError, match="parallel must be None or 'xla'"):
         numbax.numba_kernel(K.affine, spec((4,)), parallel=True)

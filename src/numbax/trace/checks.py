@@ -200,8 +200,10 @@ def normalize_outs(outs: Any, what: str = "outs", op: str | None = None):
             raise ValueError(f"{what}[{i}] has a negative dimension: {shape}")
         if len(shape) == 0:
             raise ValueError(
-                f"{what}[{i}] is 0-d (a scalar); Numba CUDA device arrays must "
-                "have at least one dimension: use shape (1,)")
+                f"{what}[{i}] is 0-d (a scalar); numbax's kernels write their "
+                "outputs as arrays of at least one dimension (Numba's CUDA "
+                "device arrays, and numba_kernel's alike): use shape (1,) and "
+                "write out[0]")
         if len(shape) > MAX_RANK:
             raise ValueError(
                 f"{what}[{i}] has {len(shape)} dimensions; numbax's call frame "
