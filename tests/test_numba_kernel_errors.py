@@ -240,40 +240,55 @@ def test_a_cached_kernel_is_audited_in_every_process(tmp_path):
     assert third[2:] == ["HITS 0 1", "TWINS ['fine']"], third
 
 
+def _cached_kernel_calling_a_helper(tmp_path, name: str) -> str:
+    """Writes module `name` (a cache=True kernel k calling `name`_h.h,
+    which the test writes) and returns the code of a child that calls k on
+    zeros: it prints RAN, the output and the input, or REFUSED and the
+    error's text."""
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(f"""
+        import numba
+        import {name}_h
+
+        @numba.njit(cache=True)
+        def k(x, out):
+            out[0] = {name}_h.h(x)
+    """))
+    return f"""
+        import jax, jax.numpy as jnp, numpy as np, numbax, {name}
+        x = jnp.zeros(3, jnp.float32)
+        try:
+            y = numbax.numba_kernel({name}.k, jax.ShapeDtypeStruct(
+                (1,), jnp.float32))(x)
+            print("RAN", np.asarray(y).tolist(), np.asarray(x).tolist())
+        except TypeError as e:
+            print("REFUSED", repr(str(e)))
+    """
+
+
+def _write_helper(tmp_path, name: str, body: str) -> None:
+    (tmp_path / f"{name}_h.py").write_text(
+        "import numba\n\n@numba.njit\ndef h(a):\n    " + body + "\n")
+
+
 def test_a_cached_kernel_whose_source_no_longer_compiles_is_refused(tmp_path):
     # Numba loads the kernel from its cache (its own file is unchanged); the
     # audit, without a marker, compiles the source again, which fails in
     # the edited helper: a TypeError naming the op and the fix, not Numba's
     # TypingError from inside numbax.
-    (tmp_path / "kmod2.py").write_text(textwrap.dedent("""
-        import numba
-        import helpers2
-
-        @numba.njit(cache=True)
-        def k(x, out):
-            out[0] = helpers2.h(x)
-    """))
-    code = """
-        import jax, jax.numpy as jnp, numpy as np, numbax, kmod2
-        try:
-            y = numbax.numba_kernel(kmod2.k, jax.ShapeDtypeStruct(
-                (1,), jnp.float32))(jnp.ones(3, jnp.float32))
-            print("RAN", np.asarray(y).tolist())
-        except TypeError as e:
-            print("REFUSED", "numba_kernel(kmod2.k)" in str(e),
-                  "clear Numba's cache" in str(e))
-    """
+    code = _cached_kernel_calling_a_helper(tmp_path, "kmod2")
 
     def before(i):
-        body = "return a.sum()" if i == 0 else "return undefined_name"
-        (tmp_path / "helpers2.py").write_text(
-            "import numba\n\n@numba.njit\ndef h(a):\n    " + body + "\n")
+        _write_helper(tmp_path, "kmod2",
+                      "return a.sum() + 1" if i == 0 else
+                      "return undefined_name")
         if i == 1:
             for marker in (tmp_path / "cache").rglob("numbax_audited_*"):
                 marker.unlink()
     first, second = _run_children(tmp_path, code, 2, before)
-    assert first == ["RAN [3.0]"], first
-    assert second == ["REFUSED True True"], second
+    assert first == ["RAN [1.0] [0.0, 0.0, 0.0]"], first
+    assert second[0].startswith("REFUSED 'numba_kernel(kmod2.k): numbax "
+                                "audits a kernel Numba loaded"), second
+    assert "Fix it, or clear Numba" in second[0], second
 
 
 def test_a_cached_closure_kernel_loads_without_an_audit(tmp_path):
@@ -308,39 +323,14 @@ def test_a_refused_kernel_fixed_in_a_function_it_calls_runs_the_fix(tmp_path):
     # Numba's cache notices edits to the kernel's own file only: without
     # the flush on refusal, a later process loaded the refused code (which
     # wrote the input) while the audit read the fixed helper.
-    (tmp_path / "kmod.py").write_text(textwrap.dedent("""
-        import numba
-        import helpers
+    code = _cached_kernel_calling_a_helper(tmp_path, "kmod")
 
-        @numba.njit(cache=True)
-        def k(x, out):
-            out[0] = helpers.h(x)
-    """))
-    code = """
-        import jax, jax.numpy as jnp, numpy as np, numbax, kmod
-        x = jnp.zeros(3, jnp.float32)
-        try:
-            y = numbax.numba_kernel(kmod.k, jax.ShapeDtypeStruct(
-                (1,), jnp.float32))(x)
-            print("RAN", np.asarray(y).tolist(), np.asarray(x).tolist())
-        except TypeError as e:
-            print("REFUSED" if "writes to an input" in str(e) else e)
-    """
-    helper = """
-        import numba
-
-        @numba.njit
-        def h(a):
-            {body}
-            return 100.0
-    """
-
-    def write_helper(i):
-        body = "a.flat[0] = 99" if i == 0 else "pass"
-        (tmp_path / "helpers.py").write_text(
-            textwrap.dedent(helper).format(body=body))
-    first, second = _run_children(tmp_path, code, 2, write_helper)
-    assert first == ["REFUSED"], first
+    def before(i):
+        _write_helper(tmp_path, "kmod", "a.flat[0] = 99\n    return 100.0"
+                      if i == 0 else "return 100.0")
+    first, second = _run_children(tmp_path, code, 2, before)
+    assert first[0].startswith("REFUSED") and "writes to an input" in \
+        first[0], first
     assert second == ["RAN [100.0] [0.0, 0.0, 0.0]"], second
 
 
