@@ -161,6 +161,25 @@ def writes_nditer_view_from_zip(x, out):
 
 
 @numba.njit
+def writes_nditer_views_kept_in_a_list(x, out):
+    out[:] = 1
+    views = []
+    for v in np.nditer(x):
+        views.append(v)
+    views[0][...] = 0
+
+
+@numba.njit
+def writes_output_views_kept_in_a_list(x, out):
+    """out = x, through a list of out's nditer views (writable)."""
+    views = []
+    for _, b in np.nditer((x, out)):
+        views.append(b)
+    for i in range(x.size):
+        views[i][...] = x.flat[i]
+
+
+@numba.njit
 def affine_through_zipped_and_enumerated_nditers(x, out):
     """out = 2x + 1, through zip of two nditers and enumerate of a pair."""
     for a, b in zip(np.nditer(x), np.nditer(out)):

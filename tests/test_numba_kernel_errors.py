@@ -156,7 +156,7 @@ def test_a_kernel_writing_an_input_is_refused_at_trace_time(how, rng):
     "bumps_its_input_nditer_in_a_helper", "writes_its_input_as_contiguous",
     "writes_its_input_diagonal", "writes_its_input_by_dot_out",
     "writes_nditer_view_by_keyword", "writes_nditer_view_a_helper_returned",
-    "writes_nditer_view_from_zip"])
+    "writes_nditer_view_from_zip", "writes_nditer_views_kept_in_a_list"])
 def test_writes_numba_lets_through_read_only_are_refused_too(kernel, rng):
     """Numba 0.68 compiles these writes to a read-only array (before: each
     changed the caller's JAX array, silently); numbax finds them in the
@@ -342,6 +342,9 @@ def test_reading_through_flat_and_nditer_and_writing_outputs_runs(rng):
     np.testing.assert_allclose(np.asarray(jax.jit(op)(x)), 2 * host + 1,
                                rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(x), host)
+    listed = numbax.numba_kernel(K.writes_output_views_kept_in_a_list,
+                                 spec((6, 5)))
+    np.testing.assert_array_equal(np.asarray(jax.jit(listed)(x)), host)
     zipped = numbax.numba_kernel(
         K.affine_through_zipped_and_enumerated_nditers, spec((6, 5)))
     np.testing.assert_allclose(np.asarray(jax.jit(zipped)(x)), 2 * host + 1,

@@ -244,17 +244,29 @@ class _Audit:
 
         typemap = annotation.typemap
         taint: dict = {}
+        aliases = _copy_classes(annotation)
         for _ in range(64):  # a bound: each pass only adds or refines
             changed = False
             for block in annotation.blocks.values():
                 for stmt in block.body:
                     if not isinstance(stmt, ir.Assign):
                         continue
-                    target = stmt.target.name
+                    target, value = stmt.target.name, stmt.value
+                    if isinstance(value, ir.Expr) and value.op == "call" \
+                            and _passes_taint(value, taint):
+                        # list.append(view): the list, under every name it
+                        # has (copies of one variable), whatever the call
+                        # returns.
+                        owner = _receiver(annotation, value.func)
+                        for name in aliases(owner) if owner else ():
+                            if taint.get(name) is not True and \
+                                    _array_like(typemap.get(name)):
+                                taint[name] = True
+                                changed = True
                     if taint.get(target) is True or not _array_like(
                             typemap.get(target)):
                         continue
-                    value, got = stmt.value, None
+                    got = None
                     if isinstance(value, ir.Arg):
                         got = True if value.index in tainted_args else None
                     elif isinstance(value, ir.Var):
@@ -266,12 +278,6 @@ class _Audit:
                             if got is None and owner is not None and \
                                     _carries(taint.get(owner)):
                                 got = True  # a view's method: a view
-                            if owner is not None and _passes_taint(
-                                    value, taint) and taint.get(owner) is \
-                                    not True and _array_like(
-                                        typemap.get(owner)):
-                                taint[owner] = True  # list.append(view)
-                                changed = True
                     got = got if _carries(got) else None
                     if got is not None and taint.get(target) != got:
                         taint[target] = got
@@ -373,6 +379,36 @@ def _expr_taint(value, typemap, taint) -> Any:
             _read_only(typemap.get(v.name)) for v in args):
         return True
     return None
+
+
+def _copy_classes(annotation):
+    """name -> the names joined to it by plain copies (`a = b`), either
+    way: one container under all its names (a list built in a loop reaches
+    its append through phi copies)."""
+    from numba.core import ir
+
+    parent: dict = {}
+
+    def find(n):
+        while parent.get(n, n) != n:
+            parent[n] = parent.get(parent[n], parent[n])
+            n = parent[n]
+        return n
+    for block in annotation.blocks.values():
+        for stmt in block.body:
+            if isinstance(stmt, ir.Assign) and isinstance(stmt.value, ir.Var):
+                a, b = find(stmt.target.name), find(stmt.value.name)
+                if a != b:
+                    parent[a] = b
+    groups: dict = {}
+    for n in list(parent):
+        groups.setdefault(find(n), set()).add(n)
+    for root, members in groups.items():
+        members.add(root)
+
+    def of(name):
+        return groups.get(find(name), {name})
+    return of
 
 
 def _receiver(annotation, func_var) -> str | None:
