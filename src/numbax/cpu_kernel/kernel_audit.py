@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 #: Functions that return their read-only argument typed writable (the
 #: result is a view of it) and functions that write their argument i.
@@ -46,7 +46,14 @@ VIEW_OF = ("ascontiguousarray", "asfortranarray")
 WRITES_ARG = {"fill_diagonal": 0, "shuffle": 0, "copyto": 0, "dot": 2}
 
 
-def audit(dispatcher: Any, argtypes: tuple, cres: Any) -> str | None:
+class Finding(NamedTuple):
+    """What the audit refuses: `kind` "write" (a write to a read-only
+    input) or "objmode" (an object-mode block), and where (`text`)."""
+    kind: str
+    text: str
+
+
+def audit(dispatcher: Any, argtypes: tuple, cres: Any) -> Finding | None:
     """What the overload `cres` of `dispatcher` for `argtypes` (and the
     ``@njit`` functions it calls) does that numba_kernel refuses, or None.
 
@@ -68,11 +75,11 @@ def audit(dispatcher: Any, argtypes: tuple, cres: Any) -> str | None:
     return found
 
 
-def _where(what: str, stmt: Any) -> str:
+def _where(what: str, stmt: Any, kind: str = "write") -> Finding:
     loc = getattr(stmt, "loc", None)
-    if loc is None or not getattr(loc, "filename", None):
-        return what
-    return f"{what} ({os.path.basename(loc.filename)}:{loc.line})"
+    if loc is not None and getattr(loc, "filename", None):
+        what = f"{what} ({os.path.basename(loc.filename)}:{loc.line})"
+    return Finding(kind, what)
 
 
 _twins: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -134,7 +141,8 @@ class _Audit:
         self.seen: set = set()
         self.dispatchers: list = []
 
-    def function(self, dispatcher, argtypes, cres, tainted_args) -> str | None:
+    def function(self, dispatcher, argtypes, cres,
+                 tainted_args) -> Finding | None:
         from numba.core import types
         from numba.core.dispatcher import ObjModeLiftedWith
 
@@ -146,7 +154,7 @@ class _Audit:
             self.dispatchers.append(dispatcher)
         if any(isinstance(f, ObjModeLiftedWith)
                for f in getattr(cres, "lifted", ()) or ()):
-            return "a `with numba.objmode():` block"
+            return Finding("objmode", "a `with numba.objmode():` block")
         annotation = _typed(dispatcher, argtypes, cres)
         if annotation is None:
             return None
@@ -207,7 +215,7 @@ class _Audit:
             return _where("a ufunc's output naming a read-only input or a "
                           "view of one", stmt)
         if isinstance(callee, types.ObjModeDispatcher):
-            return _where("a `with numba.objmode():` block", stmt)
+            return _where("a `with numba.objmode():` block", stmt, "objmode")
         if not isinstance(callee, types.Dispatcher):
             return None
         sig = calltypes.get(expr)
@@ -217,10 +225,7 @@ class _Audit:
         inner = callee.dispatcher.overloads.get(args)
         if inner is None:
             return None
-        passed = list(expr.args) + [v for _, v in (expr.kws or ())]
-        if expr.vararg is not None:
-            passed.append(expr.vararg)
-        if any(_carries(taint.get(v.name)) for v in passed):
+        if _passes_taint(expr, taint):
             # By keyword or through *args the position is not plain: every
             # parameter may then hold the view.
             if expr.kws or expr.vararg is not None:
@@ -245,6 +250,7 @@ class _Audit:
         typemap = annotation.typemap
         taint: dict = {}
         aliases = _copy_classes(annotation)
+        receivers = _receivers(annotation)
         for _ in range(64):  # a bound: each pass only adds or refines
             changed = False
             for block in annotation.blocks.values():
@@ -257,7 +263,7 @@ class _Audit:
                         # list.append(view): the list, under every name it
                         # has (copies of one variable), whatever the call
                         # returns.
-                        owner = _receiver(annotation, value.func)
+                        owner = receivers.get(value.func.name)
                         for name in aliases(owner) if owner else ():
                             if taint.get(name) is not True and \
                                     _array_like(typemap.get(name)):
@@ -273,11 +279,11 @@ class _Audit:
                         got = taint.get(value.name)
                     elif isinstance(value, ir.Expr):
                         got = _expr_taint(value, typemap, taint)
-                        if value.op == "call":
-                            owner = _receiver(annotation, value.func)
-                            if got is None and owner is not None and \
-                                    _carries(taint.get(owner)):
-                                got = True  # a view's method: a view
+                        owner = receivers.get(value.func.name) \
+                            if value.op == "call" else None
+                        if got is None and owner is not None and \
+                                _carries(taint.get(owner)):
+                            got = True  # a view's method: a view
                     got = got if _carries(got) else None
                     if got is not None and taint.get(target) != got:
                         taint[target] = got
@@ -313,11 +319,16 @@ def _carries(t: Any) -> bool:
     return False
 
 
-def _passes_taint(expr, taint: dict) -> bool:
+def _passed(expr) -> list:
+    """Every variable a call passes: positional, keyword and *args."""
     passed = list(expr.args) + [v for _, v in (expr.kws or ())]
     if expr.vararg is not None:
         passed.append(expr.vararg)
-    return any(_carries(taint.get(v.name)) for v in passed)
+    return passed
+
+
+def _passes_taint(expr, taint: dict) -> bool:
+    return any(_carries(taint.get(v.name)) for v in _passed(expr))
 
 
 def _items(var, typemap, taint) -> Any:
@@ -411,16 +422,17 @@ def _copy_classes(annotation):
     return of
 
 
-def _receiver(annotation, func_var) -> str | None:
-    """The variable a bound method was taken from (`obj` of `obj.meth`)."""
+def _receivers(annotation) -> dict:
+    """Per variable holding a bound method, the variable it was taken from
+    (`obj` of `m = obj.meth`), read once per function."""
     from numba.core import ir
+    found: dict[str, str] = {}
     for block in annotation.blocks.values():
         for stmt in block.body:
-            if (isinstance(stmt, ir.Assign) and stmt.target.name ==
-                    func_var.name and isinstance(stmt.value, ir.Expr)
+            if (isinstance(stmt, ir.Assign) and isinstance(stmt.value, ir.Expr)
                     and stmt.value.op == "getattr"):
-                return stmt.value.value.name
-    return None
+                found.setdefault(stmt.target.name, stmt.value.value.name)
+    return found
 
 
 def _cache_marker(kernel: Any, argtypes: tuple) -> str | None:
@@ -436,7 +448,8 @@ def _cache_marker(kernel: Any, argtypes: tuple) -> str | None:
     return os.path.join(directory, f"numbax_audited_{digest[:24]}")
 
 
-def audit_cached(kernel: Any, argtypes: tuple, cres: Any) -> str | None:
+def audit_cached(kernel: Any, argtypes: tuple,
+                 cres: Any) -> Finding | None:
     """:func:`audit`, skipped for an overload Numba loaded from its cache
     that a numbax run already passed; marks a passed cached kernel."""
     annotation = getattr(cres, "type_annotation", None)

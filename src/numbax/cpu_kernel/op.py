@@ -173,9 +173,9 @@ class NumbaKernel(ops.Op):
                 "cached. Fix it, or clear Numba's cache (NUMBA_CACHE_DIR, "
                 f"or the __pycache__ beside it). Numba said: "
                 f"{type(exc).__name__}: {exc}") from None
-        if found is not None and "numba.objmode" in found:
+        if found is not None and found.kind == "objmode":
             raise TypeError(
-                f"{self.label}: the kernel has {found}. numba_kernel runs "
+                f"{self.label}: the kernel has {found.text}. numba_kernel runs "
                 "nopython kernels only: an object-mode block takes the GIL on "
                 "every call, and an exception raised in it escapes Numba's "
                 "try/except, so the op could not report it. Move the Python "
@@ -183,7 +183,7 @@ class NumbaKernel(ops.Op):
                 "jax.pure_callback)")
         if found is not None:
             raise self._writes_an_input(
-                f"Found: {found}, which Numba compiles for read-only arrays "
+                f"Found: {found.text}, which Numba compiles for read-only arrays "
                 "but numbax refuses.")
 
     def _writes_an_input(self, detail: str) -> TypeError:
