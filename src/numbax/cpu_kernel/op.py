@@ -87,12 +87,45 @@ class NumbaKernel(ops.Op):
         self._wrappers_lock = threading.Lock()
         self.__name__ = getattr(kernel, "__name__", OP)
         self.__doc__ = getattr(kernel, "__doc__", None)
+        self._identity = self._value_identity()
+        # JAX hashes the op (a primitive parameter) on every eager bind.
+        self._hash = id(self) if self._identity is None else hash(
+            self._identity)
         self._group = registry.register_op(
             self, kernel, name=name, config=self._config(),
             num_outputs=len(self.out_specs or ()))
 
     def __repr__(self):
         return f"numbax.numba_kernel({keys.base_name(self.kernel)})"
+
+    def _value_identity(self):
+        """What makes two ops the same op (ops.interned), or None where it
+        is unhashable. Shape functions count by identity."""
+        aliases = self.input_output_aliases
+        if isinstance(aliases, dict):
+            aliases = tuple(sorted(aliases.items(), key=repr))
+        # keys.dtype_name, not .str: float8 types share '<V1'.
+        outs = self._outs_fn if self._outs_fn is not None else tuple(
+            (tuple(s.shape), keys.dtype_name(s.dtype))
+            for s in self.out_specs)
+        identity = (self.kernel, outs, self.out_tree, self.vmap_method,
+                    aliases, self.name, self.parallel, self._range,
+                    self.sharding_rule)
+        try:
+            hash(identity)
+        except TypeError:
+            return None
+        return identity
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        if self is other:
+            return True
+        if not isinstance(other, NumbaKernel) or self._identity is None:
+            return False
+        return self._identity == other._identity
 
     @property
     def _function(self):
@@ -481,7 +514,10 @@ def numba_kernel(
             "numba_kernel: sharding_rule cannot be combined with "
             "vmap_method='legacy_vectorized' (deprecated in JAX); use "
             "'expand_dims', 'broadcast_all' or 'sequential'")
-    return NumbaKernel(kernel, outs, vmap_method=vmap_method,
-                       input_output_aliases=input_output_aliases, name=name,
-                       parallel=parallel, launch_dims=launch_dims,
-                       sharding_rule=sharding_rule)
+    # One object per distinct op while it lives: its compiled wrappers and
+    # registry entries are shared by every re-creation.
+    op = NumbaKernel(kernel, outs, vmap_method=vmap_method,
+                     input_output_aliases=input_output_aliases, name=name,
+                     parallel=parallel, launch_dims=launch_dims,
+                     sharding_rule=sharding_rule)
+    return ops.interned(op, op._identity)

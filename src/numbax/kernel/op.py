@@ -13,7 +13,6 @@ Compiler (compilers/base.py), chosen once, when the op is created.
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from typing import Any, Callable, Sequence
 
 import jax
@@ -581,13 +580,6 @@ def numba_cuda_kernel(
         vmap_method=vmap_method, input_output_aliases=input_output_aliases,
         name=name, batch_partitionable=batch_partitionable,
         sharding_rule=sharding_rule)
-    if op._identity is None:
-        return op
     # One object per distinct op while it lives: its compiled kernels,
     # simulator launchers and registry entries are shared by every re-creation.
-    return _interned.setdefault(op._identity, op)
-
-
-# Ops by value (see NumbaCudaKernel._value_identity); an entry goes with its op.
-_interned: "weakref.WeakValueDictionary[tuple, NumbaCudaKernel]" = \
-    weakref.WeakValueDictionary()
+    return ops.interned(op, op._identity)
