@@ -48,7 +48,7 @@ def _plan(op_ref, layout: wrapper.Layout, aliases: tuple, units: tuple):
             wrapper.diagnose(op.kernel, layout, op.label))
 
 
-class NumbaKernel(ops.Op):
+class NumbaKernel(ops.ByValue, ops.Op):
     """The function of JAX arrays returned by :func:`numba_kernel`."""
 
     # jax.vmap runs the whole batch from one handler call (vmap.py): an
@@ -87,10 +87,7 @@ class NumbaKernel(ops.Op):
         self._wrappers_lock = threading.Lock()
         self.__name__ = getattr(kernel, "__name__", OP)
         self.__doc__ = getattr(kernel, "__doc__", None)
-        self._identity = self._value_identity()
-        # JAX hashes the op (a primitive parameter) on every eager bind.
-        self._hash = id(self) if self._identity is None else hash(
-            self._identity)
+        self._set_identity(self._value_identity())
         self._group = registry.register_op(
             self, kernel, name=name, config=self._config(),
             num_outputs=len(self.out_specs or ()))
@@ -98,34 +95,13 @@ class NumbaKernel(ops.Op):
     def __repr__(self):
         return f"numbax.numba_kernel({keys.base_name(self.kernel)})"
 
-    def _value_identity(self):
-        """What makes two ops the same op (ops.interned), or None where it
-        is unhashable. Shape functions count by identity."""
-        aliases = self.input_output_aliases
-        if isinstance(aliases, dict):
-            aliases = tuple(sorted(aliases.items(), key=repr))
-        # keys.dtype_name, not .str: float8 types share '<V1'.
-        outs = self._outs_fn if self._outs_fn is not None else tuple(
-            (tuple(s.shape), keys.dtype_name(s.dtype))
-            for s in self.out_specs)
-        identity = (self.kernel, outs, self.out_tree, self.vmap_method,
-                    aliases, self.name, self.parallel, self._range,
-                    self.sharding_rule)
-        try:
-            hash(identity)
-        except TypeError:
-            return None
-        return identity
-
-    def __hash__(self):
-        return self._hash
-
-    def __eq__(self, other):
-        if self is other:
-            return True
-        if not isinstance(other, NumbaKernel) or self._identity is None:
-            return False
-        return self._identity == other._identity
+    def _value_identity(self) -> tuple:
+        """What makes two ops the same op (ops.interned). Shape functions
+        count by identity."""
+        return (self.kernel, ops.outs_identity(self._outs_fn, self.out_specs),
+                self.out_tree, self.vmap_method,
+                ops.aliases_identity(self.input_output_aliases), self.name,
+                self.parallel, self._range, self.sharding_rule)
 
     @property
     def _function(self):

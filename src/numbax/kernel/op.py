@@ -36,7 +36,7 @@ def _is_device_function(kernel) -> bool:
     return bool(getattr(kernel, "_device", False))  # the simulator's kernels
 
 
-class NumbaCudaKernel(ops.Op):
+class NumbaCudaKernel(ops.ByValue, ops.Op):
     """The function of JAX arrays returned by :func:`numba_cuda_kernel`.
 
     It holds what kernel/'s other modules ask of it, public for them, not
@@ -98,10 +98,7 @@ class NumbaCudaKernel(ops.Op):
         compiler = compilers.compiler_of(kernel)
         assert compiler is not None, "numba_cuda_kernel checked the kernel"
         self.compiler = compiler
-        self._identity = self._value_identity()
-        # JAX hashes the op (a primitive parameter) on every eager bind.
-        self._hash = id(self) if self._identity is None else hash(
-            self._identity)
+        self._set_identity(self._value_identity())
         #: The registry's group of the op, the first parts of its keys.
         #: Registered now, not when first traced: a process that only
         #: creates the op can run a deserialised program that calls it (the
@@ -139,43 +136,17 @@ class NumbaCudaKernel(ops.Op):
                                   call.traced)
         return vmap.fold_for(self, argtypes, call.grid, n_in=len(args))
 
-    def _value_identity(self):
-        """What makes two ops the same op, or None where it is unhashable.
-
-        The op is a static parameter of numbax_kernel_p, so JAX's caches key
-        compiled programs on it: ops re-created with the same kernel, outs
-        and launch configuration (a helper that builds the op per call) must
-        compare equal, or every call compiles, and keeps, a new program.
-        Shape functions count by identity (the same function object).
-        """
-        aliases = self.input_output_aliases
-        if isinstance(aliases, dict):
-            aliases = tuple(sorted(aliases.items(), key=repr))
-        # keys.dtype_name, not .str: seven float8 types share '<V1', and
-        # an op of one returned for another read every value wrongly.
-        outs = self.outs_fn if self.outs_fn is not None else tuple(
-            (tuple(s.shape), keys.dtype_name(s.dtype))
-            for s in self.out_specs)
-        identity = (
-            self.kernel, outs, self.out_tree, self.launch_dims, self.grid,
-            self.block, self.threads_per_block, self.shared_mem,
-            self.vmap_method, aliases, self.name, self.batch_partitionable,
-            self.sharding_rule)
-        try:
-            hash(identity)
-        except TypeError:
-            return None
-        return identity
-
-    def __hash__(self):
-        return self._hash
-
-    def __eq__(self, other):
-        if self is other:
-            return True
-        if not isinstance(other, NumbaCudaKernel) or self._identity is None:
-            return False
-        return self._identity == other._identity
+    def _value_identity(self) -> tuple:
+        """What makes two ops the same op (ops.interned): ops re-created
+        with the same kernel, outs and launch configuration (a helper that
+        builds the op per call) must compare equal, or every call compiles,
+        and keeps, a new program. Shape functions count by identity."""
+        return (
+            self.kernel, ops.outs_identity(self.outs_fn, self.out_specs),
+            self.out_tree, self.launch_dims, self.grid, self.block,
+            self.threads_per_block, self.shared_mem, self.vmap_method,
+            ops.aliases_identity(self.input_output_aliases), self.name,
+            self.batch_partitionable, self.sharding_rule)
 
     @property
     def py_func(self):

@@ -65,6 +65,52 @@ def interned(op: Any, identity: tuple | None) -> Any:
     return _interned.setdefault((type(op), identity), op)
 
 
+class ByValue:
+    """Equal and hashed by an identity tuple (what :func:`interned` keys
+    on): ops re-created with the same configuration compare equal."""
+
+    _identity: tuple | None = None
+    _hash: int = 0
+
+    def _set_identity(self, identity: tuple | None) -> None:
+        """Keeps `identity`, or None where it is unhashable (the op is then
+        equal only to itself). Hashed once: JAX hashes the op, a primitive
+        parameter, on every eager bind."""
+        try:
+            self._hash = hash(identity)
+        except TypeError:
+            identity, self._hash = None, id(self)
+        self._identity = identity
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(other) is not type(self) or self._identity is None:
+            return False
+        return self._identity == other._identity  # type: ignore[attr-defined]
+
+
+def outs_identity(outs_fn: Any, out_specs: Any) -> Any:
+    """An op's outs in its identity: a shape function by object, else each
+    output's shape and dtype name (keys.dtype_name, not .str: seven float8
+    types share '<V1', and an op of one returned for another read every
+    value wrongly)."""
+    from . import keys
+    if outs_fn is not None:
+        return outs_fn
+    return tuple((tuple(s.shape), keys.dtype_name(s.dtype)) for s in out_specs)
+
+
+def aliases_identity(aliases: Any) -> Any:
+    """input_output_aliases in an identity: a dict as sorted pairs."""
+    if isinstance(aliases, dict):
+        return tuple(sorted(aliases.items(), key=repr))
+    return aliases
+
+
 class Op:
     """The base of every numbax op class."""
 
