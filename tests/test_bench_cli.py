@@ -245,6 +245,28 @@ def test_targets_are_the_issues_ratios_of_one_run():
     assert "NOT met" in text and "n/a" in text
 
 
+def test_the_pool_row_s_vmap_ratios_are_reported_but_judged_as_no_target():
+    rows = [dict(name=n, status="ok", label=cpu.LABELS[n], **t) for n, t in [
+        ("native", _timed(chain=0.40, vmap=60.0)),
+        ("numba_kernel", _timed(chain=0.42, vmap=62.0)),
+        ("numba_kernel_xla", _timed(chain=0.43, vmap=40.0)),
+        ("brainevent", _timed(chain=8.3, vmap=800.0)),
+    ]]
+    targets = cpu.targets(rows, [])
+    assert all("parallel='xla' the vmap" not in t["target"] for t in targets)
+    text = cpu.format_table({"config": vars(cpu.CpuConfig()), "tiny": False,
+                             "results": rows, "large": [],
+                             "targets": targets})
+    line = text.splitlines()[-1]
+    assert "parallel='xla'" in line and "0.667x one C++" in line
+    assert "'sequential' 20x slower" in line
+    # Without the pool row there is no such line.
+    text = cpu.format_table({"config": vars(cpu.CpuConfig()), "tiny": False,
+                             "results": rows[:2] + rows[3:], "large": [],
+                             "targets": targets})
+    assert "XLA's pool" not in text
+
+
 # ---------------------------------------------------------------------------
 # The mode decision itself (every combination, in process).
 

@@ -4,6 +4,7 @@ The CSR worked example (examples/differentiable_op.py, docs/custom_kernel.md)
 is imported and tested here against dense jnp references.
 """
 
+import gc
 import importlib.util
 import itertools
 import os
@@ -241,6 +242,43 @@ def test_generator_gets_static_kwargs_and_outs_and_is_cached(rng):
         jax.jit(lambda v: op(v, outs=spec, factor=-0.5))(x), -0.5 * x,
         rtol=1e-6)
     assert [c[0] for c in calls] == [3.0, -0.5]
+
+
+@pytest.mark.parametrize("family", ["kernel", "callable"])
+def test_generator_returning_a_function_that_creates_the_op(rng, family):
+    # The reference's own style: the generator returns a function that
+    # creates the op when it is called, while the XLACustomKernel lowers.
+    # Nothing else refers to that op: the compiled program keeps it (it
+    # failed at run time, "not registered in this process", before).
+    op = new_op(f"creates_{family}")
+
+    @op.def_numba_cuda_kernel
+    def gen(*, factor, outs):
+        kernel = make_scale_kernel(factor)
+        n = outs.shape[-1]
+
+        def run(v):
+            if family == "kernel":
+                return numbax.numba_cuda_kernel(kernel, outs,
+                                                launch_dims=n)(v)
+
+            def func(a, out, stream):
+                kernel[1, n, stream](a, out)
+            return numbax.numba_cuda_callable(
+                func, outs, vmap_method="sequential")(v)
+        return run
+
+    x = random_array(rng, (4, 50), np.float32)
+    spec = jax.ShapeDtypeStruct((50,), F32)
+    np.testing.assert_allclose(op(x[0], outs=spec, factor=3.0), 3 * x[0],
+                               rtol=1e-6)
+    f = jax.jit(lambda v: op(v, outs=spec, factor=-2.0))
+    np.testing.assert_allclose(f(x[1]), -2 * x[1], rtol=1e-6)
+    gc.collect()
+    np.testing.assert_allclose(f(x[2]), -2 * x[2], rtol=1e-6)
+    g = jax.jit(jax.vmap(lambda v: op(v, outs=spec, factor=0.5)))
+    gc.collect()
+    np.testing.assert_allclose(g(x), 0.5 * x, rtol=1e-6)
 
 
 def test_generator_picks_kernel_per_shape_and_dtype(rng, x64):
@@ -715,6 +753,45 @@ def test_unknown_backend_and_bad_registrations():
         op(jnp.ones(4, F32), outs=[1, 2])
     with pytest.raises(TypeError, match="non-empty string"):
         numbax.XLACustomKernel("")
+
+
+def test_the_reference_s_spellings_of_the_registration_methods(rng):
+    # kg= is the reference's name for the generator; its def_kernel takes
+    # (backend, platform, kg), numbax's the platform first and the backend
+    # by keyword: that order is refused naming the fix, never misread.
+    x = random_array(rng, (4,), np.float32)
+    by_kg = new_op("kg")
+    assert by_kg.def_numba_cuda_kernel(kg=_plus(2)) is not None
+    np.testing.assert_allclose(by_kg(x, outs=SPEC4), x + 2, rtol=1e-6)
+    keywords = new_op("kg_def_kernel")
+    keywords.def_kernel(backend="jax", platform=HERE, kg=_plus(3))
+    np.testing.assert_allclose(keywords(x, outs=SPEC4), x + 3, rtol=1e-6)
+    cpu_kg = new_op("kg_cpu")
+    cpu_kg.def_numba_kernel(kg=_plus(4))
+    assert cpu_kg.available_backends("cpu") == ("numba",)
+    op = new_op("reference_order")
+    with pytest.raises(TypeError, match=r"def_kernel takes \(platform, "
+                       r"kernel_generator.*reference's order.*Write "
+                       r"def_kernel\(platform, kg, backend=backend\)"):
+        op.def_kernel("numba", "cpu", _plus(1))
+    with pytest.raises(TypeError, match="both kernel_generator and kg"):
+        op.def_kernel(HERE, _plus(1), backend="jax", kg=_plus(1))
+    with pytest.raises(TypeError, match="needs backend="):
+        op.def_kernel(HERE, _plus(1))
+    assert op.available_backends(HERE) == ()
+    # get_default and def_jvp_rule2 (one rule per input, the reference's
+    # rule(tangent, *primals, **params)) are there under its names.
+    assert by_kg.get_default(HERE) == by_kg.default_backend(HERE)
+    assert op.get_default(HERE) is None
+    prod = new_op("jvp2")
+    prod.def_kernel(HERE, lambda *, outs: (lambda a, b: a * b), backend="jax")
+    prod.def_jvp_rule2(lambda ta, a, b, *, outs: ta * b,
+                       lambda tb, a, b, *, outs: a * tb)
+    y = random_array(rng, (4,), np.float32)
+    da, db = jax.grad(lambda a, b: jnp.sum(prod(a, b, outs=SPEC4)),
+                      argnums=(0, 1))(x, y)
+    np.testing.assert_allclose(da, y, rtol=1e-6)
+    np.testing.assert_allclose(db, x, rtol=1e-6)
 
 
 @pytest.mark.parametrize("platform", ["tpu", "rocm", 1, None])

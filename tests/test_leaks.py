@@ -1,6 +1,7 @@
 """Leaks: distinct functions wrapped, called and dropped give their memory
 back; retracing registers nothing; an op re-created per call is one op;
-a stale program fails clearly.
+a lowered program keeps its op; a stale (deserialised) program fails
+clearly.
 
 Each distinct function is a distinct XLA program to compile (about 20 ms
 on the CPU), so CI wraps NUMBAX_LEAK_FUNCS functions (default 2,000, about
@@ -9,8 +10,9 @@ issue's full count (about 5 minutes on the simulator).
 NUMBAX_RETRACES (default 10,000) sets the retrace count.
 
 What holds what (docs/reliability.md): the registry refers to every func
-(and numba_cuda_kernel op) weakly; a compiled program's C++ call site holds
-its func strongly for as long as the program lives; JAX's own caches of
+(and numba_cuda_kernel op) weakly; a lowered or compiled program keeps its
+ops (JAX's keepalives), and its C++ call site holds its func strongly, for
+as long as the program lives; JAX's own caches of
 compiled programs (jit caches, and the bounded LRU behind eager op-by-op
 calls) keep those programs until jax.clear_caches() or eviction.
 """
@@ -162,9 +164,11 @@ def test_retracing_registers_nothing_new():
     assert numbax.bridge_counters()["resolves"] == resolves  # nothing compiled
 
 
-def test_stale_program_after_func_collected():
-    # The program is lowered while the op exists; by the time XLA compiles
-    # it (and instantiates its call site) the function is gone.
+def test_a_lowered_program_keeps_its_op_until_it_is_dropped():
+    # The program is lowered while the op exists; XLA compiles it (and
+    # instantiates its call site) after the user dropped op and func. The
+    # lowering keeps the op (JAX's keepalives), so the program still runs;
+    # once the program is dropped, so is the function.
     x = jnp.arange(N, dtype=F32)
     func = make_func("stale")
     op = numbax.numba_cuda_callable(func, SPEC, name="leaks.stale")
@@ -172,18 +176,41 @@ def test_stale_program_after_func_collected():
     func_ref = weakref.ref(func)
     del op, func
     gc.collect()
+    assert func_ref() is not None
+    compiled = lowered.compile()
+    np.testing.assert_array_equal(compiled(x), 2 * np.arange(N) + 1)
+    del lowered, compiled
+    jax.clear_caches()
+    settle()
     assert func_ref() is None
+
+
+def test_stale_deserialised_callable_program():
+    # A serialised program keeps no Python object: once the op is
+    # collected, the program fails naming the op and the fix, and
+    # recreating the op makes it work again.
+    x = jnp.arange(N, dtype=F32)
+    op = numbax.numba_cuda_callable(make_func("stale_ser"), SPEC,
+                                    name="leaks.stale_ser")
+    checks = [jax.export.DisabledSafetyCheck.custom_call(t)
+              for t in (targets.CALLABLE_TARGET, targets.KERNEL_TARGET)]
+    platform = {"gpu": "cuda"}.get(jax.default_backend(), jax.default_backend())
+    blob = jax.export.export(jax.jit(op), disabled_checks=checks,
+                             platforms=[platform])(x).serialize()
+    op_ref = weakref.ref(op)
+    del op
+    settle()
+    assert op_ref() is None
     with pytest.raises(RuntimeFailure,
-                       match="numbax callable 'leaks.stale/callable;[^']+' is not "
-                             "registered in this process.*garbage-collected "
-                             "must be recreated"):
-        lowered.compile()
-    # Recreating the op makes the same program work again.
-    op = numbax.numba_cuda_callable(make_func("stale"), SPEC,
-                                    name="leaks.stale")
-    op(x)
-    np.testing.assert_array_equal(lowered.compile()(x),
+                       match="numbax callable 'leaks.stale_ser/callable;[^']+' "
+                             "is not registered in this process.*"
+                             "garbage-collected.*must be recreated"):
+        jax.export.deserialize(blob).call(x)
+    again = numbax.numba_cuda_callable(make_func("stale_ser"), SPEC,
+                                       name="leaks.stale_ser")
+    np.testing.assert_array_equal(jax.export.deserialize(blob).call(x),
                                   2 * np.arange(N) + 1)
+    del again
 
 
 def test_stale_deserialised_kernel_program():

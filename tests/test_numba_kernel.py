@@ -7,10 +7,12 @@ the outputs' memory poisoned first. vmap is in test_numba_kernel_vmap.py,
 errors and refusals in test_numba_kernel_errors.py.
 """
 
+import gc
 import os
 import subprocess
 import sys
 import textwrap
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -306,6 +308,38 @@ def test_xla_custom_kernel_def_numba_kernel_is_one_primitive_with_cuda(rng):
     with pytest.raises(TypeError, match="returned the @njit kernel itself.*"
                        r"numbax.numba_kernel\(kernel, outs\)"):
         bare(x[0], outs=out)
+
+
+def test_an_op_created_while_lowering_lives_with_its_program(rng):
+    # brainevent's style: the generator returns a function that creates the
+    # numba_kernel when called (here with a fresh @njit closure each time),
+    # so nothing but the program refers to the op. The compiled program
+    # keeps it, and gives it up with the program.
+    op = numbax.XLACustomKernel("numba_kernel_test_created_inside")
+    made = []
+
+    @op.def_numba_kernel
+    def _(*, factor, outs):
+        def run(v):
+            kernel_op = numbax.numba_kernel(K.scale_shift_by(factor), outs)
+            made.append(weakref.ref(kernel_op))
+            return kernel_op(v)
+        return run
+    x = random_array(rng, (4, 32), np.float32)
+    out = jax.ShapeDtypeStruct((32,), F32)
+    assert_close(op(x[0], outs=out, factor=3.0), 3.0 * x[0] + 1.0)
+    f = jax.jit(lambda v: op(v, outs=out, factor=2.0))
+    assert_close(f(x[1]), 2.0 * x[1] + 1.0)
+    gc.collect()
+    assert_close(f(x[2]), 2.0 * x[2] + 1.0)
+    g = jax.jit(jax.vmap(lambda v: op(v, outs=out, factor=-1.0)))
+    gc.collect()
+    assert_close(g(x), -x + 1.0)
+    assert any(r() is not None for r in made)
+    del f, g
+    jax.clear_caches()
+    gc.collect()
+    assert all(r() is None for r in made)
 
 
 def test_cache_true_kernels_wrappers_load_from_numbas_cache(tmp_path):

@@ -20,6 +20,7 @@ import pytest
 
 import numbax
 import cpu_kernels as K
+from conftest import assert_close
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 F32 = jnp.float32
@@ -115,14 +116,93 @@ def test_refuses_arguments_the_kernel_cannot_take():
     with pytest.raises(TypeError, match=r"cannot be compiled.*\(begin, "
                        r"end\) as uint64 first.*Signature mismatch"):
         op(jnp.ones(4, F32))
-    # float16 arithmetic: Numba's CPU target has none.
+    # float16: Numba's CPU target cannot even load one, so it is refused
+    # before compiling, as an input and as an output, naming the fix.
     f16 = numbax.numba_kernel(K.affine, spec((4,), jnp.float16))
-    with pytest.raises(TypeError, match="cannot be compiled.*float16"):
-        f16(jnp.ones(4, jnp.float16))
+    for x in (jnp.ones(4, jnp.float16), jnp.ones(4, F32)):
+        with pytest.raises(TypeError, match=r"affine\): (input|output) 0 "
+                           "has dtype float16, which Numba's CPU target "
+                           r"cannot load.*x.astype\(jnp.float32\)"):
+            f16(x)
+    # Sub-byte and non-native dtypes are refused without naming CUDA.
+    for dtype in (jnp.int4, np.dtype(">f4")):
+        with pytest.raises(ValueError) as info:
+            numbax.numba_kernel(K.affine, spec((4,), dtype))
+        assert "Numba kernels cannot use" in str(info.value)
+        assert "CUDA" not in str(info.value)
     bf = numbax.numba_kernel(K.affine, spec((4,)))
     with pytest.raises(TypeError, match="bfloat16, which Numba's CPU arrays "
                        "cannot hold"):
         bf(jnp.ones(4, jnp.bfloat16))
+
+
+def test_a_typing_error_is_not_taken_for_a_write_to_an_input():
+    # Numba's message names the read-only argument types, so "readonly" in
+    # it says nothing about writes: the kernel's own mistake is reported as
+    # one, with Numba's text (before: "the kernel writes to an input").
+    @numba.njit
+    def typo(x, out):
+        for i in range(out.size):
+            out[i] = x.no_such_attribute
+    with pytest.raises(TypeError) as info:
+        numbax.numba_kernel(typo, spec((4,)))(jnp.ones(4, F32))
+    text = str(info.value)
+    assert "cannot be compiled for this call's arguments" in text, text
+    assert "no_such_attribute" in text and "writes to an input" not in text
+
+
+def test_a_0d_input_that_the_kernel_takes_as_a_number_names_the_fix():
+    # jit traces a scalar argument: the kernel gets a 0-d array, not an int.
+    @numba.njit
+    def count(n, out):
+        for i in range(n):
+            out[i] = i
+    op = numbax.numba_kernel(count, spec((4,), jnp.int32))
+    with pytest.raises(TypeError, match=r"count\): the kernel cannot be "
+                       r"compiled.*A 0-d input.*x\[\(\)\]"):
+        jax.jit(op)(3)
+    # Outside jit's arguments the scalar passes by value, and runs.
+    out = np.asarray(jax.jit(lambda: op(3))())
+    np.testing.assert_array_equal(out[:3], [0, 1, 2])
+
+
+def test_a_kernel_with_explicit_signatures_writing_an_input_is_refused(rng):
+    # Its overloads take writable arrays, so Numba refuses none of its
+    # writes; numbax compiles its function anew for read-only inputs (before:
+    # the write changed the caller's JAX array, silently).
+    @numba.njit("void(float32[:], float32[:])")
+    def writes_directly(x, out):
+        x[0] = 99
+        out[:] = x
+
+    @numba.njit("void(float32[:], float32[:])")
+    def writes_through_flat(x, out):
+        x.flat[0] = 99
+        out[:] = x
+
+    @numba.njit("void(float32[:], float32[:])")
+    def reads_only(x, out):
+        out[:] = 2 * x
+    host = rng.uniform(1, 2, 8).astype(np.float32)
+    x = jnp.asarray(host)
+    for kernel in (writes_directly, writes_through_flat):
+        op = numbax.numba_kernel(kernel, spec((8,)))
+        for call, arg in ((op, x), (jax.jit(op), x), (jax.vmap(op), x[None])):
+            with pytest.raises(TypeError) as info:
+                jax.block_until_ready(call(arg))
+            text = str(info.value)
+            for part in (kernel.__name__, "writes to an input",
+                         "input_output_aliases", "Found: "):
+                assert part in text, text
+    np.testing.assert_array_equal(np.asarray(x), host)
+    assert_close(numbax.numba_kernel(reads_only, spec((8,)))(x), 2 * host)
+    # Aliased, the input may be written.
+    aliased = numbax.numba_kernel(writes_directly, spec((8,)),
+                                  input_output_aliases={0: 0})
+    want = host.copy()
+    want[0] = 99
+    np.testing.assert_array_equal(np.asarray(jax.jit(aliased)(x)), want)
+    np.testing.assert_array_equal(np.asarray(x), host)
 
 
 @pytest.mark.parametrize("container", [list, tuple], ids=["list", "tuple"])
@@ -387,7 +467,9 @@ def test_refuses_bad_options():
     with pytest.raises(ValueError, match="sharding_rule or launch_dims"):
         numbax.numba_kernel(K.affine_range, spec((4,)), launch_dims=4,
                             sharding_rule="i -> i")
-    with pytest.raises(ValueError, match="numba_kernel: vmap_method must"):
+    with pytest.raises(ValueError, match="numba_kernel: vmap_method must.*"
+                       "got 'sequential_unrolled'.*'sequential', or None.*"
+                       "use it"):
         numbax.numba_kernel(K.affine, spec((4,)),
                             vmap_method="sequential_unrolled")
     with pytest.raises(TypeError, match="outs must be a jax.ShapeDtypeStruct"):

@@ -101,6 +101,38 @@ def test_vectorized_methods_give_the_kernel_the_batch(rng, vmap_method):
     assert custom_calls(jax.vmap(op), x) == 1
 
 
+@pytest.mark.parametrize("vmap_method", ["expand_dims", "broadcast_all"])
+def test_a_kernel_for_the_batched_rank_only_runs_under_vmap(rng, vmap_method):
+    # Written for the (batch, n) arrays a vectorized vmap_method passes, as
+    # the reference's users write them: it cannot compile for one slice, so
+    # its refusal waits for the lowering, which compiles the batched call
+    # (before: refused while the arguments were still one slice).
+    import numba
+
+    @numba.njit
+    def add_rows(x, y, out):
+        for r in range(out.shape[0]):
+            for i in range(out.shape[1]):
+                out[r, i] = x[r, i] + y[min(r, y.shape[0] - 1), i]
+    x = random_array(rng, (5, 8), np.float32)
+    y = random_array(rng, (8,), np.float32)
+    op = numbax.numba_kernel(add_rows, spec((8,)), vmap_method=vmap_method)
+    for f in (jax.vmap(op, in_axes=(0, None)),
+              jax.jit(jax.vmap(op, in_axes=(0, None))),
+              jax.vmap(jax.jit(op), in_axes=(0, None))):
+        assert_close(f(x, y), x + y)
+    # Not vmapped, the same kernel is refused when the call is lowered,
+    # naming the op and the types.
+    with pytest.raises(TypeError, match=r"add_rows\): the kernel cannot be "
+                       r"compiled for this call's arguments \(readonly "
+                       r"array\(float32, 1d"):
+        jax.jit(op)(x[0], y)
+    # A per-slice vmap_method keeps refusing at once.
+    per_slice = numbax.numba_kernel(add_rows, spec((8,)))
+    with pytest.raises(TypeError, match=r"add_rows\): the kernel cannot"):
+        jax.make_jaxpr(per_slice)(x[0], y)
+
+
 def test_sharded_batch_runs_on_each_device_without_gathers(rng):
     code = textwrap.dedent("""
         import json, os, re

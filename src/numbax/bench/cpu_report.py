@@ -132,7 +132,29 @@ def format_table(record: dict) -> str:
         value = "-" if t["value"] is None else f"{t['value']:.3g}{unit}"
         lines.append(f"  {t['target']:<58} {value:>10}  (target {op} "
                      f"{t['bound']:g}{unit})  {verdict}")
+    pool = pool_vmap(record["results"])
+    if pool:
+        lines.append(pool)
     return "\n".join(lines)
+
+
+def pool_vmap(rows: list[dict]) -> str | None:
+    """The vmap targets' ratios for the ``parallel='xla'`` row, which runs
+    the slices on XLA's pool where the targets' row runs them on one thread:
+    what a user who asks for the pool gets (judged as no target)."""
+    by = {r["name"]: r for r in rows}
+    xla = _us(by, "numba_kernel_xla", "vmap")
+    native = _div(xla, _us(by, "native", "vmap"))
+    brainevent = _div(_us(by, "brainevent", "vmap"), xla)
+    if native is None and brainevent is None:
+        return None
+    said = []
+    if native is not None:
+        said.append(f"{native:.3g}x one C++ handler call over the batch")
+    if brainevent is not None:
+        said.append(f"brainevent 'sequential' {brainevent:.3g}x slower")
+    return ("  with parallel='xla' the vmap row spreads its slices over "
+            "XLA's pool: " + "; ".join(said))
 
 
 def environment(native) -> dict:

@@ -347,7 +347,8 @@ class NumbaCudaCallable(ops.Op):
                 target, xs, results_specs, key=key,
                 aliases=aliases, vmap_method=self.vmap_method, rule=rule,
                 n_scratch=len(scratch_specs),
-                has_side_effect=self.has_side_effect, label=op,
+                has_side_effect=self.has_side_effect,
+                label=primitive.OpLabel.of(op, self),
                 profile_name=profile_name)
             return list(results)[:len(out_specs)]
 

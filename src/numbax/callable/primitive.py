@@ -15,6 +15,8 @@ Its batching rule is in vmap.py.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import numpy as np
 from jax.interpreters import mlir
@@ -25,6 +27,27 @@ from ..trace import checks, profile_names, sharding_rules
 # Named "numbax_callable_batch" in jaxprs and HLO metadata since it first
 # carried only the batched calls; the name stays, as programs show it.
 callable_call_p = compat.eager_primitive("numbax_callable_batch")
+
+
+class OpLabel(str):
+    """An op's label (its messages name it so), carrying the op itself.
+
+    The primitive's parameters name the call by key, not by op, and the
+    registry refers to ops weakly: an op created while tracing (inside a
+    jitted function, or inside the function an XLACustomKernel's generator
+    returned) is gone before its call is lowered unless a parameter holds
+    it. The label does, and the lowering hands the op to the compiled
+    program to keep (compat.keep_alive). Compared and hashed as its text:
+    calls of one key are one call to JAX's caches, whichever op made them
+    (one key means one function and configuration)."""
+
+    op: Any = None
+
+    @classmethod
+    def of(cls, text: str, op: Any) -> "OpLabel":
+        label = cls(text)
+        label.op = op
+        return label
 
 
 def bind(target: str, inputs, result_specs, *, key: str, aliases,
@@ -67,6 +90,7 @@ def _lower(ctx, *args, target, op_key, out_shapes, aliases, vmap_method,
            rule, vmap_only, n_scratch, has_side_effect=False, op_label=None,
            profile_name=None, slices=None):
     # `slices`: a sequential vmap's call (vmap.py), whose key names them.
+    compat.keep_alive(ctx, getattr(op_label, "op", None))
     split = sharding_rules.split_for(
         ctx, rule, vmap_only, op_label or f"numbax op '{op_key}'",
         n_free_results=n_scratch, aliases=aliases)

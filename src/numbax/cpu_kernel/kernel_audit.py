@@ -48,7 +48,10 @@ WRITES_ARG = {"fill_diagonal": 0, "shuffle": 0, "copyto": 0, "dot": 2}
 
 class Finding(NamedTuple):
     """What the audit refuses: `kind` "write" (a write to a read-only
-    input) or "objmode" (an object-mode block), and where (`text`)."""
+    input that Numba lets through), "typed write" (one Numba's typing
+    refuses for read-only arrays, in a kernel whose explicit signatures
+    took writable ones) or "objmode" (an object-mode block), and where
+    (`text`)."""
     kind: str
     text: str
 
@@ -94,17 +97,75 @@ def _typed(dispatcher: Any, argtypes: tuple, cres: Any) -> Any:
     py_func = getattr(dispatcher, "py_func", None)
     if py_func is None:
         return None
+    twin = _twin(dispatcher)
+    twin.compile(argtypes)
+    annotation = getattr(twin.overloads.get(argtypes), "type_annotation",
+                         None)
+    return annotation if hasattr(annotation, "typemap") else None
+
+
+def _twin(dispatcher: Any) -> Any:
+    """An uncached dispatcher of the same function and options, without
+    explicit signatures: it compiles for whatever types the audit asks
+    (one per dispatcher, kept as long as it lives)."""
     import numba
     twin = _twins.get(dispatcher)
     if twin is None:
         options = dict(getattr(dispatcher, "targetoptions", {}))
         options.pop("cache", None)
-        twin = numba.jit(**options)(py_func)
+        twin = numba.jit(**options)(dispatcher.py_func)
         _twins[dispatcher] = twin
-    twin.compile(argtypes)
-    annotation = getattr(twin.overloads.get(argtypes), "type_annotation",
-                         None)
-    return annotation if hasattr(annotation, "typemap") else None
+    return twin
+
+
+def _writable(argtypes: tuple) -> tuple:
+    """`argtypes` with every read-only array typed writable."""
+    from numba.core import types
+    return tuple(t.copy(readonly=False) if isinstance(t, types.Array)
+                 and not t.mutable else t for t in argtypes)
+
+
+def writes_when_read_only(dispatcher: Any, argtypes: tuple) -> bool:
+    """Whether a kernel that failed to compile for `argtypes` compiles once
+    their read-only arrays are writable: then the read-only inputs were
+    what failed it, that is, it writes one (a setitem, or a function that
+    writes its argument: ``x.fill``, ``np.copyto``, a ufunc's ``out=``).
+    Any other failure is the kernel's own typing error."""
+    writable = _writable(argtypes)
+    if writable == tuple(argtypes) or getattr(dispatcher, "py_func",
+                                              None) is None:
+        return False
+    try:
+        _twin(dispatcher).compile(writable)
+    except Exception:  # noqa: BLE001 - the kernel's own typing error
+        return False
+    return True
+
+
+def audit_fixed_signature(dispatcher: Any, argtypes: tuple
+                          ) -> Finding | None:
+    """The audit of a kernel with explicit signatures, whose overloads take
+    writable arrays (``float32[:]``), so that Numba's typing refuses none of
+    its writes: its function compiled anew for the read-only `argtypes`
+    numba_kernel passes (a twin), refused where that fails only because the
+    arrays are read-only, else audited as any kernel. A twin that fails for
+    another reason (the function needs its signature's types) leaves the
+    kernel unchecked, as before."""
+    if getattr(dispatcher, "py_func", None) is None:
+        return None
+    twin = _twin(dispatcher)
+    try:
+        twin.compile(tuple(argtypes))
+    except Exception as exc:  # noqa: BLE001 - Numba's typing errors
+        if writes_when_read_only(dispatcher, argtypes):
+            said = str(exc).strip().splitlines()
+            return Finding("typed write", "a write to an input that Numba "
+                           "refuses for read-only arrays (compiled without "
+                           "its explicit signatures, Numba said: "
+                           f"{type(exc).__name__}: "
+                           f"{said[0] if said else ''})")
+        return None
+    return audit(twin, tuple(argtypes), twin.overloads.get(tuple(argtypes)))
 
 
 def _array_like(t: Any) -> bool:

@@ -10,6 +10,8 @@ instantiate stage, to the plan of a generated @cfunc wrapper
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 import threading
 import weakref
@@ -136,22 +138,29 @@ class NumbaKernel(ops.ByValue, ops.Op):
     def _check_kernel(self, layout: wrapper.Layout) -> None:
         """Compiles the kernel for the call's argument types; refuses, naming
         the op and the fix, what the wrapper cannot call."""
-        argtypes = wrapper.slice_types(layout)
+        wanted = argtypes = wrapper.slice_types(layout)
         shown = ", ".join(str(t) for t in argtypes)
         try:
             argtypes = _compiled_types(self.kernel, argtypes)
         except Exception as exc:  # noqa: BLE001 - Numba's typing errors
-            if "readonly" in str(exc):
+            if getattr(self.kernel, "_can_compile", True) and \
+                    kernel_audit.writes_when_read_only(self.kernel, wanted):
                 raise self._writes_an_input(
                     f"Numba said: {type(exc).__name__}: {exc}") from None
             head = ("(begin, end) as uint64 first (launch_dims was given), "
                     if self._range >= 0 else "")
+            zero_d = ""
+            if any(rank == 0 for _, rank in layout.buffers[:layout.n_inputs]):
+                zero_d = (" A 0-d input (a JAX array, or a scalar that jit "
+                          "traced) is a 0-d array: read its value with "
+                          "x[()], or pass a Python or NumPy scalar outside "
+                          "jit's arguments to have it by value.")
             raise TypeError(
                 f"{self.label}: the kernel cannot be compiled for this "
                 f"call's arguments ({shown}): numba_kernel calls it with "
                 f"{head}the inputs (C-contiguous arrays; scalars by value), "
-                f"then the outputs. Numba said: {type(exc).__name__}: "
-                f"{exc}") from None
+                f"then the outputs.{zero_d} Numba said: "
+                f"{type(exc).__name__}: {exc}") from None
         cres = self.kernel.overloads.get(tuple(argtypes))
         if cres is None:
             return
@@ -170,8 +179,13 @@ class NumbaKernel(ops.ByValue, ops.Op):
                 "arrays (the kernel's last arguments) and the kernel must "
                 "return None")
         try:
-            found = kernel_audit.audit_cached(self.kernel, tuple(argtypes),
-                                              cres)
+            if getattr(self.kernel, "_can_compile", True):
+                found = kernel_audit.audit_cached(self.kernel,
+                                                  tuple(argtypes), cres)
+            else:
+                found = kernel_audit.audit_fixed_signature(
+                    self.kernel, wrapper.slice_types(dataclasses.replace(
+                        layout, readonly=layout.protected)))
         except Exception as exc:  # noqa: BLE001 - Numba's compile errors
             # Only a kernel Numba loaded from its cache is compiled here
             # (to audit it): its source no longer compiles.
@@ -190,6 +204,8 @@ class NumbaKernel(ops.ByValue, ops.Op):
                 "try/except, so the op could not report it. Move the Python "
                 "code out of the kernel (before or after the op, or into a "
                 "jax.pure_callback)")
+        if found is not None and found.kind == "typed write":
+            raise self._writes_an_input(f"Found: {found.text}.")
         if found is not None:
             raise self._writes_an_input(
                 f"Found: {found.text}, which Numba compiles for read-only arrays "
@@ -224,16 +240,19 @@ class NumbaKernel(ops.ByValue, ops.Op):
         # Inputs no output aliases go to the kernel read-only: one it writes
         # is a compile error now, not a change to a buffer XLA may share.
         # A kernel with explicit signatures cannot compile for read-only
-        # arrays, so it gets them writable, as before.
+        # arrays, so it gets them writable, and its writes are checked on
+        # its function compiled anew (_check_kernel).
         aliased = {int(i) for i, _ in aliases}
+        protected = tuple(i < len(avals_in) and i not in aliased
+                          for i in range(len(buffers)))
         can_compile = getattr(self.kernel, "_can_compile", True)
-        readonly = tuple(can_compile and i < len(avals_in) and i not in aliased
-                         for i in range(len(buffers)))
         return wrapper.Layout(
             args=tuple(args), buffers=buffers, batched=flags,
             batch_ndim=int(batch_ndim),
             scalars=tuple(s.value for s in scalars), range_n=self._range,
-            n_inputs=len(avals_in), readonly=readonly)
+            n_inputs=len(avals_in),
+            readonly=protected if can_compile else (False,) * len(buffers),
+            protected=protected)
 
     def _entry(self, key, layout, aliases, units=()):
         return registry.KernelEntry(
@@ -319,8 +338,19 @@ class NumbaKernel(ops.ByValue, ops.Op):
                            for s in out_specs)
         avals_in = [(tuple(x.shape), np.dtype(x.dtype)) for x in inputs]
         # The kernel and its wrapper compile now: refusals at trace time.
-        self._wrapper(self._layout(avals_in, out_shapes, scalars,
-                                   (False,) * len(inputs), 0, aliases))
+        # Except where the kernel may be written for the batch alone: with
+        # vmap_method 'expand_dims', 'broadcast_all' or 'legacy_vectorized'
+        # it gets a vmapped call's batch as a leading axis, and a kernel
+        # that only handles that rank fails here, where the arguments are
+        # still one slice. Its refusal then waits for the lowering, which
+        # compiles what the call really passes (and says the same, if the
+        # call is not vmapped after all).
+        try:
+            self._wrapper(self._layout(avals_in, out_shapes, scalars,
+                                       (False,) * len(inputs), 0, aliases))
+        except TypeError:
+            if self.vmap_method in vmap.PER_SLICE:
+                raise
         results = primitive.numbax_cpu_kernel_p.bind(
             *inputs, op=self, out_shapes=out_shapes, scalars=scalars,
             aliases=aliases, batched=(False,) * len(inputs), batch_ndim=0,
@@ -362,6 +392,14 @@ def _launch_range(launch_dims, op: str) -> int:
 
 def _numba_dtype(dtype, op: str, what: str):
     import numba
+    if np.dtype(dtype) == np.float16:
+        # Numba types it, but its CPU target has no float16 loads, stores
+        # or arithmetic: even a kernel that does nothing fails to compile.
+        raise TypeError(
+            f"{op}: {what} has dtype float16, which Numba's CPU target "
+            "cannot load, store or compute with (even a kernel that only "
+            "copies fails to compile); convert it (x.astype(jnp.float32)) "
+            "before the call, and the result back after it")
     try:
         return numba.from_dtype(np.dtype(dtype))
     except Exception:  # noqa: BLE001 - Numba's NotImplementedError et al.

@@ -32,6 +32,7 @@ def _lower(ctx, *args, op, out_shapes, scalars, aliases, batched,
     avals_in = [(tuple(a.shape), np.dtype(a.dtype)) for a in ctx.avals_in]
     key = op.call_key(avals_in, list(out_shapes), scalars, aliases, batched,
                   batch_ndim)
+    compat.keep_alive(ctx, op)
     if (getattr(ctx.module_context.lowering_parameters, "for_export", False)
             and keys.is_ambiguous(key)):
         raise registry.ambiguous_export_error(op.label, key, op.name)

@@ -48,6 +48,11 @@ class Layout:
         array (the inputs no output aliases), so that a kernel writing one
         fails to compile, at trace time, instead of changing a buffer XLA
         may share with other arrays.
+      protected: per buffer, whether the kernel must not write it (the
+        inputs no output aliases). `readonly` is the same, except for a
+        kernel with explicit signatures, whose overloads take writable
+        arrays: numbax checks that one's writes by compiling its function
+        anew for read-only ones (kernel_audit.audit_fixed_signature).
     """
     args: tuple
     buffers: tuple
@@ -57,6 +62,7 @@ class Layout:
     range_n: int
     n_inputs: int
     readonly: tuple = ()
+    protected: tuple = ()
 
 
 def scalar_blob(scalars) -> bytes:

@@ -148,8 +148,9 @@ class XLACustomKernel:
 
     # -- registration ------------------------------------------------------
 
-    def def_numba_cuda_kernel(self, kernel_generator: Callable,
-                              asdefault: bool = False) -> Callable:
+    def def_numba_cuda_kernel(self, kernel_generator: Callable | None = None,
+                              asdefault: bool = False, *,
+                              kg: Callable | None = None) -> Callable:
         """Registers the ``numba_cuda`` kernel for the ``gpu`` platform.
 
         ``kernel_generator(**static_kwargs, outs=outs)`` is called when a call
@@ -165,7 +166,8 @@ class XLACustomKernel:
         stays selectable there with ``backend='numba_cuda'``).
 
         Args:
-          kernel_generator: the generator described above.
+          kernel_generator: the generator described above (``kg=``, the
+            reference's name for it, is accepted too).
           asdefault: make it the default kernel of the ``gpu`` platform (the
             first kernel registered for a platform is its default anyway).
 
@@ -176,10 +178,11 @@ class XLACustomKernel:
           TypeError: ``kernel_generator`` is not callable.
         """
         return self.def_kernel("gpu", kernel_generator, backend=NUMBA_CUDA,
-                               asdefault=asdefault)
+                               asdefault=asdefault, kg=kg)
 
-    def def_numba_kernel(self, kernel_generator: Callable,
-                         asdefault: bool = False) -> Callable:
+    def def_numba_kernel(self, kernel_generator: Callable | None = None,
+                         asdefault: bool = False, *,
+                         kg: Callable | None = None) -> Callable:
         """Registers the ``numba`` kernel for the ``cpu`` platform.
 
         ``kernel_generator(**static_kwargs, outs=outs)`` is called when a
@@ -191,7 +194,8 @@ class XLACustomKernel:
         ``cpu`` kernel was registered first), the CUDA one on a GPU.
 
         Args:
-          kernel_generator: the generator described above.
+          kernel_generator: the generator described above (``kg=``, the
+            reference's name for it, is accepted too).
           asdefault: make it the default kernel of the ``cpu`` platform (the
             first kernel registered for a platform is its default anyway).
 
@@ -202,10 +206,12 @@ class XLACustomKernel:
           TypeError: ``kernel_generator`` is not callable.
         """
         return self.def_kernel("cpu", kernel_generator, backend=NUMBA,
-                               asdefault=asdefault)
+                               asdefault=asdefault, kg=kg)
 
-    def def_kernel(self, platform: str, kernel_generator: Callable, *,
-                   backend: str, asdefault: bool = False) -> Callable:
+    def def_kernel(self, platform: str, kernel_generator: Callable | None
+                   = None, *positional: Any, backend: str | None = None,
+                   asdefault: bool = False,
+                   kg: Callable | None = None) -> Callable:
         """Registers a kernel generator for ``platform`` under ``backend``.
 
         Registering the same platform and backend again replaces the
@@ -228,8 +234,34 @@ class XLACustomKernel:
         Raises:
           ValueError: an unknown or unsupported platform (``'rocm'``).
           TypeError: ``kernel_generator`` is not callable, or ``backend`` is
-            not a non-empty string.
+            not a non-empty string; the reference's positional order
+            ``def_kernel(backend, platform, kg)``, naming the fix.
         """
+        if positional:
+            shown = ", ".join(repr(a) for a in (platform, kernel_generator,
+                                                *positional)[:2])
+            raise TypeError(
+                f"{self!r}.def_kernel takes (platform, kernel_generator, *, "
+                f"backend=...): the platform first and the backend by "
+                f"keyword; got {2 + len(positional)} positional arguments "
+                f"({shown}, ...), the reference's order def_kernel(backend, "
+                "platform, kg). Write def_kernel(platform, kg, "
+                "backend=backend)")
+        if kg is not None:
+            if kernel_generator is not None:
+                raise TypeError(
+                    f"{self!r}.def_kernel: got both kernel_generator and "
+                    "kg (the reference's name for the same argument); "
+                    "pass one")
+            kernel_generator = kg
+        if kernel_generator is None:
+            raise TypeError(
+                f"{self!r}.def_kernel needs the kernel generator "
+                "(kernel_generator, or kg=)")
+        if backend is None:
+            raise TypeError(
+                f"{self!r}.def_kernel needs backend= (the name calls choose "
+                "the kernel by, e.g. backend='numba')")
         platform = canonical_platform(platform, repr(self), "def_kernel")
         self.kernels.register(platform, kernel_generator, backend=backend,
                               asdefault=asdefault)
@@ -256,6 +288,10 @@ class XLACustomKernel:
         """The backend a call uses on ``platform`` by default (None: no kernel)."""
         return self.kernels.default(
             canonical_platform(platform, repr(self), "default_backend"))
+
+    def get_default(self, platform: str) -> str | None:
+        """:meth:`default_backend`, under the reference system's name."""
+        return self.default_backend(platform)
 
     def def_jvp_rule(self, *rules: Callable | None,
                      per_input: bool | None = None):
@@ -286,6 +322,15 @@ class XLACustomKernel:
         """
         self.differentiation.define_jvp(rules, per_input)
         return rules[0] if len(rules) == 1 else rules
+
+    def def_jvp_rule2(self, *rules: Callable | None):
+        """One JVP rule per input, under the reference system's name:
+        ``def_jvp_rule(*rules, per_input=True)`` (each
+        ``rule_i(tangent_i, *primals, outs=..., **static_kwargs)``). Its
+        ``def_jvp_rule(fun)`` took JAX's ``fun(primals, tangents,
+        **params)``, which numbax's :meth:`def_jvp_rule` does not: rewrite
+        such a rule (docs/migration.md)."""
+        return self.def_jvp_rule(*rules, per_input=True)
 
     def def_transpose_rule(self, fn: Callable) -> Callable:
         """Defines the transpose of the op in its linear inputs (reverse mode).

@@ -51,6 +51,7 @@ def lower(target: str, key_of: Callable[..., str], ctx, *args, op,
     # batched call (in a program of several devices); None: not at all.
     split = sharding.split_of(op, ctx, avals, batch, broadcast, call)
     key = key_of(ctx, op, avals, out_shapes, batch, broadcast, call, split)
+    compat.keep_alive(ctx, op)
     if (getattr(ctx.module_context.lowering_parameters, "for_export", False)
             and keys.is_ambiguous(key)):
         raise registry.ambiguous_export_error(op.label, key, op.name)

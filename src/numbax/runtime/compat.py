@@ -271,6 +271,22 @@ def source_location(ctx: Any) -> Any:
         return None
 
 
+def keep_alive(ctx: Any, owner: Any) -> None:
+    """The program being lowered keeps `owner` alive as long as its
+    compiled executable lives (JAX's keepalives, as its Python callbacks
+    use). numbax's registry refers to ops weakly, and the C++ call site
+    builds what it runs from the op at XLA's instantiate stage, after
+    lowering: an op created while tracing and dropped after it (inside a
+    jitted function, or inside the function an XLACustomKernel's
+    generator returned, the reference's own style) would be gone by then.
+    Not for jax.export, which refuses a lowering with keepalives and keeps
+    no Python object anyway: a deserialised program finds its ops by key."""
+    context = ctx.module_context
+    if owner is not None and not getattr(context.lowering_parameters,
+                                         "for_export", False):
+        context.add_keepalive(owner)
+
+
 def shaped_array(shape: tuple[int, ...], dtype: Any) -> Any:
     """``jax.core.ShapedArray(shape, dtype)``, an abstract eval's result."""
     return _shaped_array_class()(shape, dtype)

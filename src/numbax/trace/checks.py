@@ -36,13 +36,13 @@ def check_dtype(dtype: Any, what: str) -> np.dtype:
                 if "key<" in str(dtype) else "convert it with .astype(...)")
         raise ValueError(
             f"{what} has dtype {dtype}, which is not a numpy dtype and which "
-            f"Numba CUDA kernels cannot use; {hint}") from None
+            f"Numba kernels cannot use; {hint}") from None
     if dt in _SUPPORTED:
         return dt
     if dt.byteorder not in "=|" and dt.newbyteorder("=") in _SUPPORTED:
         raise ValueError(
             f"{what} has dtype {dt.str} ({dt.name} in non-native byte "
-            f"order), which Numba CUDA kernels cannot use; use the native "
+            f"order), which Numba kernels cannot use; use the native "
             f"{dt.name}, e.g. np.dtype({dt.name!r}) or .astype({dt.name!r})")
     if dt.name == "bfloat16":
         if numba_bridge.numba_type_for(dt) is not None:
@@ -62,11 +62,11 @@ def check_dtype(dtype: Any, what: str) -> np.dtype:
         raise ValueError(
             f"{what} has dtype {dt.name}, a sub-byte type ({bits} bit(s) per "
             "element, which XLA may pack several to a byte), which Numba "
-            "CUDA kernels cannot use: no Numba array addresses elements "
+            "kernels cannot use: no Numba array addresses elements "
             f"narrower than a byte; convert with .astype(jnp.{wider}) before "
             "the op (and back after it, if needed)")
     raise ValueError(
-        f"{what} has dtype {dt.name}, which Numba CUDA kernels cannot use. "
+        f"{what} has dtype {dt.name}, which Numba kernels cannot use. "
         "Supported: bool, int8-64, uint8-64, float16/32/64, complex64/128"
         ", bfloat16, float8 (as uint8 bits); convert with .astype(...)")
 
@@ -371,9 +371,15 @@ def check_vmap_method(vmap_method, op: str, *, kernel: bool = False) -> None:
         kernel and m in CALLABLE_ONLY_VMAP_METHODS))
     if not isinstance(vmap_method, (str, type(None))) or \
             vmap_method not in methods:
+        why = ""
+        if vmap_method in CALLABLE_ONLY_VMAP_METHODS:
+            why = (f" ({vmap_method!r} is an XLA loop of one call per "
+                   "slice; here 'sequential', or None, runs every slice "
+                   "from one call: use it)")
         raise ValueError(
             f"{op}: vmap_method must be one of "
-            f"{', '.join(repr(m) for m in methods)}; got {vmap_method!r}")
+            f"{', '.join(repr(m) for m in methods)}; got {vmap_method!r}"
+            f"{why}")
 
 
 def check_name(name, op: str, label: str | None = None) -> None:
