@@ -91,6 +91,41 @@ def test_scalars_are_passed_by_value(rng):
     assert_close(b, 4 * x + 0.25)
 
 
+def test_scalars_of_equal_values_and_other_types_are_kept_apart(rng):
+    """1, 1.0, np.float32(1) and True are equal (and hash alike) in Python:
+    before, the second call reused the wrapper compiled for the first type
+    and read the value's bytes as that type (4.6e18 for 1.0), and a float
+    index reached a kernel compiled for an int one (a segfault). Wrappers
+    are now by type: one serves every value of it."""
+    import numba
+
+    @numba.njit
+    def add(x, t, y):
+        for i in range(x.size):
+            y[i] = x[i] + t
+    x = random_array(rng, (16,), np.float32)
+    op = numbax.numba_kernel(add, spec((16,)))
+    values = (1, 1.0, np.float32(1), True, np.int8(1), 2.5, float("nan"))
+    got = jax.jit(lambda v: [op(v, t) for t in values])(x)
+    for t, y in zip(values, got):
+        assert_close(y, x + np.float32(t))
+    for t, y in zip(values, [op(x, t) for t in values]):  # eagerly too
+        assert_close(y, x + np.float32(t))
+    compiled = len(op._wrappers)
+    for v in range(20):
+        assert_close(op(x, float(v) / 3), x + np.float32(v / 3))
+    assert len(op._wrappers) == compiled  # no wrapper per value
+
+    @numba.njit
+    def gather(x, i, y):
+        y[0] = x[i]
+    take = numbax.numba_kernel(gather, spec((1,)))
+    np.testing.assert_array_equal(take(x, 3), x[3:4])
+    with pytest.raises(TypeError, match=r"gather\): the kernel cannot be "
+                       r"compiled.*float64"):
+        take(x, 3.0)
+
+
 def test_launch_dims_and_parallel_xla_cover_the_range_exactly(rng):
     for n in (1, 7, 4096, 100003):
         for parallel in (None, "xla"):
@@ -437,3 +472,15 @@ def test_op_recreated_per_call_shares_one_compiled_op():
     np.testing.assert_allclose(y, 2 * np.arange(64) + 1)
     assert numbax.registry_size() == size
     assert rss_mib() - rss < 30
+    # Once the op is gone, an op made again finds the kernel's wrappers
+    # (they live with the kernel): nothing compiles (before: 780 ms and
+    # 1.3 MiB kept per re-creation).
+    wrappers = dict(make()._wrappers)
+    del y
+    jax.clear_caches()
+    gc.collect()
+    again = make()
+    assert_close(jax.jit(jax.vmap(again))(jnp.stack([x, x])),
+                 np.stack([2 * np.arange(64) + 1] * 2))
+    for layout, cfunc in wrappers.items():
+        assert again._wrappers[layout] is cfunc

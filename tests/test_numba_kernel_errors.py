@@ -60,6 +60,25 @@ def test_a_kernel_that_raises_is_an_xla_error_naming_op_and_exception(
         jax.block_until_ready(op(x))
 
 
+def test_a_raise_in_a_vmapped_call_of_0d_slices_shows_the_exception():
+    # The diagnostic re-run hands each slice as the wrapper does: a batch
+    # of 0-d inputs gives 0-d arrays (before: NumPy scalars, and the error
+    # was the re-run's TypingError, not the kernel's exception).
+    @numba.njit
+    def scaled(s, x, y):
+        if s[()] < 0:
+            raise ValueError("negative scale")
+        for i in range(x.size):
+            y[i] = x[i] * s[()]
+    op = numbax.numba_kernel(scaled, spec((4,)))
+    f = jax.jit(jax.vmap(op, in_axes=(0, None)))
+    assert_close(f(jnp.array([1.0, 2.0], F32), jnp.ones(4, F32)),
+                 np.array([[1.0] * 4, [2.0] * 4], np.float32))
+    with pytest.raises(RUN_TIME, match="ValueError: negative scale"):
+        jax.block_until_ready(f(jnp.array([1.0, -2.0], F32),
+                                jnp.ones(4, F32)))
+
+
 def test_an_object_mode_block_is_refused_at_trace_time():
     # An exception raised in it escapes Numba's try/except, so the wrapper
     # could not report it (before: the kernel went on, and Python found the
@@ -124,6 +143,14 @@ def test_refuses_arguments_the_kernel_cannot_take():
                            "has dtype float16, which Numba's CPU target "
                            r"cannot load.*x.astype\(jnp.float32\)"):
             f16(x)
+    # Scalars: an int Numba cannot type, and a float16 one, name the op.
+    for bad, said in ((2**64, "scalar Numba cannot type"), (-2**63 - 1,
+                      "scalar Numba cannot type"), (np.float16(1),
+                                                    "float16 scalar")):
+        with pytest.raises(TypeError, match=r"numba_kernel\(.*input 1 is a "
+                           + said):
+            numbax.numba_kernel(K.scale_shift, spec((4,)))(
+                jnp.ones(4, F32), bad, 1.0)
     # Sub-byte and non-native dtypes are refused without naming CUDA.
     for dtype in (jnp.int4, np.dtype(">f4")):
         with pytest.raises(ValueError) as info:

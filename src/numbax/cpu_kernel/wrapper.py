@@ -19,7 +19,7 @@ sub-range stop LLVM vectorising them (measured 4x slower, docs/anchors).
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,7 +40,13 @@ class Layout:
         batch axes that the wrapper loops over (outputs always do when
         batch_ndim > 0).
       batch_ndim: leading batch axes of a per-slice vmapped call (0: none).
-      scalars: the scalars' values, in order.
+      scalars: the scalars' values, in order: what a call passes (the
+        handler's blob, a diagnostic re-run), not what the wrapper is
+        compiled for, so they take no part in a layout's equality (one
+        wrapper serves every value: it reads them at run time).
+      scalar_types: the scalars' dtypes (names), in order: the types the
+        kernel is compiled for. By type, not by value: 1, 1.0 and True are
+        equal values of three types.
       range_n: the launch range (launch_dims), or -1 for none: the kernel
         then takes no (begin, end) first.
       n_inputs: how many input buffers.
@@ -58,19 +64,20 @@ class Layout:
     buffers: tuple
     batched: tuple
     batch_ndim: int
-    scalars: tuple
-    range_n: int
-    n_inputs: int
+    scalars: tuple = field(compare=False, repr=False)
+    range_n: int = -1
+    n_inputs: int = 0
     readonly: tuple = ()
     protected: tuple = ()
+    scalar_types: tuple = ()
 
 
-def scalar_blob(scalars) -> bytes:
-    """The scalars' values as the handler keeps them: 16 bytes each."""
+def scalar_blob(layout: Layout) -> bytes:
+    """The scalars' values as the handler keeps them, each in the type the
+    wrapper reads it as: 16 bytes each."""
     out = b""
-    for v in scalars:
-        raw = np.asarray(v, dtype=np.asarray(v).dtype).tobytes()
-        out += raw.ljust(16, b"\0")
+    for v, t in zip(layout.scalars, layout.scalar_types):
+        out += np.asarray(v, dtype=np.dtype(t)).tobytes().ljust(16, b"\0")
     return out
 
 
@@ -88,7 +95,8 @@ def slice_types(layout: Layout) -> tuple:
                            readonly=_is_readonly(layout, i))
     head = (types.uint64, types.uint64) if layout.range_n >= 0 else ()
     ins = tuple(array_type(i) if kind == "a" else
-                numba.typeof(layout.scalars[i]) for kind, i in layout.args)
+                numba.from_dtype(np.dtype(layout.scalar_types[i]))
+                for kind, i in layout.args)
     outs = tuple(array_type(layout.n_inputs + j) for j in
                  range(len(layout.buffers) - layout.n_inputs))
     return head + ins + outs
@@ -106,7 +114,7 @@ def _source(layout: Layout) -> str:
         lines.append(f"        b{i} = carray(ptrs[{i}], {shape}, t{i})")
         names.append(f"b{i}")
     nb = len(layout.buffers)
-    for j in range(len(layout.scalars)):
+    for j in range(len(layout.scalar_types)):
         lines.append(f"        s{j} = carray(ptrs[{nb + j}], (1,), st{j})[0]")
 
     def arg(i):
@@ -190,8 +198,8 @@ def compile_wrapper(kernel: Any, layout: Layout) -> Any:
                        "uint64": numba.uint64, "readonly": _readonly()}
     for i, (dtype, _) in enumerate(layout.buffers):
         namespace[f"t{i}"] = np.dtype(dtype)
-    for j, v in enumerate(layout.scalars):
-        namespace[f"st{j}"] = np.asarray(v).dtype
+    for j, t in enumerate(layout.scalar_types):
+        namespace[f"st{j}"] = np.dtype(t)
     source = _source(layout)
     cached = _cached_module(kernel, layout, source, namespace)
     if cached is not None:
@@ -305,7 +313,10 @@ def rerun(kernel: Any, layout: Layout, addresses, shapes) -> None:
 
     def args_of(b):
         def arg(i):
-            return arrays[i][b] if layout.batched[i] and k else arrays[i]
+            # [b, ...]: a 0-d array for a batch of 0-d slices, as the
+            # wrapper passes ([b] would be a NumPy scalar).
+            return arrays[i][b, ...] if layout.batched[i] and k \
+                else arrays[i]
         ins = [arg(i) if kind == "a" else layout.scalars[i]
                for kind, i in layout.args]
         return ins + [arg(layout.n_inputs + j)
