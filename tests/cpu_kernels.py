@@ -272,3 +272,10 @@ def scale_shift_by(factor):
         for i in range(out.size):
             out[i] = factor * x[i] + 1
     return kernel
+
+
+@numba.njit
+def multiply(a, b, out):
+    """out = a * b, element by element."""
+    for i in range(out.size):
+        out[i] = a[i] * b[i]

@@ -377,6 +377,59 @@ def test_an_op_created_while_lowering_lives_with_its_program(rng):
     assert all(r() is None for r in made)
 
 
+def test_a_vmapped_custom_kernel_traced_first_differentiates_later(rng):
+    """vmap of an XLACustomKernel runs its numba_kernel over the batch in
+    one call; inside jit, scan or checkpoint that call was traced before
+    jvp/grad met it, and was refused as a bare numba_kernel ("cannot be
+    differentiated") although the op has JVP and transpose rules. The batch
+    now differentiates through the op's own rules."""
+    from numbax.custom_kernel import is_undefined_primal
+    op = numbax.XLACustomKernel("numba_kernel_test_mul_later")
+
+    @op.def_numba_kernel
+    def _(*, outs):
+        return numbax.numba_kernel(K.multiply, outs)
+    op.def_jvp_rule(lambda ta, a, b, *, outs: op(ta, b, outs=outs),
+                    lambda tb, a, b, *, outs: op(a, tb, outs=outs),
+                    per_input=True)
+
+    @op.def_transpose_rule
+    def _(ct, a, b, *, outs):
+        return (ct * b if is_undefined_primal(a) else None,
+                ct * a if is_undefined_primal(b) else None)
+
+    def mul(a, b):
+        return op(a, b, outs=jax.ShapeDtypeStruct(a.shape, a.dtype))
+    a = random_array(rng, (4, 9), np.float32)
+    b = random_array(rng, (4, 9), np.float32)
+    t = random_array(rng, (4, 9), np.float32)
+    batched = jax.jit(lambda a: jax.vmap(mul)(a, b))
+    assert batched.lower(a).as_text().count("numbax_cpu_kernel") == 1
+    assert_close(jax.jvp(batched, (a,), (t,))[1], t * b, rtol=1e-5)
+    assert_close(jax.linearize(batched, a)[1](t), t * b, rtol=1e-5)
+    total = jax.jit(lambda a: jnp.sum(jax.vmap(mul)(a, b)))
+    assert_close(jax.grad(total)(a), b, rtol=1e-5)
+    assert_close(jax.grad(jax.checkpoint(
+        lambda a: jnp.sum(jax.vmap(mul)(a, b))))(a), b, rtol=1e-5)
+
+    def body(c, x):
+        return c + jnp.sum(jax.vmap(mul)(x, b)), None
+    assert_close(jax.grad(lambda a: jax.lax.scan(
+        body, 0.0, jnp.stack([a, a]))[0])(a), 2 * b, rtol=1e-5)
+    # Nested vmaps flattened into one call stay the kernel alone there:
+    # differentiating that later is refused naming the op, never a wrong
+    # result; differentiated directly, the op's rules apply.
+    nested = jax.jit(lambda a: jax.vmap(jax.vmap(mul))(a[None], b[None]))
+    assert_close(nested(a)[0], a * b, rtol=1e-5)
+    with pytest.raises(ValueError, match="multiply.*cannot be "
+                       "differentiated"):
+        jax.jvp(nested, (a,), (t,))
+    direct = jax.jvp(lambda a: jax.vmap(jax.vmap(mul))(a[None], b[None]),
+                     (a,), (t,))[1]
+    assert direct.shape == (1, 4, 9)
+    assert_close(direct[0], t * b, rtol=1e-5)
+
+
 def test_cache_true_kernels_wrappers_load_from_numbas_cache(tmp_path):
     # A cache=True kernel's wrapper goes to Numba's cache: the second fresh
     # process loads it (the cfunc's cache hit) instead of compiling.
