@@ -234,8 +234,13 @@ class NumbaKernel(ops.ByValue, ops.Op):
                 i += 1
         buffers = tuple((np.dtype(d).name, len(s)) for s, d in
                         list(avals_in) + list(out_shapes))
-        flags = tuple(bool(b) for b in batched) + (True,) * len(out_shapes) \
-            if batch_ndim else (False,) * len(buffers)
+        # Per buffer, the batch levels it carries (outermost first): an
+        # input batched at some levels only keeps just those axes (the
+        # wrapper finds its slice); outputs carry every level.
+        k = int(batch_ndim)
+        levels = tuple(tuple(bool(x) for x in m) for m in batched) + (
+            (True,) * k,) * len(out_shapes) if k else ((),) * len(buffers)
+        flags = tuple(any(m) for m in levels)
         # Inputs no output aliases go to the kernel read-only: one it writes
         # is a compile error now, not a change to a buffer XLA may share.
         # A kernel with explicit signatures cannot compile for read-only
@@ -247,7 +252,7 @@ class NumbaKernel(ops.ByValue, ops.Op):
         can_compile = getattr(self.kernel, "_can_compile", True)
         return wrapper.Layout(
             args=tuple(args), buffers=buffers, batched=flags,
-            batch_ndim=int(batch_ndim),
+            batch_ndim=k, levels=levels if k else (),
             scalars=tuple(s.value for s in scalars),
             scalar_types=tuple(self._scalar_type(s) for s in scalars),
             range_n=self._range,
@@ -285,7 +290,11 @@ class NumbaKernel(ops.ByValue, ops.Op):
                 + ";out=" + keys.avals_text(out_shapes))
         if batch_ndim:
             call += (f";bnd={batch_ndim};bat="
-                     + "".join("1" if b else "0" for b in batched))
+                     + "".join("1" if any(m) else "0" for m in batched))
+            if any(any(m) and not all(m) for m in batched):
+                # Inputs batched at some levels only: which, per input.
+                call += ";lvl=" + ".".join(
+                    "".join("1" if x else "0" for x in m) for m in batched)
         call += keys.alias_spec(dict(aliases))
         call += scalar_args.scalars_spec(scalars)
         return registry.program_key(
@@ -300,7 +309,11 @@ class NumbaKernel(ops.ByValue, ops.Op):
         avals = keys.parse_avals(fields.get("in", ""))
         outs = keys.parse_avals(fields.get("out", ""))
         ndim = int(fields.get("bnd", "0") or 0)
-        batched = tuple(c == "1" for c in fields.get("bat", ""))
+        if "lvl" in fields:
+            batched = tuple(tuple(c == "1" for c in m)
+                            for m in fields["lvl"].split("."))
+        else:
+            batched = tuple((c == "1",) * ndim for c in fields.get("bat", ""))
         scalars = scalar_args.parse_scalars(fields)
         aliases = keys.parse_aliases(fields)
         layout = self._layout(avals, outs, scalars, batched, ndim, aliases)
@@ -363,13 +376,13 @@ class NumbaKernel(ops.ByValue, ops.Op):
         # call is not vmapped after all).
         try:
             self._wrapper(self._layout(avals_in, out_shapes, scalars,
-                                       (False,) * len(inputs), 0, aliases))
+                                       ((),) * len(inputs), 0, aliases))
         except TypeError:
             if self.vmap_method in vmap.PER_SLICE:
                 raise
         results = primitive.numbax_cpu_kernel_p.bind(
             *inputs, op=self, out_shapes=out_shapes, scalars=scalars,
-            aliases=aliases, batched=(False,) * len(inputs), batch_ndim=0,
+            aliases=aliases, batched=((),) * len(inputs), batch_ndim=0,
             rule=rule, vmap_only=False)
         return jax.tree_util.tree_unflatten(out_tree, list(results))
 

@@ -4,9 +4,10 @@
 time, as under ffi_call's 'sequential', but every slice runs from one call
 of the handler: the generated wrapper loops over the slices (or, with
 ``parallel='xla'``, the handler spreads them over XLA's intra-op pool).
-Nested vmaps add leading batch axes to the same call: every batched input
-and every output carries all of them, which the wrapper flattens into one
-batch (an input batched at some levels only is broadcast to all of them).
+Nested vmaps add leading batch axes to the same call: every output carries
+all of them, which the wrapper flattens into one batch; an input batched at
+some levels only keeps just those axes, and the wrapper finds its slice from
+the call's (an aliased one, written slice by slice, is broadcast to all).
 
 ``'expand_dims'``, ``'broadcast_all'`` and ``'legacy_vectorized'`` keep
 ffi_call's meaning: the kernel gets the batch as a leading axis of its
@@ -34,7 +35,8 @@ def batch_rule(args, dims, *, op, out_shapes, scalars, aliases, batched,
     size = batch_size(args, dims)
     aliased = {i for i, _ in aliases}
     new_args: list = []
-    new_batched: list[bool] = []
+    # Per input, the batch levels it carries (outermost first).
+    new_batched: list[tuple] = []
     # Per input: True (batched along this level's axis), None (no axis).
     flags: list[bool | None] = []
     # An input broadcast to the inner batch axes no longer fits the inner
@@ -43,24 +45,31 @@ def batch_rule(args, dims, *, op, out_shapes, scalars, aliases, batched,
     if op.vmap_method in PER_SLICE:
         inner = tuple(out_shapes[0][0][:batch_ndim]) if out_shapes else ()
         for i, (a, d, was) in enumerate(zip(args, dims, batched)):
-            if d is None and not was and i not in aliased:
+            was = tuple(was)
+            if i in aliased and not (d is not None and all(was)):
+                # Written in place, slice by slice: every level of its own.
+                a = jnp.moveaxis(a, d, 0) if d is not None else a[None]
+                rest = tuple(a.shape[1 + sum(was):])
+                at_levels, j = [a.shape[0]], 1
+                for on in was:
+                    at_levels.append(a.shape[j] if on else 1)
+                    j += on
+                a = jnp.broadcast_to(a.reshape(tuple(at_levels) + rest),
+                                     (size,) + inner + rest)
+                keep_rule = keep_rule and all(was)
                 new_args.append(a)
-                new_batched.append(False)
-                flags.append(None)
+                new_batched.append((True,) * (batch_ndim + 1))
+                flags.append(True)
                 continue
             if d is None:
-                a = jnp.broadcast_to(a[None], (size,) + tuple(a.shape))
-            else:
-                a = jnp.moveaxis(a, d, 0)
-            if not was and batch_ndim:
-                # Batched at this level only: every inner level too.
-                rest = tuple(a.shape[1:])
-                a = jnp.broadcast_to(
-                    a.reshape((size,) + (1,) * batch_ndim + rest),
-                    (size,) + inner + rest)
-                keep_rule = False
-            new_args.append(a)
-            new_batched.append(True)
+                # Not batched at this level: it keeps the levels it has
+                # (the wrapper finds its slice), never copied per slice.
+                new_args.append(a)
+                new_batched.append((False,) + was)
+                flags.append(None)
+                continue
+            new_args.append(jnp.moveaxis(a, d, 0))
+            new_batched.append((True,) + was)
             flags.append(True)
         new_ndim = batch_ndim + 1
     else:
@@ -77,7 +86,7 @@ def batch_rule(args, dims, *, op, out_shapes, scalars, aliases, batched,
                 a = jnp.broadcast_to(a[None], (n,) + tuple(a.shape))
                 flag = n == size
             new_args.append(a)
-            new_batched.append(False)
+            new_batched.append(())
             flags.append(flag)
         new_ndim = 0
     new_shapes = tuple(((size,) + tuple(s), d) for s, d in out_shapes)

@@ -44,6 +44,10 @@ class Layout:
         handler's blob, a diagnostic re-run), not what the wrapper is
         compiled for, so they take no part in a layout's equality (one
         wrapper serves every value: it reads them at run time).
+      levels: per buffer, the batch levels it carries (a bool per level,
+        outermost first) in a per-slice vmapped call; () otherwise. An input
+        batched at some levels only has just those leading axes, and the
+        wrapper computes its slice from the call's slice index.
       scalar_types: the scalars' dtypes (names), in order: the types the
         kernel is compiled for. By type, not by value: 1, 1.0 and True are
         equal values of three types.
@@ -70,6 +74,7 @@ class Layout:
     readonly: tuple = ()
     protected: tuple = ()
     scalar_types: tuple = ()
+    levels: tuple = ()
 
 
 def scalar_blob(layout: Layout) -> bytes:
@@ -90,7 +95,7 @@ def slice_types(layout: Layout) -> tuple:
     def array_type(i):
         dtype, rank = layout.buffers[i]
         if layout.batched[i]:
-            rank -= layout.batch_ndim
+            rank -= _carried(layout, i)
         return types.Array(numba.from_dtype(np.dtype(dtype)), rank, "C",
                            readonly=_is_readonly(layout, i))
     head = (types.uint64, types.uint64) if layout.range_n >= 0 else ()
@@ -102,14 +107,39 @@ def slice_types(layout: Layout) -> tuple:
     return head + ins + outs
 
 
+def _carried(layout: Layout, i: int) -> int:
+    """How many batch levels buffer i carries."""
+    if not layout.batch_ndim or not layout.batched[i]:
+        return 0
+    return sum(layout.levels[i]) if layout.levels else layout.batch_ndim
+
+
+def _partial(layout: Layout) -> list:
+    """The buffers batched at some levels only."""
+    return [i for i in range(len(layout.buffers)) if layout.batched[i]
+            and layout.levels and not all(layout.levels[i])]
+
+
+def _slice_of(mask, k: int) -> str:
+    """The index of a buffer's slice carrying the levels `mask`, from the
+    per-level indices i0..i{k-1} of the call's slice (Horner's rule over
+    the levels it carries)."""
+    got = ""
+    for level in range(k):
+        if mask[level]:
+            got = f"i{level}" if not got else f"({got}) * e{level} + i{level}"
+    return got
+
+
 def _source(layout: Layout) -> str:
     k = layout.batch_ndim
     lines = ["def numbax_wrapper(ptrs, dims, begin, end):", "    try:"]
     names = []
     for i, (_, rank) in enumerate(layout.buffers):
         ext = [f"dims[{i}][{d}]" for d in range(rank)]
-        if layout.batched[i] and k:
-            ext = [" * ".join(ext[:k])] + ext[k:]
+        carried = _carried(layout, i)
+        if carried:
+            ext = [" * ".join(ext[:carried])] + ext[carried:]
         shape = "(" + "".join(e + ", " for e in ext) + ")"
         lines.append(f"        b{i} = carray(ptrs[{i}], {shape}, t{i})")
         names.append(f"b{i}")
@@ -117,14 +147,37 @@ def _source(layout: Layout) -> str:
     for j in range(len(layout.scalar_types)):
         lines.append(f"        s{j} = carray(ptrs[{nb + j}], (1,), st{j})[0]")
 
+    partial = _partial(layout)
+    if partial:
+        # The extents of the levels, from output 0 (which has them all).
+        out0 = layout.n_inputs
+        lines += [f"        e{d} = uint64(dims[{out0}][{d}])" for d in range(k)]
+
+    def index(i):
+        return f"x{i}" if i in partial else "b"
+
     def arg(i):
         if not (layout.batched[i] and k):
             got = names[i]
-        elif layout.buffers[i][1] - k == 0:  # a slice of a 0-d argument
-            got = f"{names[i]}[b:b + one].reshape(())"
+        elif layout.buffers[i][1] - _carried(layout, i) == 0:
+            # a slice of a 0-d argument
+            got = f"{names[i]}[{index(i)}:{index(i)} + one].reshape(())"
         else:
-            got = f"{names[i]}[b]"
+            got = f"{names[i]}[{index(i)}]"
         return f"readonly({got})" if _is_readonly(layout, i) else got
+
+    def slices(indent: str) -> list:
+        """Lines that compute the slice of each partially batched buffer
+        from b: the per-level indices, innermost last."""
+        if not partial:
+            return []
+        got = [f"{indent}r = b"]
+        for d in range(k - 1, 0, -1):
+            got += [f"{indent}i{d} = r % e{d}", f"{indent}r = r // e{d}"]
+        got.append(f"{indent}i0 = r")
+        got += [f"{indent}x{i} = {_slice_of(layout.levels[i], k)}"
+                for i in partial]
+        return got
     call_args = [arg(i) if kind == "a" else f"s{i}"
                  for kind, i in layout.args]
     call_args += [arg(layout.n_inputs + j)
@@ -134,6 +187,7 @@ def _source(layout: Layout) -> str:
         lines.append(f"        kernel({', '.join(call_args)})")
     elif layout.range_n < 0:
         lines += [one, "        for b in range(begin, end):",
+                  *slices("            "),
                   f"            kernel({', '.join(call_args)})"]
     elif not k:
         lines.append(f"        kernel(begin, end, {', '.join(call_args)})")
@@ -143,6 +197,7 @@ def _source(layout: Layout) -> str:
                   "        while b * n < end:",
                   "            lo = max(begin, b * n) - b * n",
                   "            hi = min(end, b * n + n) - b * n",
+                  *slices("            "),
                   f"            kernel(lo, hi, {', '.join(call_args)})",
                   "            b += one"]
     lines += [f"        return {OK}", "    except Exception:",
@@ -306,17 +361,27 @@ def rerun(kernel: Any, layout: Layout, addresses, shapes) -> None:
     arrays = []
     for i, (address, shape) in enumerate(zip(addresses, shapes)):
         shape = tuple(shape)
-        if layout.batched[i] and k:
-            shape = (int(np.prod(shape[:k], dtype=np.int64)),) + shape[k:]
+        carried = _carried(layout, i)
+        if carried:
+            shape = (int(np.prod(shape[:carried], dtype=np.int64)),) + \
+                shape[carried:]
         arrays.append(_array(address, shape, layout.buffers[i][0]))
     n_batch = arrays[layout.n_inputs].shape[0] if k else 1
+    extents = tuple(int(e) for e in shapes[layout.n_inputs][:k])
 
     def args_of(b):
         def arg(i):
             # [b, ...]: a 0-d array for a batch of 0-d slices, as the
             # wrapper passes ([b] would be a NumPy scalar).
-            return arrays[i][b, ...] if layout.batched[i] and k \
-                else arrays[i]
+            if not (layout.batched[i] and k):
+                return arrays[i]
+            if not layout.levels or all(layout.levels[i]):
+                return arrays[i][b, ...]
+            at = np.unravel_index(b, extents)
+            flat = np.ravel_multi_index(
+                tuple(a for a, on in zip(at, layout.levels[i]) if on),
+                tuple(e for e, on in zip(extents, layout.levels[i]) if on))
+            return arrays[i][int(flat), ...]
         ins = [arg(i) if kind == "a" else layout.scalars[i]
                for kind, i in layout.args]
         return ins + [arg(layout.n_inputs + j)
