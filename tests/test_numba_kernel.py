@@ -91,6 +91,29 @@ def test_scalars_are_passed_by_value(rng):
     assert_close(b, 4 * x + 0.25)
 
 
+def test_rank_32_arrays_and_31_inputs(rng):
+    """Past 30 items CPython 3.11 builds a tuple or a call through a list,
+    which Numba rejects: the wrapper builds its shapes and the kernel's
+    arguments from parts instead (before: an internal Numba error at rank
+    31, or with 31 arguments)."""
+    import numba
+
+    @numba.njit
+    def corner(x, y):
+        y[0] = x.flat[0] + x.flat[x.size - 1]
+    shape = (1,) * 30 + (2, 3)
+    x = random_array(rng, shape, np.float32)
+    op = numbax.numba_kernel(corner, spec((1,)))
+    assert_close(jax.jit(op)(x), x.reshape(-1)[[0]] + x.reshape(-1)[[-1]])
+    n = 31
+    namespace: dict = {}
+    exec(f"def ends({', '.join(f'a{i}' for i in range(n))}, y):\n"
+         f"    y[0] = a0[0] + a{n - 1}[1]\n", namespace)
+    xs = [random_array(rng, (2,), np.float32) for _ in range(n)]
+    op = numbax.numba_kernel(numba.njit(namespace["ends"]), spec((1,)))
+    assert_close(jax.jit(op)(*xs), xs[0][:1] + xs[-1][1:])
+
+
 def test_scalars_of_equal_values_and_other_types_are_kept_apart(rng):
     """1, 1.0, np.float32(1) and True are equal (and hash alike) in Python:
     before, the second call reused the wrapper compiled for the first type

@@ -133,25 +133,29 @@ def _slice_of(mask, k: int) -> str:
 
 def _source(layout: Layout) -> str:
     k = layout.batch_ndim
-    lines = ["def numbax_wrapper(ptrs, dims, begin, end):", "    try:"]
+    # The arrays are built before the try: building one cannot raise, and
+    # every statement inside a Numba try adds an edge to its handler, which
+    # made the compile time grow with the square of the buffers (29
+    # inputs: 19 s).
+    lines = ["def numbax_wrapper(ptrs, dims, begin, end):"]
     names = []
     for i, (_, rank) in enumerate(layout.buffers):
         ext = [f"dims[{i}][{d}]" for d in range(rank)]
         carried = _carried(layout, i)
         if carried:
             ext = [" * ".join(ext[:carried])] + ext[carried:]
-        shape = "(" + "".join(e + ", " for e in ext) + ")"
-        lines.append(f"        b{i} = carray(ptrs[{i}], {shape}, t{i})")
+        shape = _tuple(ext)
+        lines.append(f"    b{i} = carray(ptrs[{i}], {shape}, t{i})")
         names.append(f"b{i}")
     nb = len(layout.buffers)
     for j in range(len(layout.scalar_types)):
-        lines.append(f"        s{j} = carray(ptrs[{nb + j}], (1,), st{j})[0]")
+        lines.append(f"    s{j} = carray(ptrs[{nb + j}], (1,), st{j})[0]")
 
     partial = _partial(layout)
     if partial:
         # The extents of the levels, from output 0 (which has them all).
         out0 = layout.n_inputs
-        lines += [f"        e{d} = uint64(dims[{out0}][{d}])" for d in range(k)]
+        lines += [f"    e{d} = uint64(dims[{out0}][{d}])" for d in range(k)]
 
     def index(i):
         return f"x{i}" if i in partial else "b"
@@ -178,19 +182,20 @@ def _source(layout: Layout) -> str:
         got += [f"{indent}x{i} = {_slice_of(layout.levels[i], k)}"
                 for i in partial]
         return got
+    lines.append("    try:")
     call_args = [arg(i) if kind == "a" else f"s{i}"
                  for kind, i in layout.args]
     call_args += [arg(layout.n_inputs + j)
                   for j in range(nb - layout.n_inputs)]
     one = "        one = uint64(1)"
     if layout.range_n < 0 and not k:
-        lines.append(f"        kernel({', '.join(call_args)})")
+        lines.append(f"        kernel({_args(call_args)})")
     elif layout.range_n < 0:
         lines += [one, "        for b in range(begin, end):",
                   *slices("            "),
-                  f"            kernel({', '.join(call_args)})"]
+                  f"            kernel({_args(call_args)})"]
     elif not k:
-        lines.append(f"        kernel(begin, end, {', '.join(call_args)})")
+        lines.append(f"        kernel({_args(['begin', 'end'] + call_args)})")
     else:
         lines += [one, f"        n = uint64({layout.range_n})",
                   "        b = begin // n",
@@ -198,11 +203,31 @@ def _source(layout: Layout) -> str:
                   "            lo = max(begin, b * n) - b * n",
                   "            hi = min(end, b * n + n) - b * n",
                   *slices("            "),
-                  f"            kernel(lo, hi, {', '.join(call_args)})",
+                  f"            kernel({_args(['lo', 'hi'] + call_args)})",
                   "            b += one"]
     lines += [f"        return {OK}", "    except Exception:",
               f"        return {RAISED}"]
     return "\n".join(lines) + "\n"
+
+
+# CPython 3.11 builds a tuple or call of more than 30 items through a list
+# (LIST_TO_TUPLE), an op-code Numba rejects: longer ones are built from
+# parts of at most this many, added together.
+_PART = 16
+
+
+def _tuple(items: list) -> str:
+    """Source of the tuple of `items` that Numba compiles at any length."""
+    parts = ["(" + "".join(e + ", " for e in items[i:i + _PART]) + ")"
+             for i in range(0, len(items), _PART)] or ["()"]
+    return " + ".join(parts) if len(items) > 30 else \
+        "(" + "".join(e + ", " for e in items) + ")"
+
+
+def _args(items: list) -> str:
+    """Source of a call's arguments `items` that Numba compiles at any
+    count (past 30, one starred tuple built from parts)."""
+    return ", ".join(items) if len(items) <= 30 else f"*({_tuple(items)})"
 
 
 def _is_readonly(layout: Layout, i: int) -> bool:
