@@ -185,6 +185,15 @@ def test_a_lowered_program_keeps_its_op_until_it_is_dropped():
     assert func_ref() is None
 
 
+def serialised(op, x) -> bytearray:
+    """jax.export of jax.jit(op) at `x`, for this backend, serialised."""
+    checks = [jax.export.DisabledSafetyCheck.custom_call(t)
+              for t in (targets.CALLABLE_TARGET, targets.KERNEL_TARGET)]
+    platform = {"gpu": "cuda"}.get(jax.default_backend(), jax.default_backend())
+    return jax.export.export(jax.jit(op), disabled_checks=checks,
+                             platforms=[platform])(x).serialize()
+
+
 def test_stale_deserialised_callable_program():
     # A serialised program keeps no Python object: once the op is
     # collected, the program fails naming the op and the fix, and
@@ -192,11 +201,7 @@ def test_stale_deserialised_callable_program():
     x = jnp.arange(N, dtype=F32)
     op = numbax.numba_cuda_callable(make_func("stale_ser"), SPEC,
                                     name="leaks.stale_ser")
-    checks = [jax.export.DisabledSafetyCheck.custom_call(t)
-              for t in (targets.CALLABLE_TARGET, targets.KERNEL_TARGET)]
-    platform = {"gpu": "cuda"}.get(jax.default_backend(), jax.default_backend())
-    blob = jax.export.export(jax.jit(op), disabled_checks=checks,
-                             platforms=[platform])(x).serialize()
+    blob = serialised(op, x)
     op_ref = weakref.ref(op)
     del op
     settle()
@@ -226,11 +231,7 @@ def test_stale_deserialised_kernel_program():
 
     op = numbax.numba_cuda_kernel(kernel, SPEC, launch_dims=N,
                                   name="leaks.stale_kernel")
-    checks = [jax.export.DisabledSafetyCheck.custom_call(t)
-              for t in (targets.CALLABLE_TARGET, targets.KERNEL_TARGET)]
-    platform = {"gpu": "cuda"}.get(jax.default_backend(), jax.default_backend())
-    blob = jax.export.export(jax.jit(op), disabled_checks=checks,
-                             platforms=[platform])(x).serialize()
+    blob = serialised(op, x)
     np.testing.assert_array_equal(jax.export.deserialize(blob).call(x), x)
     op_ref = weakref.ref(op)
     del op, kernel

@@ -400,12 +400,14 @@ def test_an_op_created_while_lowering_lives_with_its_program(rng):
     assert all(r() is None for r in made)
 
 
-def test_a_vmapped_custom_kernel_traced_first_differentiates_later(rng):
+def test_a_vmapped_custom_kernel_differentiates_where_its_rules_apply(rng):
     """vmap of an XLACustomKernel runs its numba_kernel over the batch in
-    one call; inside jit, scan or checkpoint that call was traced before
-    jvp/grad met it, and was refused as a bare numba_kernel ("cannot be
-    differentiated") although the op has JVP and transpose rules. The batch
-    now differentiates through the op's own rules."""
+    one call. Differentiated where the op's rules can apply (grad outside
+    any jit, or inside the jit) the batch goes through them; a jit, scan or
+    checkpoint traced before jvp/grad met it holds the kernel alone, and
+    is refused naming the op and the two ways out (a custom_jvp around the
+    batch was tried and reverted: vmapped again after jit, jax 0.10 gave
+    its jvp with the batch axes swapped, silently)."""
     from numbax.custom_kernel import is_undefined_primal
     op = numbax.XLACustomKernel("numba_kernel_test_mul_later")
 
@@ -428,29 +430,21 @@ def test_a_vmapped_custom_kernel_traced_first_differentiates_later(rng):
     t = random_array(rng, (4, 9), np.float32)
     batched = jax.jit(lambda a: jax.vmap(mul)(a, b))
     assert batched.lower(a).as_text().count("numbax_cpu_kernel") == 1
-    assert_close(jax.jvp(batched, (a,), (t,))[1], t * b, rtol=1e-5)
-    assert_close(jax.linearize(batched, a)[1](t), t * b, rtol=1e-5)
-    total = jax.jit(lambda a: jnp.sum(jax.vmap(mul)(a, b)))
-    assert_close(jax.grad(total)(a), b, rtol=1e-5)
-    assert_close(jax.grad(jax.checkpoint(
-        lambda a: jnp.sum(jax.vmap(mul)(a, b))))(a), b, rtol=1e-5)
+    assert_close(batched(a), a * b, rtol=1e-5)
 
-    def body(c, x):
-        return c + jnp.sum(jax.vmap(mul)(x, b)), None
-    assert_close(jax.grad(lambda a: jax.lax.scan(
-        body, 0.0, jnp.stack([a, a]))[0])(a), 2 * b, rtol=1e-5)
-    # Nested vmaps flattened into one call stay the kernel alone there:
-    # differentiating that later is refused naming the op, never a wrong
-    # result; differentiated directly, the op's rules apply.
-    nested = jax.jit(lambda a: jax.vmap(jax.vmap(mul))(a[None], b[None]))
-    assert_close(nested(a)[0], a * b, rtol=1e-5)
-    with pytest.raises(ValueError, match="multiply.*cannot be "
-                       "differentiated"):
-        jax.jvp(nested, (a,), (t,))
-    direct = jax.jvp(lambda a: jax.vmap(jax.vmap(mul))(a[None], b[None]),
-                     (a,), (t,))[1]
-    assert direct.shape == (1, 4, 9)
-    assert_close(direct[0], t * b, rtol=1e-5)
+    def total(a):
+        return jnp.sum(jax.vmap(mul)(a, b))
+    assert_close(jax.grad(total)(a), b, rtol=1e-5)
+    assert_close(jax.jit(jax.grad(total))(a), b, rtol=1e-5)
+    assert_close(jax.jvp(lambda a: jax.vmap(mul)(a, b), (a,), (t,))[1],
+                 t * b, rtol=1e-5)
+    for later in (lambda: jax.jvp(batched, (a,), (t,)),
+                  lambda: jax.grad(jax.jit(total))(a)):
+        with pytest.raises(ValueError, match=r"multiply\) cannot be "
+                           r"differentiated.*XLACustomKernel that has a JVP "
+                           r"rule.*jax.jit\(jax.grad\(f\)\).*"
+                           r"def_batching_rule"):
+            later()
 
 
 def test_cache_true_kernels_wrappers_load_from_numbas_cache(tmp_path):

@@ -223,6 +223,31 @@ def test_a_kernel_with_explicit_signatures_writing_an_input_is_refused(rng):
                 assert part in text, text
     np.testing.assert_array_equal(np.asarray(x), host)
     assert_close(numbax.numba_kernel(reads_only, spec((8,)))(x), 2 * host)
+    # Reading an input through a helper whose explicit signature takes a
+    # writable array is no write: the kernel runs (its twin cannot compile
+    # for read-only inputs, so it goes unchecked); a kernel without
+    # signatures calling that helper is refused as a typing error naming
+    # the signature, never as a write.
+    @numba.njit("float32(float32[:], int64)")
+    def get(a, i):
+        return a[i]
+
+    @numba.njit("void(float32[:], float32[:])")
+    def reads_through_a_helper(x, out):
+        for i in range(out.size):
+            out[i] = get(x, i) * 2
+    assert_close(numbax.numba_kernel(reads_through_a_helper, spec((8,)))(x),
+                 2 * host)
+
+    @numba.njit
+    def lazy(x, out):
+        for i in range(out.size):
+            out[i] = get(x, i) * 2
+    with pytest.raises(TypeError) as info:
+        numbax.numba_kernel(lazy, spec((8,)))(x)
+    text = str(info.value)
+    assert "cannot be compiled" in text and "explicit signatures" in text
+    assert "writes to an input" not in text
     # Aliased, the input may be written.
     aliased = numbax.numba_kernel(writes_directly, spec((8,)),
                                   input_output_aliases={0: 0})

@@ -125,12 +125,33 @@ def _writable(argtypes: tuple) -> tuple:
                  and not t.mutable else t for t in argtypes)
 
 
-def writes_when_read_only(dispatcher: Any, argtypes: tuple) -> bool:
-    """Whether a kernel that failed to compile for `argtypes` compiles once
-    their read-only arrays are writable: then the read-only inputs were
-    what failed it, that is, it writes one (a setitem, or a function that
-    writes its argument: ``x.fill``, ``np.copyto``, a ufunc's ``out=``).
-    Any other failure is the kernel's own typing error."""
+#: What Numba says when a function with explicit signatures is called with
+#: types none of them takes (from Python, and from compiled code): a
+#: read-only array passed where a signature says ``float32[:]`` fails so
+#: whether or not anything is written.
+FIXED_SIGNATURE_MISMATCH = ("No matching definition for argument type(s)",
+                            "Known signatures:")
+
+
+def fixed_signature_mismatch(error: BaseException) -> bool:
+    """Whether `error` is a call of explicit signatures none of which takes
+    the call's types."""
+    text = str(error)
+    return any(m in text for m in FIXED_SIGNATURE_MISMATCH)
+
+
+def writes_when_read_only(dispatcher: Any, argtypes: tuple,
+                          error: BaseException) -> bool:
+    """Whether a kernel that failed to compile for `argtypes` (with
+    `error`) compiles once their read-only arrays are writable: then the
+    read-only inputs were what failed it, that is, it writes one (a
+    setitem, or a function that writes its argument: ``x.fill``,
+    ``np.copyto``, a ufunc's ``out=``). Not when the failure is a call of a
+    function whose explicit signatures take writable arrays, which says
+    nothing of writes. Any other failure is the kernel's own typing
+    error."""
+    if fixed_signature_mismatch(error):
+        return False
     writable = _writable(argtypes)
     if writable == tuple(argtypes) or getattr(dispatcher, "py_func",
                                               None) is None:
@@ -157,7 +178,7 @@ def audit_fixed_signature(dispatcher: Any, argtypes: tuple
     try:
         twin.compile(tuple(argtypes))
     except Exception as exc:  # noqa: BLE001 - Numba's typing errors
-        if writes_when_read_only(dispatcher, argtypes):
+        if writes_when_read_only(dispatcher, argtypes, exc):
             said = str(exc).strip().splitlines()
             return Finding("typed write", "a write to an input that Numba "
                            "refuses for read-only arrays (compiled without "

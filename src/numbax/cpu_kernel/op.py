@@ -143,12 +143,21 @@ class NumbaKernel(ops.ByValue, ops.Op):
             argtypes = _compiled_types(self.kernel, argtypes)
         except Exception as exc:  # noqa: BLE001 - Numba's typing errors
             if getattr(self.kernel, "_can_compile", True) and \
-                    kernel_audit.writes_when_read_only(self.kernel, wanted):
+                    kernel_audit.writes_when_read_only(self.kernel, wanted,
+                                                       exc):
                 raise self._writes_an_input(
                     f"Numba said: {type(exc).__name__}: {exc}") from None
             head = ("(begin, end) as uint64 first (launch_dims was given), "
                     if self._range >= 0 else "")
             zero_d = ""
+            if kernel_audit.fixed_signature_mismatch(exc) and any(
+                    layout.readonly):
+                zero_d += (" A function it calls has explicit signatures "
+                           "that take none of these types: the inputs are "
+                           "read-only arrays, which a signature such as "
+                           "float32[:] (writable) does not accept. Drop "
+                           "that signature, or alias the input to an "
+                           "output (it then arrives writable).")
             if any(rank == 0 for _, rank in layout.buffers[:layout.n_inputs]):
                 zero_d = (" A 0-d input (a JAX array, or a scalar that jit "
                           "traced) is a 0-d array: read its value with "

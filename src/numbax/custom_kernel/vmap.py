@@ -135,42 +135,14 @@ def _kernel_batch(op: Batched, args, axes, outs, out_tree, backends,
     fn = fns.pop()
     if not (isinstance(fn, ops.Op) and fn.vmap_launches_batch):
         return None
-    in_axes = tuple(axes)
-    batched_outs = tuple(((batch_size(args, axes),) + tuple(s), d)
-                         for s, d in outs)
-
-    def kernel(*xs):
-        with ops.named_use(fn, op.name) if fn.name is None else \
-                contextlib.nullcontext():
-            result = jax.vmap(fn, in_axes=in_axes)(*xs)
-        return check_outputs(op, result, batched_outs, out_tree,
-                             f"the batched '{NUMBA_CUDA}' kernel")
-
-    # The kernel alone has no derivative, yet a jaxpr traced here may be
-    # differentiated later (jax.jvp or jax.grad of a jitted function, a
-    # scan body, a checkpoint): its JVP is this op's own, vmapped, one
-    # slice at a time (before: "cannot be differentiated" from an op that
-    # has a JVP rule). Until then the program is the kernel alone.
-    def one_slice(*xs):
-        return op.primitive.bind(*xs, outs=outs, out_tree=out_tree,
-                                 backends=backends, static=static)
-
-    # Not inside an enclosing vmap (nested levels flattened into one
-    # call): under jvp, jax 0.10's batching of a custom_jvp there gave the
-    # outputs with their batch axes swapped; that call stays the kernel
-    # alone, whose differentiation is refused, naming the op.
-    if any(type(a).__name__ == "BatchTracer" for a in args):
-        return list(kernel(*args)), [0] * len(outs)
-    differentiable = jax.custom_jvp(kernel)
-    differentiable.defjvp(lambda primals, tangents: jax.jvp(
-        jax.vmap(one_slice, in_axes=in_axes), primals, tangents))
-    leaves = list(differentiable(*map(_jax_value, args)))
+    with ops.named_use(fn, op.name) if fn.name is None else \
+            contextlib.nullcontext():
+        result = jax.vmap(fn, in_axes=tuple(axes))(*args)
+    leaves = check_outputs(
+        op, result, tuple(((batch_size(args, axes),) + tuple(s), d)
+                          for s, d in outs), out_tree,
+        f"the batched '{NUMBA_CUDA}' kernel")
     return leaves, [0] * len(leaves)
-
-
-def _jax_value(x):
-    """`x` as custom_jvp takes it: a NumPy array becomes a JAX constant."""
-    return x if isinstance(x, jax.core.Tracer) else jnp.asarray(x)
 
 
 def _check_batched(op: Batched, result, out_tree, outs, size):

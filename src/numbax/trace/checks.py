@@ -423,7 +423,12 @@ def not_differentiable(op: str, what: str) -> ValueError:
         "jax.custom_vjp around the call, or build the op with "
         "numbax.XLACustomKernel and def_jvp_rule (docs/custom_kernel.md); "
         "wrap an input in jax.lax.stop_gradient if no derivative flows "
-        "through it")
+        "through it. If it is the kernel of an XLACustomKernel that has a "
+        "JVP rule: jax.vmap of that op inside a jax.jit, lax.scan or "
+        "jax.checkpoint runs the batch as the kernel alone, so "
+        "differentiate inside the jit (jax.jit(jax.grad(f)), not "
+        "jax.grad(jax.jit(f))), or give the op a batching rule "
+        "(def_batching_rule) that calls the op")
 
 
 def refuse_differentiation(primitive, what: str) -> None:
