@@ -279,3 +279,13 @@ def multiply(a, b, out):
     """out = a * b, element by element."""
     for i in range(out.size):
         out[i] = a[i] * b[i]
+
+
+def cached_scale_by(factor):
+    """A cache=True @njit kernel for one factor (a factory's closure, as
+    the reference's generators make them): out = factor * x."""
+    @numba.njit(cache=True)
+    def kernel(x, out):
+        for i in range(out.size):
+            out[i] = factor * x[i]
+    return kernel

@@ -268,10 +268,11 @@ def test_no_python_per_call():
     assert numbax.bridge_counters()["resolves"] == before
 
 
-def _child(code: str, env_extra=None, timeout=300):
+def _child(code: str, env_extra=None, timeout=300, args=()):
     env = dict(os.environ, JAX_PLATFORMS="cpu", **(env_extra or {}))
     env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code),
+                           *args],
                           capture_output=True, text=True, env=env,
                           timeout=timeout, cwd=HERE)
 
@@ -466,6 +467,33 @@ def test_cache_true_kernels_wrappers_load_from_numbas_cache(tmp_path):
         assert proc.returncode == 0, proc.stderr[-3000:]
         hits.append(int(proc.stdout.split("HITS")[1].split()[0]))
     assert hits == [0, 1], hits
+
+
+def test_cache_true_closures_wrappers_load_by_their_captured_values(tmp_path):
+    # A factory's cache=True closures: Numba caches each kernel keyed on
+    # its captured values, and numbax's wrapper goes beside it, keyed on
+    # them too, so a later process loads both (before: the wrapper was
+    # compiled in every process), and another value never loads the
+    # first's code.
+    code = """
+        import sys, jax, jax.numpy as jnp, numpy as np, numbax
+        import cpu_kernels as K
+        factor = float(sys.argv[1])
+        op = numbax.numba_kernel(K.cached_scale_by(factor),
+                                 jax.ShapeDtypeStruct((64,), jnp.float32))
+        y = jax.jit(op)(jnp.arange(64, dtype=jnp.float32))
+        assert np.array_equal(np.asarray(y),
+                              np.float32(factor) * np.arange(64)), y
+        (cfunc,) = op._wrappers.values()
+        print("HITS", cfunc.cache_hits)
+    """
+    hits = []
+    for factor in ("2", "2", "3", "3", "2"):
+        proc = _child(code, env_extra={"NUMBA_CACHE_DIR": str(tmp_path)},
+                      args=[factor])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        hits.append(int(proc.stdout.split("HITS")[1].split()[0]))
+    assert hits == [0, 1, 0, 1, 1], hits
 
 
 @pytest.mark.parametrize("layout", ["[::1]", "[:]"])

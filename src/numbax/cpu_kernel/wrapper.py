@@ -342,7 +342,7 @@ def _cached_module(kernel: Any, layout: Layout, source: str,
     import os
     import sys
 
-    slot = cache_slot(kernel, layout, source)
+    slot = cache_slot(kernel, layout, source, closures=True)
     if slot is None:
         return None
     directory, digest = slot
