@@ -194,28 +194,32 @@ def serialised(op, x) -> bytearray:
                              platforms=[platform])(x).serialize()
 
 
-def test_stale_deserialised_callable_program():
-    # A serialised program keeps no Python object: once the op is
-    # collected, the program fails naming the op and the fix, and
-    # recreating the op makes it work again.
+def test_stale_program_after_func_collected():
+    # A program whose function is gone by the time XLA instantiates its
+    # call site. A program lowered or compiled here keeps its op, and so
+    # its function (test_a_lowered_program_keeps_its_op_until_it_is_dropped);
+    # a serialised one keeps no Python object, so this is the case left:
+    # it fails naming the op and the fix, and recreating the op makes the
+    # same program work again.
     x = jnp.arange(N, dtype=F32)
-    op = numbax.numba_cuda_callable(make_func("stale_ser"), SPEC,
-                                    name="leaks.stale_ser")
+    func = make_func("stale")
+    op = numbax.numba_cuda_callable(func, SPEC, name="leaks.stale")
     blob = serialised(op, x)
-    op_ref = weakref.ref(op)
-    del op
+    func_ref = weakref.ref(func)
+    del op, func
     settle()
-    assert op_ref() is None
+    assert func_ref() is None
     with pytest.raises(RuntimeFailure,
-                       match="numbax callable 'leaks.stale_ser/callable;[^']+' "
-                             "is not registered in this process.*"
-                             "garbage-collected.*must be recreated"):
+                       match="numbax callable 'leaks.stale/callable;[^']+' is not "
+                             "registered in this process.*garbage-collected "
+                             "must be recreated"):
         jax.export.deserialize(blob).call(x)
-    again = numbax.numba_cuda_callable(make_func("stale_ser"), SPEC,
-                                       name="leaks.stale_ser")
+    # Recreating the op makes the same program work again.
+    op = numbax.numba_cuda_callable(make_func("stale"), SPEC,
+                                    name="leaks.stale")
+    op(x)
     np.testing.assert_array_equal(jax.export.deserialize(blob).call(x),
                                   2 * np.arange(N) + 1)
-    del again
 
 
 def test_stale_deserialised_kernel_program():

@@ -248,6 +248,16 @@ def test_a_kernel_with_explicit_signatures_writing_an_input_is_refused(rng):
     text = str(info.value)
     assert "cannot be compiled" in text and "explicit signatures" in text
     assert "writes to an input" not in text
+
+    # With a 0-d input too, both hints are given.
+    @numba.njit
+    def lazy_0d(s, x, out):
+        for i in range(out.size):
+            out[i] = get(x, i) * s
+    with pytest.raises(TypeError) as info:
+        numbax.numba_kernel(lazy_0d, spec((8,)))(jnp.float32(2), x)
+    text = str(info.value)
+    assert "explicit signatures" in text and "A 0-d input" in text
     # Aliased, the input may be written.
     aliased = numbax.numba_kernel(writes_directly, spec((8,)),
                                   input_output_aliases={0: 0})

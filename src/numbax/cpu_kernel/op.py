@@ -11,7 +11,6 @@ instantiate stage, to the plan of a generated @cfunc wrapper
 from __future__ import annotations
 
 import dataclasses
-
 import functools
 import threading
 import weakref
@@ -149,17 +148,17 @@ class NumbaKernel(ops.ByValue, ops.Op):
                     f"Numba said: {type(exc).__name__}: {exc}") from None
             head = ("(begin, end) as uint64 first (launch_dims was given), "
                     if self._range >= 0 else "")
-            zero_d = ""
+            hints = ""
             if kernel_audit.fixed_signature_mismatch(exc) and any(
                     layout.readonly):
-                zero_d += (" A function it calls has explicit signatures "
+                hints += (" A function it calls has explicit signatures "
                            "that take none of these types: the inputs are "
                            "read-only arrays, which a signature such as "
                            "float32[:] (writable) does not accept. Drop "
                            "that signature, or alias the input to an "
                            "output (it then arrives writable).")
             if any(rank == 0 for _, rank in layout.buffers[:layout.n_inputs]):
-                zero_d = (" A 0-d input (a JAX array, or a scalar that jit "
+                hints += (" A 0-d input (a JAX array, or a scalar that jit "
                           "traced) is a 0-d array: read its value with "
                           "x[()], or pass a Python or NumPy scalar outside "
                           "jit's arguments to have it by value.")
@@ -167,7 +166,7 @@ class NumbaKernel(ops.ByValue, ops.Op):
                 f"{self.label}: the kernel cannot be compiled for this "
                 f"call's arguments ({shown}): numba_kernel calls it with "
                 f"{head}the inputs (C-contiguous arrays; scalars by value), "
-                f"then the outputs.{zero_d} Numba said: "
+                f"then the outputs.{hints} Numba said: "
                 f"{type(exc).__name__}: {exc}") from None
         cres = self.kernel.overloads.get(tuple(argtypes))
         if cres is None:

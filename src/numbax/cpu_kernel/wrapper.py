@@ -218,10 +218,10 @@ _PART = 16
 
 def _tuple(items: list) -> str:
     """Source of the tuple of `items` that Numba compiles at any length."""
-    parts = ["(" + "".join(e + ", " for e in items[i:i + _PART]) + ")"
-             for i in range(0, len(items), _PART)] or ["()"]
-    return " + ".join(parts) if len(items) > 30 else \
-        "(" + "".join(e + ", " for e in items) + ")"
+    if len(items) <= 30:
+        return "(" + "".join(e + ", " for e in items) + ")"
+    return " + ".join(_tuple(items[i:i + _PART])
+                      for i in range(0, len(items), _PART))
 
 
 def _args(items: list) -> str:

@@ -417,18 +417,22 @@ def check_no_nul(name: str, op: str) -> None:
 def not_differentiable(op: str, what: str) -> ValueError:
     """The error for jax.grad/jvp through an op numbax cannot differentiate
     (`what`: 'func' or 'the kernel')."""
+    # A kernel may be an XLACustomKernel's, vmapped as one call
+    # (custom_kernel/vmap.py): that op's rules exist, but not here.
+    batched = (
+        ". If it is the kernel of an XLACustomKernel that has a JVP rule: "
+        "jax.vmap of that op inside a jax.jit, lax.scan or jax.checkpoint "
+        "runs the batch as the kernel alone, so differentiate inside the "
+        "jit (jax.jit(jax.grad(f)), not jax.grad(jax.jit(f))), or give the "
+        "op a batching rule (def_batching_rule) that calls the op"
+        if what == "the kernel" else "")
     return ValueError(
         f"{op} cannot be differentiated: numbax cannot see what {what} "
         "computes. Give it a derivative with jax.custom_jvp or "
         "jax.custom_vjp around the call, or build the op with "
         "numbax.XLACustomKernel and def_jvp_rule (docs/custom_kernel.md); "
         "wrap an input in jax.lax.stop_gradient if no derivative flows "
-        "through it. If it is the kernel of an XLACustomKernel that has a "
-        "JVP rule: jax.vmap of that op inside a jax.jit, lax.scan or "
-        "jax.checkpoint runs the batch as the kernel alone, so "
-        "differentiate inside the jit (jax.jit(jax.grad(f)), not "
-        "jax.grad(jax.jit(f))), or give the op a batching rule "
-        "(def_batching_rule) that calls the op")
+        f"through it{batched}")
 
 
 def refuse_differentiation(primitive, what: str) -> None:
